@@ -1,0 +1,293 @@
+/*
+ * flux.h -- the public C interface of libflux.
+ *
+ * libflux is Facebook's Flux dispatcher as a C library. A dispatcher hands
+ * every dispatched payload to every registered callback, in registration
+ * order; a callback can defer itself until other callbacks have run with
+ * flux_wait_for(). Callbacks are not subscribed to event types: the payload is
+ * opaque to the dispatcher and each callback decides what to do with it.
+ *
+ * This header is the authoritative description of the C ABI. Every function
+ * below says what it does, what it returns on each error, who owns what, and
+ * whether it may be called from inside a callback or from another thread.
+ *
+ * Errors
+ * ------
+ * Functions that can fail return a flux_status: FLUX_OK (0) on success, a
+ * positive code otherwise. A failing call changes nothing, and leaves a
+ * message naming the function and the tokens involved in flux_last_error()
+ * for the calling thread. The message is a detail for people; test the
+ * returned status, never the message, to detect an error.
+ *
+ * Ownership
+ * ---------
+ * flux_register() takes ownership of its context: destroy(context), when a
+ * destroy function is given, runs exactly once -- on flux_unregister(), on
+ * flux_dispatcher_destroy(), or at once when flux_register() itself fails (the
+ * SQLite rule, so a binding has a single leak-free path). The payload passed
+ * to flux_dispatch() stays the caller's; callbacks borrow it for the duration
+ * of the call.
+ *
+ * Threading
+ * ---------
+ * Every function may be called from any thread. A dispatcher serializes its
+ * dispatches: a flux_dispatch() on a second thread waits until the running
+ * dispatch has finished. Callbacks run synchronously on the thread that called
+ * flux_dispatch(). flux_dispatch() from inside a callback of the same
+ * dispatcher, on the dispatching thread, fails at once with
+ * FLUX_ERR_ALREADY_DISPATCHING and never deadlocks; dispatching a *different*
+ * dispatcher from inside a callback is fine. flux_wait_for() works only on the
+ * thread that runs the dispatch. flux_register(), flux_unregister() and
+ * flux_is_dispatching() never wait for a running dispatch. destroy functions
+ * run on the thread that removed the registration, except when it was removed
+ * while a dispatch was running: then destroy runs on the dispatching thread
+ * when that dispatch finishes. flux_last_error() is per thread.
+ *
+ * The one thing the library cannot guard against is a dispatcher used after
+ * (or while) flux_dispatcher_destroy() frees it, from any thread: as with
+ * free(), the caller must make sure no other call is in flight.
+ *
+ * Versioning
+ * ----------
+ * Versions with the same major number are ABI compatible. The shared library's
+ * SONAME is libflux.so.FLUX_VERSION_MAJOR. Compare flux_version() with
+ * FLUX_VERSION_NUMBER to check at run time that header and library match.
+ */
+#ifndef FLUX_H
+#define FLUX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLUX_VERSION_MAJOR 0
+#define FLUX_VERSION_MINOR 1
+#define FLUX_VERSION_PATCH 0
+
+#define FLUX_STRINGIFY_(x) #x
+#define FLUX_STRINGIFY(x) FLUX_STRINGIFY_(x)
+/** "MAJOR.MINOR.PATCH" */
+#define FLUX_VERSION_STRING                                                    \
+    FLUX_STRINGIFY(FLUX_VERSION_MAJOR) "." FLUX_STRINGIFY(FLUX_VERSION_MINOR) \
+    "." FLUX_STRINGIFY(FLUX_VERSION_PATCH)
+/** MAJOR*10000 + MINOR*100 + PATCH: the value flux_version() returns. */
+#define FLUX_VERSION_NUMBER                                                    \
+    (FLUX_VERSION_MAJOR * 10000 + FLUX_VERSION_MINOR * 100 + FLUX_VERSION_PATCH)
+/** True when the header is at least version major.minor.patch. */
+#define FLUX_VERSION_CHECK(major, minor, patch)                                \
+    (FLUX_VERSION_NUMBER >= ((major) * 10000 + (minor) * 100 + (patch)))
+
+/* Every public symbol is marked FLUX_API. Define it before including this
+ * header to override (e.g. to empty when linking a static copy). */
+#ifndef FLUX_API
+#  if defined(__GNUC__) || defined(__clang__)
+#    define FLUX_API __attribute__((visibility("default")))
+#  else
+#    define FLUX_API
+#  endif
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Types                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/** A dispatcher. Opaque: create with flux_dispatcher_create(). */
+typedef struct flux_dispatcher flux_dispatcher;
+
+/** Identifies one registration. Unique within a dispatcher, never reused
+ *  (tokens count up from 1), and never 0, so 0 can mean "no token". */
+typedef uint64_t flux_token;
+
+/** The result of every call that can fail. Codes are stable within a major
+ *  version; new codes may be added after FLUX_ERR_NO_MEMORY. */
+typedef enum flux_status {
+    FLUX_OK = 0,
+    /** A NULL dispatcher, callback or out-pointer; NULL tokens with count > 0;
+     *  a malformed signature; the dispatcher is being destroyed. */
+    FLUX_ERR_INVALID_ARGUMENT = 1,
+    /** A token that was never issued by this dispatcher, was already
+     *  unregistered, or (for flux_wait_for) joined during this dispatch. */
+    FLUX_ERR_UNKNOWN_TOKEN = 2,
+    /** flux_dispatch() from inside a callback of the same dispatcher;
+     *  flux_dispatcher_destroy() while a dispatch runs. */
+    FLUX_ERR_ALREADY_DISPATCHING = 3,
+    /** flux_wait_for() while this thread is not running a dispatch of this
+     *  dispatcher. */
+    FLUX_ERR_NOT_DISPATCHING = 4,
+    /** flux_wait_for() on a callback that has started but not finished in
+     *  this dispatch: a cycle, or a callback waiting on itself. */
+    FLUX_ERR_CIRCULAR = 5,
+    /** A callback returned non-zero; the dispatch was aborted. */
+    FLUX_ERR_CALLBACK_FAILED = 6,
+    /** An allocation failed; nothing was changed. */
+    FLUX_ERR_NO_MEMORY = 7
+} flux_status;
+
+/** A registered callback. context is the pointer given to flux_register();
+ *  payload the pointer given to flux_dispatch(), borrowed for this call.
+ *  Return 0 to go on; any other value aborts the dispatch. */
+typedef int (*flux_callback)(void *context, const void *payload);
+
+/** Releases a context handed to flux_register() (or a closure's userdata). */
+typedef void (*flux_destroy)(void *context);
+
+/* ------------------------------------------------------------------------ */
+/* Dispatcher                                                               */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Creates a dispatcher with no callbacks.
+ *
+ * @return the dispatcher, owned by the caller (release it with
+ *         flux_dispatcher_destroy()), or NULL when memory runs out.
+ * Threads: any thread.
+ */
+FLUX_API flux_dispatcher *flux_dispatcher_create(void);
+
+/**
+ * Destroys a dispatcher: unregisters every remaining callback, running each
+ * one's destroy(context) once, in registration order, then frees the
+ * dispatcher. Destroying NULL is a harmless no-op that returns FLUX_OK.
+ *
+ * @return FLUX_OK, and d is gone.
+ *         FLUX_ERR_ALREADY_DISPATCHING when a dispatch is running (from inside
+ *         a callback, or on another thread): nothing is changed, d stays valid.
+ * Threads: any thread, but no other call on d may be in flight or follow.
+ */
+FLUX_API flux_status flux_dispatcher_destroy(flux_dispatcher *d);
+
+/**
+ * Registers callback(context, payload) to be called for every dispatch.
+ * Callbacks run in registration order. A callback registered while a dispatch
+ * is running is first called by the next dispatch.
+ *
+ * @param d          the dispatcher.
+ * @param callback   the function to call; must not be NULL.
+ * @param context    passed to callback and destroy; may be NULL. Ownership
+ *                   passes to the dispatcher whatever the outcome.
+ * @param destroy    called once with context when the registration ends, or
+ *                   at once if this call fails; may be NULL.
+ * @param out_token  receives the new token (never 0); must not be NULL.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: d, callback or out_token is NULL.
+ *         FLUX_ERR_NO_MEMORY.
+ *         On any error, destroy(context) has already run and *out_token, if
+ *         out_token is not NULL, is 0.
+ * Threads: any thread, from inside a callback too; never waits for a
+ *          running dispatch.
+ */
+FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
+                                   void *context, flux_destroy destroy,
+                                   flux_token *out_token);
+
+/**
+ * Removes a registration. Its callback is not called by any dispatch that
+ * starts afterwards, nor later in the running dispatch on this thread.
+ * destroy(context) runs once: here, before this call returns, when no
+ * dispatch is running; when the running dispatch finishes otherwise (so a
+ * callback may unregister itself, and a callback still running on another
+ * thread never sees its context destroyed under it).
+ *
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL.
+ *         FLUX_ERR_UNKNOWN_TOKEN: token is 0, was never issued by d, or was
+ *         already unregistered.
+ * Threads: any thread, from inside a callback too; never waits for a
+ *          running dispatch.
+ */
+FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
+
+/**
+ * Calls every registered callback with payload, in registration order, each
+ * at most once (flux_wait_for() may run some earlier). The participants are
+ * fixed when the dispatch starts. When a callback returns non-zero, the
+ * dispatch stops: no further callback runs, flux_wait_for() calls still
+ * unwinding return FLUX_ERR_CALLBACK_FAILED, and the dispatcher is idle and
+ * ready for the next dispatch.
+ *
+ * @param payload  opaque to the dispatcher; may be NULL. It stays the
+ *                 caller's and must outlive the call.
+ * @return FLUX_OK when every callback returned 0.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL.
+ *         FLUX_ERR_ALREADY_DISPATCHING: called from inside a callback of d on
+ *         the dispatching thread. The running dispatch goes on unharmed.
+ *         FLUX_ERR_CALLBACK_FAILED: a callback returned non-zero; the message
+ *         names its token and the value it returned.
+ * Threads: any thread. While another thread dispatches d, this call waits for
+ *          that dispatch to finish, then runs. From inside a callback of d on
+ *          the dispatching thread it fails at once.
+ */
+FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
+
+/**
+ * From inside a callback, runs the callbacks of the given tokens that have
+ * not yet run in this dispatch, in the order given, before returning. Tokens
+ * whose callbacks already finished in this dispatch are skipped. Every token
+ * is checked before any callback is invoked, so on a token error no callback
+ * has run.
+ *
+ * @param tokens  an array of count tokens; may be NULL only when count is 0.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or tokens is NULL with
+ *         count > 0.
+ *         FLUX_ERR_NOT_DISPATCHING: this thread is not running a dispatch of
+ *         d (no dispatch at all, or one running on another thread).
+ *         FLUX_ERR_UNKNOWN_TOKEN: a token is 0, never issued, unregistered,
+ *         or was registered during this dispatch (such callbacks join the
+ *         next dispatch).
+ *         FLUX_ERR_CIRCULAR: a token's callback is running further up the
+ *         stack (a cycle, or a callback waiting on itself). The message names
+ *         the token.
+ *         FLUX_ERR_CALLBACK_FAILED: a callback run by this call, or earlier
+ *         in this dispatch, failed; the dispatch is being aborted.
+ * Threads: only on the thread running the dispatch, from inside a callback.
+ */
+FLUX_API flux_status flux_wait_for(flux_dispatcher *d, const flux_token *tokens,
+                                   size_t count);
+
+/**
+ * @return 1 while a dispatch of d is running (on any thread), else 0; 0 when d
+ *         is NULL.
+ * Threads: any thread, from inside a callback too; never waits.
+ */
+FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
+
+/* ------------------------------------------------------------------------ */
+/* Errors and versions                                                      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @return the name of a status, e.g. "FLUX_ERR_CIRCULAR", in static storage;
+ *         "FLUX_ERR_UNKNOWN" for a value that is not a flux_status.
+ * Threads: any thread, any time.
+ */
+FLUX_API const char *flux_status_name(flux_status status);
+
+/**
+ * @return this thread's message for its most recent failed call, naming the
+ *         function and the tokens involved, e.g. "flux_wait_for: circular
+ *         dependency detected while waiting for token 3"; "" when no call on
+ *         this thread has failed. Successful calls leave it unchanged. The
+ *         string belongs to the library and stays valid until this thread's
+ *         next failing call or the thread's exit. Never NULL.
+ * Threads: any thread; each thread has its own message.
+ */
+FLUX_API const char *flux_last_error(void);
+
+/**
+ * @return the library's version as FLUX_VERSION_NUMBER computes it, so a
+ *         program can check that header and library agree.
+ */
+FLUX_API unsigned flux_version(void);
+
+/** @return the library's version as "MAJOR.MINOR.PATCH", in static storage. */
+FLUX_API const char *flux_version_string(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLUX_H */
