@@ -1,0 +1,129 @@
+# libflux -- build, test, demo, bench, install.
+#
+#   make            the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
+#   make demo       the flight-destination example, in C and in Python
+#   make check      every test: swift test, the C harness, the header test, pytest
+#   make check-memory   the C harness under valgrind memcheck
+#   make bench      benchmarks, with ratios against baselines measured in the same run
+#   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc
+#
+# The library is built in its own scratch path (.build-lib) with the Swift
+# standard library linked statically, so it loads with no LD_LIBRARY_PATH and
+# no toolchain; swift test keeps the default .build. lld, not gold: gold leaves
+# the (local) Swift metadata symbols in .dynsym, lld keeps only flux_*.
+
+SWIFT   ?= swift
+CC      ?= cc
+CXX     ?= c++
+PYTHON  ?= python3
+PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+field = $(shell sed -n 's/^\#define FLUX_VERSION_$(1) \([0-9]*\)$$/\1/p' include/flux.h)
+MAJOR   := $(call field,MAJOR)
+MINOR   := $(call field,MINOR)
+PATCH   := $(call field,PATCH)
+VERSION := $(MAJOR).$(MINOR).$(PATCH)
+
+B        := build
+SONAME   := libflux.so.$(MAJOR)
+REALNAME := libflux.so.$(VERSION)
+LIB      := $(B)/lib/libflux.so
+SWIFT_SOURCES := $(shell find Sources -type f) Package.swift support/flux.map
+
+CFLAGS   ?= -O2 -g
+WARN     := -Wall -Wextra -Werror
+TEST_CFLAGS := $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Iinclude -pthread
+LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
+
+.PHONY: all lib demo check check-swift check-c check-header check-python check-memory \
+        bench install uninstall clean
+
+all: lib
+lib: $(LIB)
+
+$(B)/lib/$(REALNAME): $(SWIFT_SOURCES) include/flux.h Makefile
+	$(SWIFT) build -c release --product flux --scratch-path .build-lib \
+	    -Xswiftc -static-stdlib -Xswiftc -use-ld=lld \
+	    -Xlinker --version-script=$(CURDIR)/support/flux.map \
+	    -Xlinker -soname=$(SONAME)
+	@mkdir -p $(B)/lib
+	cp .build-lib/release/libflux.so $@
+	strip --strip-unneeded $@
+
+$(LIB): $(B)/lib/$(REALNAME)
+	ln -sf $(REALNAME) $(B)/lib/$(SONAME)
+	ln -sf $(REALNAME) $@
+
+# --- C programs against the built library --------------------------------
+C_TESTS := $(patsubst Tests/c/%.c,$(B)/tests/%,$(wildcard Tests/c/test-*.c))
+
+$(B)/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(LIB)
+	@mkdir -p $(B)/tests
+	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
+
+$(B)/examples/flight: examples/flight.c include/flux.h $(LIB)
+	@mkdir -p $(B)/examples
+	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
+
+# --- demo ------------------------------------------------------------------
+demo: $(B)/examples/flight
+	@echo "== flight-destination example, C =="
+	$(B)/examples/flight
+	@echo "== flight-destination example, Python =="
+	PYTHONPATH=bindings/python $(PYTHON) examples/flight.py
+
+# --- tests -----------------------------------------------------------------
+check: check-swift check-c check-header check-python
+
+check-swift:
+	$(SWIFT) test
+
+check-c: $(C_TESTS)
+	$(PYTHON) Tests/c/run.py $(C_TESTS)
+
+check-header: include/flux.h
+	@mkdir -p $(B)/tests
+	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-c.o Tests/c/header.c
+	$(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-cxx.o Tests/c/header.c
+	@echo "header: compiles alone as C99 -pedantic and as C++"
+
+check-python: $(LIB)
+	PYTHONPATH=bindings/python $(PYTHON) -m pytest -q bindings/python/tests
+
+check-memory: $(C_TESTS)
+	FLUX_TEST_UNDER_VALGRIND=1 $(PYTHON) Tests/c/run.py \
+	    --wrap "valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite" \
+	    $(C_TESTS)
+
+# --- benchmarks ------------------------------------------------------------
+$(B)/bench/bench: bench/bench.c bench/baseline.c bench/*.h include/flux.h $(LIB)
+	@mkdir -p $(B)/bench
+	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ bench/bench.c bench/baseline.c $(LINK_FLUX) -ldl
+
+bench: $(B)/bench/bench
+	$(B)/bench/bench
+	PYTHONPATH=bindings/python $(PYTHON) bench/bench.py
+
+# --- install ---------------------------------------------------------------
+install: $(LIB)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 0755 $(B)/lib/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/libflux.so
+	install -m 0644 include/flux.h $(DESTDIR)$(INCLUDEDIR)/flux.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    support/flux.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
+	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	      $(DESTDIR)$(LIBDIR)/libflux.so $(DESTDIR)$(INCLUDEDIR)/flux.h \
+	      $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
+
+clean:
+	rm -rf $(B) .build-lib
+	$(SWIFT) package clean

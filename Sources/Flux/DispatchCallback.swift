@@ -1,0 +1,25 @@
+/// How `DispatchCore` calls a registered callback and ends its registration.
+///
+/// The engine is generic over this so that each host stores callbacks in its
+/// cheapest form: the C ABI keeps raw (function pointer, context) pairs, Swift
+/// keeps closures. Conformers should be small values; `invoke` sits on the
+/// hottest path of the library.
+public protocol DispatchCallback {
+    associatedtype Payload
+    associatedtype Failure: Error
+
+    /// Calls the callback. Throwing aborts the running dispatch.
+    func invoke(_ payload: Payload) throws(Failure)
+
+    /// Ends the registration. The engine calls it exactly once per registered
+    /// value: on unregister, on `close()`, or when registering fails. Never
+    /// called with the engine's lock held, so it may call back into the engine.
+    func release()
+}
+
+/// What a dispatch or `waitFor` can fail with: the engine's own error, or the
+/// failure of a callback (with its token), which aborted the dispatch.
+public enum DispatchError<Failure: Error>: Error {
+    case flux(FluxError)
+    case callback(Failure, DispatchToken)
+}

@@ -1,0 +1,456 @@
+import Synchronization
+
+/// The dispatcher engine: Facebook's Flux Dispatcher algorithm, thread-safe,
+/// generic over how a callback is stored and called.
+///
+/// `Dispatcher<Payload>` wraps it for Swift callers with closures; the C ABI
+/// specializes it over raw (function pointer, context) pairs. The hot paths are
+/// `@inlinable` so that each host gets a specialized loop with no witness-table
+/// calls.
+///
+/// ## Concurrency design
+///
+/// One atomic state word decides who owns the registration table:
+///
+/// - **A dispatch** owns it from one compare-and-swap (`0 → dispatching`) to
+///   another (`dispatching → 0`): the uncontended fast path takes no lock. While
+///   it runs, the table is frozen — no other thread moves or writes it — so the
+///   dispatching thread reads it without locking.
+/// - **An idle mutator** (register, unregister, close) takes the lock, sets the
+///   `mutating` bit while it changes the table, and clears it.
+/// - **A mutator during a dispatch** leaves the table alone: a registration goes
+///   to the `joined` side table (merged when the dispatch ends, so it first runs
+///   in the next dispatch), an unregistration to the `leaving` list, and it sets
+///   bits telling the dispatching thread there is work: `removals` (checked
+///   before each callback, so an unregistered callback is not called after
+///   that) and `dirty` (which makes the ending swap fail, so the end runs the
+///   slow path under the lock and merges, compacts and releases).
+/// - **A second dispatching thread** sets `waiters` and sleeps on the condition
+///   variable; the ending dispatch sees the bit and wakes it.
+///
+/// Per-dispatch bookkeeping is a mark per registration, stamped with the
+/// dispatch's epoch (`2·epoch` pending, `2·epoch+1` handled), so starting a
+/// dispatch resets nothing.
+public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable {
+    @usableFromInline static var dispatchingBit: UInt { 1 }
+    @usableFromInline static var mutatingBit: UInt { 2 }
+    @usableFromInline static var waitersBit: UInt { 4 }
+    @usableFromInline static var dirtyBit: UInt { 8 }
+    @usableFromInline static var removalsBit: UInt { 16 }
+
+    @usableFromInline let state = Atomic<UInt>(0)
+    /// The thread running the dispatch, 0 when none. Only that thread stores
+    /// its own ID, so a thread reading its own ID here is certain to be it.
+    @usableFromInline let owner = Atomic<UInt>(0)
+    @usableFromInline let lock = ConditionLock()
+    /// All mutable state, behind a pointer: class stored properties would cost
+    /// a dynamic exclusivity check on every access in the hot loop.
+    @usableFromInline let storage: UnsafeMutablePointer<Storage>
+
+    @usableFromInline
+    struct Storage {
+        /// Owned by the dispatching thread while dispatching, else by the holder
+        /// of the lock and the mutating bit.
+        @usableFromInline var table: SlotTable<Callback>
+        // Touched only by the dispatching thread:
+        @usableFromInline var epoch: UInt64 = 0
+        @usableFromInline var payload: Callback.Payload?
+        @usableFromInline var failure: Callback.Failure?
+        @usableFromInline var failedToken: UInt64 = 0
+        // Guarded by the lock:
+        var nextToken: UInt64 = 1
+        var joined: SlotTable<Callback>?
+        /// A table big enough for `table` plus `joined`, reserved when a
+        /// registration joins, so the merge at the end cannot fail.
+        var spare: SlotTable<Callback>?
+        var leaving: [UInt64] = []
+        var leavingApplied = 0
+        var waiters = 0
+        var closed = false
+    }
+
+    /// A dispatcher with no callbacks, or nil when memory runs out.
+    public init?() {
+        guard let table = SlotTable<Callback>.allocate(capacity: 8) else { return nil }
+        storage = .allocate(capacity: 1)
+        storage.initialize(to: Storage(table: table))
+    }
+
+    deinit {
+        var callbacks: [Callback] = []
+        storage.pointee.table.removeAll { callbacks.append($0) }
+        storage.pointee.joined?.removeAll { callbacks.append($0) }
+        storage.pointee.table.deallocate()
+        storage.pointee.joined?.deallocate()
+        storage.pointee.spare?.deallocate()
+        storage.deinitialize(count: 1)
+        storage.deallocate()
+        for callback in callbacks { callback.release() }
+    }
+
+    // MARK: - Queries
+
+    /// True while a dispatch runs, on any thread. Never waits.
+    public var isDispatching: Bool {
+        state.load(ordering: .acquiring) & Self.dispatchingBit != 0
+    }
+
+    /// True while the calling thread is running a dispatch of this dispatcher.
+    @inlinable
+    public var isDispatchingOnCurrentThread: Bool {
+        owner.load(ordering: .relaxed) == currentThreadID()
+    }
+
+    // MARK: - Registration
+
+    /// Registers `callback`, to be called by every dispatch that starts after
+    /// this returns. Never waits for a running dispatch.
+    ///
+    /// - Throws: `noMemory`; `invalidArgument` once the dispatcher is closed.
+    ///   On error `callback.release()` has run: the registration is never half made.
+    public func register(_ callback: Callback) throws(FluxError) -> DispatchToken {
+        lock.lock()
+        let result = insertLocked(callback)
+        lock.unlock()
+        switch result {
+        case .success(let token):
+            return DispatchToken(rawValue: token)
+        case .failure(let error):
+            callback.release()
+            throw error
+        }
+    }
+
+    private func insertLocked(_ callback: Callback) -> Result<UInt64, FluxError> {
+        let s = storage
+        if s.pointee.closed { return .failure(.closed) }
+        let token = s.pointee.nextToken
+        if claimTable(orSet: Self.dirtyBit) {
+            defer { releaseTable() }
+            if s.pointee.table.isFull {
+                guard var bigger = SlotTable<Callback>.allocate(capacity: grown(s.pointee.table.capacity)) else {
+                    return .failure(.outOfMemory)
+                }
+                s.pointee.table.moveAll(appendingTo: &bigger)
+                s.pointee.table.deallocate()
+                s.pointee.table = bigger
+            }
+            s.pointee.table.append(token, callback)
+        } else {
+            guard reserveJoinedSlot() else { return .failure(.outOfMemory) }
+            s.pointee.joined?.append(token, callback)
+        }
+        s.pointee.nextToken += 1
+        return .success(token)
+    }
+
+    /// Makes room in `joined` for one more registration, and makes sure the
+    /// merge at the end of the dispatch will have room. Under the lock.
+    private func reserveJoinedSlot() -> Bool {
+        let s = storage
+        let joinedCount = s.pointee.joined?.count ?? 0
+        if s.pointee.joined?.isFull ?? true {
+            guard var bigger = SlotTable<Callback>.allocate(capacity: max(8, grown(joinedCount))) else { return false }
+            if var old = s.pointee.joined {
+                old.moveAll(appendingTo: &bigger)
+                old.deallocate()
+            }
+            s.pointee.joined = bigger
+        }
+        let needed = s.pointee.table.count + joinedCount + 1
+        if needed > s.pointee.table.capacity && needed > (s.pointee.spare?.capacity ?? 0) {
+            guard let spare = SlotTable<Callback>.allocate(capacity: max(needed, grown(s.pointee.table.capacity))) else {
+                return false
+            }
+            s.pointee.spare?.deallocate()
+            s.pointee.spare = spare
+        }
+        return true
+    }
+
+    /// Ends a registration. When idle, `release()` runs before this returns;
+    /// during a dispatch the callback is not called again on the dispatching
+    /// thread after this returns, and `release()` runs when the dispatch ends
+    /// (so a callback may unregister itself). Never waits for a running dispatch.
+    ///
+    /// - Throws: `unknownToken` when the token was never issued or is already
+    ///   unregistered.
+    public func unregister(_ token: DispatchToken) throws(FluxError) {
+        lock.lock()
+        let s = storage
+        let t = token.rawValue
+        var released: Callback?
+        var error: FluxError?
+        if let i = s.pointee.joined?.index(of: t) {
+            // Joined during the running dispatch, never called by it: end it now.
+            released = s.pointee.joined?.remove(at: i)
+        } else if let i = s.pointee.table.index(of: t), !s.pointee.leaving.contains(t) {
+            if claimTable(orSet: Self.dirtyBit | Self.removalsBit) {
+                released = s.pointee.table.remove(at: i)
+                releaseTable()
+            } else {
+                s.pointee.leaving.append(t)
+            }
+        } else {
+            error = unknownTokenLocked(t)
+        }
+        lock.unlock()
+        released?.release()
+        if let error { throw error }
+    }
+
+    /// Unregisters everything, releasing in registration order, and refuses
+    /// further registrations. Fails while a dispatch runs.
+    ///
+    /// - Throws: `alreadyDispatching` when a dispatch is running; nothing changes.
+    public func close() throws(FluxError) {
+        var callbacks: [Callback] = []
+        lock.lock()
+        guard claimTable(orSet: 0) else {
+            lock.unlock()
+            throw FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
+        }
+        storage.pointee.closed = true
+        storage.pointee.table.removeAll { callbacks.append($0) }
+        releaseTable()
+        lock.unlock()
+        for callback in callbacks { callback.release() }
+    }
+
+    /// Under the lock: when idle, sets the mutating bit and returns true (the
+    /// caller may change the table, then calls `releaseTable()`); when a
+    /// dispatch runs, sets `bits` for the dispatching thread and returns false.
+    private func claimTable(orSet bits: UInt) -> Bool {
+        var current = state.load(ordering: .relaxed)
+        while true {
+            let idle = current & Self.dispatchingBit == 0
+            let desired = idle ? current | Self.mutatingBit : current | bits
+            let (exchanged, original) = state.compareExchange(
+                expected: current, desired: desired, ordering: .acquiringAndReleasing)
+            if exchanged { return idle }
+            current = original
+        }
+    }
+
+    private func releaseTable() {
+        state.bitwiseAnd(~Self.mutatingBit, ordering: .releasing)
+    }
+
+    // MARK: - Dispatch
+
+    /// Calls every registered callback with `payload`, in registration order,
+    /// each at most once. Waits while another thread dispatches.
+    ///
+    /// - Throws: `.flux(alreadyDispatching)` from inside a callback on the
+    ///   dispatching thread (the running dispatch goes on unharmed);
+    ///   `.callback(failure, token)` when a callback failed: the dispatch was
+    ///   aborted and the dispatcher is idle again.
+    @inlinable
+    public func dispatch(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
+        let me = currentThreadID()
+        if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
+            if let error = beginSlow(me) { throw .flux(error) }
+        }
+        owner.store(me, ordering: .relaxed)
+        let s = storage
+        s.pointee.epoch &+= 1
+        let pending = s.pointee.epoch &* 2
+        s.pointee.payload = payload
+        let table = s.pointee.table
+        var i = 0
+        while i < table.count {
+            if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
+            if table.marks[i] < pending && !invoke(table, i, payload, pending) { break }
+            i += 1
+        }
+        let failure = s.pointee.failure.take()
+        let failedToken = s.pointee.failedToken
+        s.pointee.payload = nil
+        owner.store(0, ordering: .relaxed)
+        if !state.compareExchange(expected: Self.dispatchingBit, desired: 0, ordering: .releasing).exchanged {
+            endSlow()
+        }
+        if let failure { throw .callback(failure, DispatchToken(rawValue: failedToken)) }
+    }
+
+    /// From inside a callback: runs the named callbacks that have not yet run
+    /// in this dispatch, in order. Checks every token before invoking any.
+    ///
+    /// - Throws: `.flux` with `notDispatching` (this thread is not running a
+    ///   dispatch), `unknownToken`, or `circularDependency` (the callback is
+    ///   running further up the stack); `.callback(failure, token)` when a
+    ///   callback failed in this dispatch, now or earlier.
+    @inlinable
+    public func waitFor<Tokens: Collection<DispatchToken>>(
+        _ tokens: Tokens
+    ) throws(DispatchError<Callback.Failure>) {
+        guard isDispatchingOnCurrentThread, let payload = storage.pointee.payload else {
+            throw .flux(notDispatchingError())
+        }
+        let s = storage
+        if let failure = s.pointee.failure { throw .callback(failure, DispatchToken(rawValue: s.pointee.failedToken)) }
+        if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
+        let table = s.pointee.table
+        let pending = s.pointee.epoch &* 2
+        for token in tokens {
+            guard let i = table.index(of: token.rawValue), table.marks[i] != SlotTable<Callback>.removedMark else {
+                throw .flux(unknownTokenError(token))
+            }
+            if table.marks[i] == pending { throw .flux(.circular(token)) }
+        }
+        for token in tokens {
+            if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
+            // Found by the first pass; the table cannot change shape mid-dispatch.
+            guard let i = table.index(of: token.rawValue) else { continue }
+            if table.marks[i] < pending && !invoke(table, i, payload, pending) {
+                if let failure = s.pointee.failure {
+                    throw .callback(failure, DispatchToken(rawValue: s.pointee.failedToken))
+                }
+            }
+        }
+    }
+
+    /// Runs the callback at `i`. Returns false when the dispatch must stop
+    /// (this callback, or one it waited for, failed).
+    @inlinable
+    func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
+        table.marks[i] = pending
+        do {
+            try table.callbacks[i].invoke(payload)
+        } catch {
+            // Keep the first failure: a waiter re-reporting it is not the cause.
+            if storage.pointee.failure == nil {
+                storage.pointee.failure = error
+                storage.pointee.failedToken = table.tokens[i]
+            }
+        }
+        if table.marks[i] == pending { table.marks[i] = pending | 1 }
+        return storage.pointee.failure == nil
+    }
+
+    /// The contended start: refuses a dispatch from inside a dispatch on this
+    /// thread, otherwise sleeps until the running dispatch ends and claims it.
+    @usableFromInline
+    func beginSlow(_ me: UInt) -> FluxError? {
+        if owner.load(ordering: .relaxed) == me { return .alreadyDispatching }
+        lock.lock()
+        defer { lock.unlock() }
+        let s = storage
+        s.pointee.waiters += 1
+        defer { s.pointee.waiters -= 1 }
+        while true {
+            let current = state.load(ordering: .acquiring)
+            if current & Self.dispatchingBit == 0 {
+                // Idle; the mutating bit cannot be set, mutators hold the lock.
+                // Leave the waiters bit up for those still sleeping.
+                let desired = Self.dispatchingBit | (s.pointee.waiters > 1 ? Self.waitersBit : 0)
+                if state.compareExchange(expected: current, desired: desired, ordering: .acquiringAndReleasing).exchanged {
+                    return nil
+                }
+            } else if current & Self.waitersBit == 0 {
+                // Announce ourselves, then look again: the dispatch may have
+                // ended by the fast path in between, with nobody to wake us.
+                _ = state.compareExchange(expected: current, desired: current | Self.waitersBit, ordering: .acquiringAndReleasing)
+            } else {
+                lock.wait()
+            }
+        }
+    }
+
+    /// The contended end: merges registrations that joined, drops those that
+    /// left, wakes waiting dispatchers, then releases what left (outside the
+    /// lock, after the dispatch is over).
+    @usableFromInline
+    func endSlow() {
+        var released: [Callback] = []
+        lock.lock()
+        let s = storage
+        markLeavingLocked()
+        if !s.pointee.leaving.isEmpty {
+            s.pointee.table.removeMarked { released.append($0) }
+            s.pointee.leaving.removeAll()
+            s.pointee.leavingApplied = 0
+        }
+        if var joined = s.pointee.joined {
+            if s.pointee.table.count + joined.count > s.pointee.table.capacity, var spare = s.pointee.spare {
+                s.pointee.table.moveAll(appendingTo: &spare)
+                s.pointee.table.deallocate()
+                s.pointee.table = spare
+                s.pointee.spare = nil
+            }
+            // reserveJoinedSlot() guaranteed the room.
+            joined.moveAll(appendingTo: &s.pointee.table)
+            joined.deallocate()
+            s.pointee.joined = nil
+        }
+        s.pointee.spare?.deallocate()
+        s.pointee.spare = nil
+        state.store(0, ordering: .releasing)
+        if s.pointee.waiters > 0 { lock.broadcast() }
+        lock.unlock()
+        for callback in released { callback.release() }
+    }
+
+    /// On the dispatching thread: marks callbacks unregistered since the last
+    /// look so the dispatch skips them.
+    @usableFromInline
+    func applyRemovals() {
+        lock.lock()
+        markLeavingLocked()
+        state.bitwiseAnd(~Self.removalsBit, ordering: .relaxed)
+        lock.unlock()
+    }
+
+    private func markLeavingLocked() {
+        let s = storage
+        while s.pointee.leavingApplied < s.pointee.leaving.count {
+            if let i = s.pointee.table.index(of: s.pointee.leaving[s.pointee.leavingApplied]) {
+                s.pointee.table.marks[i] = SlotTable<Callback>.removedMark
+            }
+            s.pointee.leavingApplied += 1
+        }
+    }
+
+    // MARK: - Error messages (cold)
+
+    @usableFromInline
+    func notDispatchingError() -> FluxError {
+        isDispatching
+            ? FluxError(.notDispatching, "must be invoked while dispatching, on the dispatching thread (a dispatch is running on another thread)")
+            : FluxError(.notDispatching, "must be invoked while dispatching")
+    }
+
+    @usableFromInline
+    func unknownTokenError(_ token: DispatchToken) -> FluxError {
+        lock.lock()
+        defer { lock.unlock() }
+        return unknownTokenLocked(token.rawValue)
+    }
+
+    private func unknownTokenLocked(_ t: UInt64) -> FluxError {
+        let s = storage
+        let why: String
+        if t == 0 {
+            why = "token 0 is never a valid token"
+        } else if s.pointee.joined?.index(of: t) != nil {
+            why = "token \(t) was registered during this dispatch; it is first called by the next dispatch"
+        } else if s.pointee.leaving.contains(t) {
+            why = "token \(t) was unregistered during this dispatch"
+        } else if t >= s.pointee.nextToken {
+            why = "token \(t) was never issued by this dispatcher"
+        } else {
+            why = "token \(t) does not map to a registered callback (it was unregistered)"
+        }
+        return FluxError(.unknownToken, why)
+    }
+}
+
+/// Doubling, saturating instead of trapping (allocation fails long before).
+private func grown(_ capacity: Int) -> Int {
+    capacity < Int.max / 2 ? capacity * 2 : Int.max
+}
+
+extension FluxError {
+    static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed") }
+    static var outOfMemory: FluxError { FluxError(.noMemory, "out of memory") }
+}

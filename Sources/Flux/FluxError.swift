@@ -1,0 +1,75 @@
+/// An error the dispatcher itself reports, modelled on swift-system's `Errno`:
+/// a stable code, the same number the C ABI returns as `flux_status`, plus a
+/// message for people that names the tokens involved.
+///
+/// Match on the code, never on the message:
+///
+///     do { try dispatcher.waitFor([token]) }
+///     catch FluxError.Code.circularDependency { ... }
+public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The kind of error. The raw value is the C `flux_status`.
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: Int32
+        @inlinable public init(rawValue: Int32) { self.rawValue = rawValue }
+
+        /// A missing or malformed argument. The corresponding C status is
+        /// `FLUX_ERR_INVALID_ARGUMENT`.
+        public static var invalidArgument: Code { Code(rawValue: 1) }
+        /// A token never issued, already unregistered, or registered during the
+        /// running dispatch. The corresponding C status is `FLUX_ERR_UNKNOWN_TOKEN`.
+        public static var unknownToken: Code { Code(rawValue: 2) }
+        /// Dispatch from inside a dispatch, or teardown while dispatching. The
+        /// corresponding C status is `FLUX_ERR_ALREADY_DISPATCHING`.
+        public static var alreadyDispatching: Code { Code(rawValue: 3) }
+        /// `waitFor` while this thread is not dispatching. The corresponding C
+        /// status is `FLUX_ERR_NOT_DISPATCHING`.
+        public static var notDispatching: Code { Code(rawValue: 4) }
+        /// `waitFor` on a callback that is running further up the stack. The
+        /// corresponding C status is `FLUX_ERR_CIRCULAR`.
+        public static var circularDependency: Code { Code(rawValue: 5) }
+        /// A callback failed and the dispatch was aborted. Swift callers see the
+        /// callback's own error instead; the C status is `FLUX_ERR_CALLBACK_FAILED`.
+        public static var callbackFailed: Code { Code(rawValue: 6) }
+        /// An allocation failed. The corresponding C status is `FLUX_ERR_NO_MEMORY`.
+        public static var noMemory: Code { Code(rawValue: 7) }
+
+        public var description: String {
+            switch rawValue {
+            case 1: "invalidArgument"
+            case 2: "unknownToken"
+            case 3: "alreadyDispatching"
+            case 4: "notDispatching"
+            case 5: "circularDependency"
+            case 6: "callbackFailed"
+            case 7: "noMemory"
+            default: "Code(\(rawValue))"
+            }
+        }
+
+        /// Lets `catch FluxError.Code.unknownToken { }` match a thrown `FluxError`.
+        public static func ~= (code: Code, error: any Error) -> Bool {
+            (error as? FluxError)?.code == code
+        }
+    }
+
+    public let code: Code
+    /// What went wrong, naming the tokens involved. Not a stable interface.
+    public let message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { message }
+}
+
+extension FluxError {
+    @usableFromInline static var alreadyDispatching: FluxError {
+        FluxError(.alreadyDispatching, "cannot dispatch in the middle of a dispatch")
+    }
+
+    @usableFromInline static func circular(_ token: DispatchToken) -> FluxError {
+        FluxError(.circularDependency, "circular dependency detected while waiting for token \(token.rawValue)")
+    }
+}
