@@ -8,8 +8,10 @@ public protocol DispatchCallback {
     associatedtype Payload
     associatedtype Failure: Error
 
-    /// Calls the callback. Throwing aborts the running dispatch.
-    func invoke(_ payload: Payload) throws(Failure)
+    /// Calls the callback; a non-nil result is its failure, which aborts the
+    /// running dispatch. (A return value, not `throws(Failure)`: the optimizer
+    /// devirtualizes this requirement into a direct call only in this form.)
+    func invoke(_ payload: Payload) -> Failure?
 
     /// Ends the registration. The engine calls it exactly once per registered
     /// value: on unregister, on `close()`, or when registering fails. Never

@@ -30,7 +30,8 @@ import Synchronization
 ///
 /// Per-dispatch bookkeeping is a mark per registration, stamped with the
 /// dispatch's epoch (`2·epoch` pending, `2·epoch+1` handled), so starting a
-/// dispatch resets nothing.
+/// dispatch resets nothing. Only callbacks that `waitFor` runs out of order get
+/// marks; for the rest the dispatch loop's cursor says it all (see `phase`).
 public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable {
     @usableFromInline static var dispatchingBit: UInt { 1 }
     @usableFromInline static var mutatingBit: UInt { 2 }
@@ -56,7 +57,11 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         @usableFromInline var epoch: UInt64 = 0
         @usableFromInline var payload: Callback.Payload?
         @usableFromInline var failure: Callback.Failure?
+        /// failure != nil, as a flag the hot loop can test cheaply.
+        @usableFromInline var aborted = false
         @usableFromInline var failedToken: UInt64 = 0
+        /// The index the dispatch loop is calling, -1 before the first.
+        @usableFromInline var cursor = -1
         // Guarded by the lock:
         var nextToken: UInt64 = 1
         var joined: SlotTable<Callback>?
@@ -256,14 +261,22 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         s.pointee.epoch &+= 1
         let pending = s.pointee.epoch &* 2
         s.pointee.payload = payload
+        s.pointee.cursor = -1
         let table = s.pointee.table
         var i = 0
         while i < table.count {
             if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
-            if table.marks[i] < pending && !invoke(table, i, payload, pending) { break }
-            i += 1
+            // Skip callbacks waitFor already ran (or is running) and removed
+            // ones; the cursor stands in for this callback's pending mark.
+            if table.marks[i] < pending {
+                s.pointee.cursor = i
+                if let error = table.callbacks[i].invoke(payload) { recordFailure(error, token: table.tokens[i]) }
+                if s.pointee.aborted { break }
+            }
+            i &+= 1
         }
         let failure = s.pointee.failure.take()
+        s.pointee.aborted = false
         let failedToken = s.pointee.failedToken
         s.pointee.payload = nil
         owner.store(0, ordering: .relaxed)
@@ -293,16 +306,18 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         let table = s.pointee.table
         let pending = s.pointee.epoch &* 2
         for token in tokens {
-            guard let i = table.index(of: token.rawValue), table.marks[i] != SlotTable<Callback>.removedMark else {
-                throw .flux(unknownTokenError(token))
+            guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
+            switch phase(table, i, pending) {
+            case .removed: throw .flux(unknownTokenError(token))
+            case .pending: throw .flux(.circular(token))
+            case .handled, .notRun: break
             }
-            if table.marks[i] == pending { throw .flux(.circular(token)) }
         }
         for token in tokens {
             if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
             // Found by the first pass; the table cannot change shape mid-dispatch.
             guard let i = table.index(of: token.rawValue) else { continue }
-            if table.marks[i] < pending && !invoke(table, i, payload, pending) {
+            if phase(table, i, pending) == .notRun && !invoke(table, i, payload, pending) {
                 if let failure = s.pointee.failure {
                     throw .callback(failure, DispatchToken(rawValue: s.pointee.failedToken))
                 }
@@ -310,22 +325,44 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         }
     }
 
-    /// Runs the callback at `i`. Returns false when the dispatch must stop
-    /// (this callback, or one it waited for, failed).
+    @usableFromInline
+    enum Phase { case notRun, pending, handled, removed }
+
+    /// Where the callback at `i` stands in this dispatch. Callbacks run by
+    /// `waitFor` carry marks; the outer loop marks nothing, so before its
+    /// cursor everything is handled and at its cursor the callback is pending.
+    @inlinable
+    func phase(_ table: SlotTable<Callback>, _ i: Int, _ pending: UInt64) -> Phase {
+        let mark = table.marks[i]
+        if mark == SlotTable<Callback>.removedMark { return .removed }
+        if mark == pending { return .pending }
+        if mark == pending | 1 { return .handled }
+        let cursor = storage.pointee.cursor
+        return i < cursor ? .handled : i == cursor ? .pending : .notRun
+    }
+
+    /// Runs the callback at `i` for `waitFor`, marking it pending, then
+    /// handled. Returns false when the dispatch must stop (this callback, or
+    /// one it waited for, failed).
     @inlinable
     func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
         table.marks[i] = pending
-        do {
-            try table.callbacks[i].invoke(payload)
-        } catch {
-            // Keep the first failure: a waiter re-reporting it is not the cause.
-            if storage.pointee.failure == nil {
-                storage.pointee.failure = error
-                storage.pointee.failedToken = table.tokens[i]
-            }
+        let error = table.callbacks[i].invoke(payload)
+        // Handled, unless the callback was unregistered meanwhile (removedMark
+        // is the largest mark, so max keeps it).
+        table.marks[i] = max(table.marks[i], pending | 1)
+        if let error { recordFailure(error, token: table.tokens[i]) }
+        return !storage.pointee.aborted
+    }
+
+    @usableFromInline
+    func recordFailure(_ error: Callback.Failure, token: UInt64) {
+        // Keep the first failure: a waiter re-reporting it is not the cause.
+        if !storage.pointee.aborted {
+            storage.pointee.aborted = true
+            storage.pointee.failure = error
+            storage.pointee.failedToken = token
         }
-        if table.marks[i] == pending { table.marks[i] = pending | 1 }
-        return storage.pointee.failure == nil
     }
 
     /// The contended start: refuses a dispatch from inside a dispatch on this

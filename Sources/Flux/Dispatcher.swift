@@ -88,7 +88,14 @@ public struct ClosureCallback<Payload>: DispatchCallback {
     public let body: @Sendable (Payload) throws -> Void
 
     @inlinable public init(body: @escaping @Sendable (Payload) throws -> Void) { self.body = body }
-    @inlinable public func invoke(_ payload: Payload) throws(any Error) { try body(payload) }
+    @inlinable public func invoke(_ payload: Payload) -> (any Error)? {
+        do {
+            try body(payload)
+            return nil
+        } catch {
+            return error
+        }
+    }
     @inlinable public func release() {}
 }
 

@@ -14,9 +14,9 @@ struct CCallback: DispatchCallback {
     let destroy: FluxDestroyFunction?
 
     @inline(__always)
-    func invoke(_ payload: UnsafeRawPointer?) throws(CallbackFailure) {
+    func invoke(_ payload: UnsafeRawPointer?) -> CallbackFailure? {
         let result = function(context, payload)
-        if result != 0 { throw CallbackFailure(value: result) }
+        return result == 0 ? nil : CallbackFailure(value: result)
     }
 
     func release() { destroy?(context) }

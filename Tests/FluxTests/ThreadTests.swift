@@ -1,0 +1,92 @@
+import Testing
+import Synchronization
+@testable import Flux
+
+@Suite struct ThreadTests {
+    @Test func dispatchesFromManyThreadsAreSerializedAndNothingIsLost() throws {
+        let d = Dispatcher<Int>()
+        let inside = Atomic<Int>(0)
+        let overlaps = Atomic<Int>(0)
+        let calls = Atomic<Int>(0)
+        for _ in 0..<4 {
+            d.register { _ in
+                if inside.add(1, ordering: .sequentiallyConsistent).newValue != 1 {
+                    overlaps.add(1, ordering: .relaxed)
+                }
+                calls.add(1, ordering: .relaxed)
+                inside.subtract(1, ordering: .sequentiallyConsistent)
+            }
+        }
+        let threads = (0..<4).map { _ in
+            Thread { for i in 0..<2000 { try! d.dispatch(i) } }
+        }
+        threads.forEach { $0.join() }
+        #expect(overlaps.load(ordering: .relaxed) == 0)
+        #expect(calls.load(ordering: .relaxed) == 4 * 2000 * 4)
+    }
+
+    @Test func aSecondThreadsDispatchWaitsForTheFirstThenRuns() throws {
+        let d = Dispatcher<String>()
+        let log = Log()
+        let entered = Gate()
+        let release = Gate()
+        d.register { p in
+            log.append("start \(p)")
+            if p == "first" {
+                entered.open()
+                _ = release.wait()
+            }
+            log.append("end \(p)")
+        }
+        let first = Thread { try! d.dispatch("first") }
+        #expect(entered.wait())
+        let second = Thread { try! d.dispatch("second") }
+        pause(milliseconds: 20)  // give the second thread time to block
+        #expect(log.all == ["start first"])
+        release.open()
+        first.join()
+        second.join()
+        #expect(log.all == ["start first", "end first", "start second", "end second"])
+    }
+
+    @Test func registerUnregisterAndIsDispatchingNeverWaitForARunningDispatch() throws {
+        let d = Dispatcher<Int>()
+        let entered = Gate()
+        let release = Gate()
+        let log = Log()
+        d.register { _ in
+            entered.open()
+            _ = release.wait()
+        }
+        let victim = d.register { _ in log.append("victim") }
+        let dispatching = Thread { try! d.dispatch(0) }
+        #expect(entered.wait())
+        // All of this runs while the dispatch is held open inside a callback.
+        let done = Gate()
+        let other = Thread {
+            #expect(d.isDispatching)
+            let late = d.register { _ in log.append("late") }
+            try! d.unregister(victim)
+            #expect(fluxCode { try d.unregister(victim) } == .unknownToken)
+            #expect(fluxCode { try d.waitFor([late]) } == .notDispatching)
+            done.open()
+        }
+        #expect(done.wait(seconds: 5), "a call waited for the running dispatch")
+        release.open()
+        dispatching.join()
+        other.join()
+        #expect(log.all == [])  // victim left, late joined after the start
+        try d.dispatch(1)
+        #expect(log.all == ["late"])
+    }
+
+    @Test func dispatchFromInsideACallbackFailsAtOnceAndNeverDeadlocks() throws {
+        let d = Dispatcher<Int>()
+        let code = Box<FluxError.Code?>(nil)
+        d.register { [unowned d] n in
+            if n == 0 { code.value = fluxCode { try d.dispatch(1) } }
+        }
+        try d.dispatch(0)
+        #expect(code.value == .alreadyDispatching)
+    }
+}

@@ -1,0 +1,144 @@
+import Testing
+@testable import Flux
+
+/// Facebook's Dispatcher tests (src/__tests__/Dispatcher-test.js) and the rest
+/// of DESIGN.md section 2 on waitFor.
+@Suite struct WaitForTests {
+    @Test func waitsForCallbacksRegisteredEarlier() throws {
+        let d = Dispatcher<String>()
+        let log = Log()
+        let a = d.register { log.append("a \($0)") }
+        d.register { [unowned d] p in
+            try d.waitFor([a])
+            log.append("b \(p)")
+        }
+        try d.dispatch("x")
+        #expect(log.all == ["a x", "b x"])
+    }
+
+    @Test func waitsForCallbacksRegisteredLater() throws {
+        let d = Dispatcher<String>()
+        let log = Log()
+        let later = Box<DispatchToken?>(nil)
+        d.register { [unowned d] p in
+            try d.waitFor([later.value!])
+            log.append("a \(p)")
+        }
+        later.value = d.register { log.append("b \($0)") }
+        try d.dispatch("x")
+        #expect(log.all == ["b x", "a x"])
+    }
+
+    @Test func chainsOfAnyDepthRunInDependencyOrder() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let depth = 500
+        let tokens = Box<[DispatchToken]>([])
+        var registered: [DispatchToken] = []
+        for i in 0..<depth {
+            registered.append(d.register { [unowned d] _ in
+                if i + 1 < depth { try d.waitFor([tokens.value[i + 1]]) }
+                log.append("\(i)")
+            })
+        }
+        tokens.value = registered
+        try d.dispatch(0)
+        #expect(log.all == (0..<depth).reversed().map(String.init))
+    }
+
+    @Test func alreadyHandledAndDuplicateTokensAreSkipped() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let a = d.register { _ in log.append("a") }
+        d.register { [unowned d] _ in
+            try d.waitFor([a, a])
+            try d.waitFor([a])
+            try d.waitFor([DispatchToken]())
+            log.append("b")
+        }
+        try d.dispatch(0)
+        #expect(log.all == ["a", "b"])
+    }
+
+    @Test func waitingOnYourselfIsCircular() throws {
+        let d = Dispatcher<Int>()
+        let me = Box<DispatchToken?>(nil)
+        let message = Box<String?>(nil)
+        me.value = d.register { [unowned d] _ in
+            message.value = fluxMessage { try d.waitFor([me.value!]) }
+        }
+        try d.dispatch(0)
+        #expect(message.value == "circular dependency detected while waiting for token \(me.value!.rawValue)")
+    }
+
+    @Test func aMultiCallbackCycleIsCircular() throws {
+        let d = Dispatcher<Int>()
+        let tokens = Box<[DispatchToken]>([])
+        let codes = Log()
+        let a = d.register { [unowned d] _ in try d.waitFor([tokens.value[1]]) }
+        let b = d.register { [unowned d] _ in
+            codes.append(String(describing: fluxCode { try d.waitFor([tokens.value[0]]) }))
+        }
+        tokens.value = [a, b]
+        try d.dispatch(0)
+        #expect(codes.all == ["Optional(circularDependency)"])
+    }
+
+    @Test func waitForOutsideADispatchFails() throws {
+        let d = Dispatcher<Int>()
+        let a = d.register { _ in }
+        #expect(fluxCode { try d.waitFor([a]) } == .notDispatching)
+        #expect(fluxCode { try d.waitFor([DispatchToken]()) } == .notDispatching)
+    }
+
+    @Test func waitForAnUnknownTokenFails() throws {
+        let d = Dispatcher<Int>()
+        let codes = Log()
+        let gone = d.register { _ in }
+        try d.unregister(gone)
+        d.register { [unowned d] _ in
+            codes.append("\(fluxCode { try d.waitFor([DispatchToken(rawValue: 1234)]) }!)")
+            codes.append("\(fluxCode { try d.waitFor([gone]) }!)")
+            codes.append("\(fluxCode { try d.waitFor([DispatchToken(rawValue: 0)]) }!)")
+        }
+        try d.dispatch(0)
+        #expect(codes.all == ["unknownToken", "unknownToken", "unknownToken"])
+    }
+
+    @Test func everyTokenIsCheckedBeforeAnyCallbackRuns() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let waiter = Box<DispatchToken?>(nil)
+        waiter.value = d.register { [unowned d] _ in
+            let later = DispatchToken(rawValue: waiter.value!.rawValue + 1)
+            log.append("\(fluxCode { try d.waitFor([later, DispatchToken(rawValue: 999)]) }!)")
+            log.append("\(fluxCode { try d.waitFor([later, waiter.value!]) }!)")
+        }
+        d.register { _ in log.append("later ran") }
+        try d.dispatch(0)
+        #expect(log.all == ["unknownToken", "circularDependency", "later ran"])
+    }
+
+    @Test func waitForACallbackThatJoinedDuringTheDispatchFailsAndSaysWhy() throws {
+        let d = Dispatcher<Int>()
+        let message = Box<String?>(nil)
+        d.register { [unowned d] _ in
+            let late = d.register { _ in }
+            message.value = fluxMessage { try d.waitFor([late]) }
+        }
+        try d.dispatch(0)
+        #expect(message.value?.contains("registered during this dispatch") == true)
+    }
+
+    @Test func waitForFromAnotherThreadIsNotDispatching() async throws {
+        let d = Dispatcher<Int>()
+        let code = Box<FluxError.Code?>(nil)
+        let a = d.register { _ in }
+        d.register { [unowned d] _ in
+            let thread = Thread { code.value = fluxCode { try d.waitFor([a]) } }
+            thread.join()
+        }
+        try d.dispatch(0)
+        #expect(code.value == .notDispatching)
+    }
+}
