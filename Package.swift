@@ -16,8 +16,12 @@ let package = Package(
     targets: [
         // Pure Swift core: dispatcher engine, errors. Knows nothing of C.
         .target(name: "Flux"),
-        // The C ABI: @_cdecl("flux_...") exports only, thin, over Flux.
-        .target(name: "FluxC", dependencies: ["Flux"]),
+        // libffi (pkg-config "libffi"), for the trampolines of the C ABI only;
+        // Flux itself never sees it.
+        .systemLibrary(name: "CFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
+        // The C ABI: @_cdecl("flux_...") exports only, thin, over Flux (and
+        // over libffi for flux_closure_* and flux_call).
+        .target(name: "FluxC", dependencies: ["Flux", "CFFI"]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
     ],
     swiftLanguageModes: [.v6]
