@@ -26,7 +26,9 @@
  * flux_dispatcher_destroy(), or at once when flux_register() itself fails (the
  * SQLite rule, so a binding has a single leak-free path). The payload passed
  * to flux_dispatch() stays the caller's; callbacks borrow it for the duration
- * of the call.
+ * of the call. flux_closure_create() takes ownership of its userdata by the
+ * same rule: destroy(userdata) runs once, on flux_closure_destroy() or at once
+ * when the create fails.
  *
  * Threading
  * ---------
@@ -254,6 +256,168 @@ FLUX_API flux_status flux_wait_for(flux_dispatcher *d, const flux_token *tokens,
  * Threads: any thread, from inside a callback too; never waits.
  */
 FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
+
+/* ------------------------------------------------------------------------ */
+/* Trampolines and dynamic calls (libffi)                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * For dynamic hosts -- an interpreter with one generic C entry point, a plugin
+ * system that learns signatures at run time -- libflux makes native function
+ * pointers of any signature below whose calls land in one generic handler
+ * (flux_closure_create()), and calls function pointers whose signature is
+ * known only at run time (flux_call()). Both are built on libffi.
+ *
+ * Signatures
+ * ----------
+ * A signature is a NUL-terminated string "R(A...)": one return type letter,
+ * '(', zero to FLUX_SIGNATURE_MAX_ARGS argument type letters, ')', and
+ * nothing after it. No spaces. One letter a type:
+ *
+ *     v  void        (return type only)
+ *     i  int32_t     I  uint32_t
+ *     l  int64_t     L  uint64_t
+ *     z  size_t
+ *     f  float       d  double
+ *     p  void *      (any data pointer)
+ *
+ * flux_callback is "i(pp)", flux_destroy "v(p)", flux_closure_handler
+ * "v(ppp)". A malformed signature (NULL, empty, no '(' or ')', an unknown
+ * letter, 'v' as an argument, more than one return letter, anything after
+ * ')', too many arguments) makes the call fail with FLUX_ERR_INVALID_ARGUMENT
+ * and a flux_last_error() that quotes the signature and names the 0-based
+ * position and the character found there, e.g.
+ *     flux_closure_create: signature "i(pq)": unknown type letter 'q' at
+ *     position 3 (expected one of v, i, I, l, L, z, f, d, p or ')')
+ *     flux_call: signature "i(p": expected ')' at position 3, found the end
+ *     of the signature
+ *
+ * Values
+ * ------
+ * Arguments: args[i] points at the i-th argument, stored as its natural C
+ * type (int32_t for 'i', float for 'f', void * for 'p', ...). This holds for
+ * the args a handler receives and for the args given to flux_call().
+ *
+ * Return values: the handler of a trampoline writes a value of the natural C
+ * type at ret, which points to FLUX_CLOSURE_RET_SIZE (8) bytes of storage,
+ * aligned for every type above and zero-filled before each call; the
+ * trampoline then converts it as the native ABI requires (an 'i' or 'I' result
+ * is sign- or zero-extended to libffi's ffi_arg). So a handler that writes
+ * nothing returns 0 (0.0, NULL), and writing an int64_t for an 'i' return is
+ * harmless (on little-endian machines it even returns the low 32 bits). For a
+ * 'v' return, ret is NULL. flux_call() stores the result as its natural C type
+ * at ret (4 bytes for 'i', 'I' and 'f'; 8 for 'l', 'L' and 'd'; sizeof(size_t)
+ * and sizeof(void *) for 'z' and 'p'), narrowing libffi's ffi_arg itself.
+ */
+
+/** The most arguments a signature may have. */
+#define FLUX_SIGNATURE_MAX_ARGS 16
+
+/** The bytes a flux_closure_handler may write through ret. */
+#define FLUX_CLOSURE_RET_SIZE 8
+
+/** A trampoline. Opaque: create with flux_closure_create(). */
+typedef struct flux_closure flux_closure;
+
+/** Called for every call of a trampoline. userdata is the pointer given to
+ *  flux_closure_create(); args[i] points at the i-th argument's value (args is
+ *  not meaningful when the signature has no arguments); write the return
+ *  value, when the signature has one, through ret (NULL for a 'v' return). See
+ *  "Values" above for the exact rule. The pointers are valid only during the
+ *  call. */
+typedef void (*flux_closure_handler)(void *userdata, void *ret, void **args);
+
+/**
+ * Creates a trampoline: a native function of the given signature (see
+ * flux_closure_code()) whose every call runs handler(userdata, ret, args) and
+ * returns what the handler wrote. Many trampolines may share one handler and
+ * tell each other apart by their userdata. A trampoline of signature "i(pp)"
+ * is a flux_callback: register it with flux_register() (context NULL, or any
+ * other) like any callback; its non-zero return aborts a dispatch and it may
+ * call flux_wait_for().
+ *
+ * The trampoline's memory (the executable code, libffi's call description,
+ * handler, userdata and destroy) stays at a fixed address until
+ * flux_closure_destroy(); nothing is allocated per call.
+ *
+ * @param signature  "R(A...)", see "Signatures" above.
+ * @param handler    must not be NULL.
+ * @param userdata   passed to handler and destroy; may be NULL. Ownership
+ *                   passes to the closure whatever the outcome.
+ * @param destroy    called once with userdata by flux_closure_destroy(), or
+ *                   at once if this call fails; may be NULL.
+ * @param out        receives the closure, owned by the caller; must not be
+ *                   NULL.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: handler or out is NULL; the signature is
+ *         NULL or malformed (the message names the position).
+ *         FLUX_ERR_NO_MEMORY: no memory, or libffi could not get executable
+ *         memory for the trampoline.
+ *         On any error, destroy(userdata) has already run and *out, if out is
+ *         not NULL, is NULL.
+ * Threads: any thread, from inside a callback or a handler too. The
+ *          trampoline may be called from any thread, by several at once; the
+ *          handler runs on the calling thread.
+ */
+FLUX_API flux_status flux_closure_create(const char *signature,
+                                         flux_closure_handler handler,
+                                         void *userdata, flux_destroy destroy,
+                                         flux_closure **out);
+
+/**
+ * @return the trampoline's native function pointer: cast it to the function
+ *         type its signature describes (e.g. flux_callback for "i(pp)") and
+ *         call it. Valid until flux_closure_destroy(closure). NULL when
+ *         closure is NULL.
+ * Threads: any thread, any time the closure is alive; never fails otherwise.
+ */
+FLUX_API void *flux_closure_code(const flux_closure *closure);
+
+/**
+ * Destroys a trampoline: frees its code and memory, then runs
+ * destroy(userdata), once. Afterwards the function pointer from
+ * flux_closure_code() must not be called (unregister it from dispatchers
+ * first). Destroying NULL is a harmless no-op that returns FLUX_OK.
+ *
+ * Destroying a closure twice, destroying it while a call through it is still
+ * running (on this thread, e.g. from inside its own handler, or on another),
+ * or passing a pointer flux_closure_create() did not return, is undefined
+ * behaviour, as with free(). As a debugging aid the library tags live
+ * closures and returns FLUX_ERR_INVALID_ARGUMENT, changing nothing, when the
+ * tag is missing -- which catches a second destroy only while the freed
+ * memory has not been reused. Do not rely on it.
+ *
+ * @return FLUX_OK, and closure is gone.
+ *         FLUX_ERR_INVALID_ARGUMENT: closure is not a live closure (best
+ *         effort, see above); nothing is done.
+ * Threads: any thread, but no call through the trampoline, and no other call
+ *          on closure, may be in flight or follow.
+ */
+FLUX_API flux_status flux_closure_destroy(flux_closure *closure);
+
+/**
+ * Calls function, a native function of the given signature, with the
+ * arguments args[0..n-1] points at, and stores its result at ret. For a
+ * call whose signature is known only at run time; a trampoline's code is a
+ * valid function. Nothing is allocated.
+ *
+ * @param function   the function to call; must not be NULL.
+ * @param signature  "R(A...)", see "Signatures" above. It must match the
+ *                   function's real type, or the behaviour is undefined.
+ * @param ret        storage for the result as its natural C type (see
+ *                   "Values" above). May be NULL to discard the result;
+ *                   ignored for a 'v' return.
+ * @param args       an array of one pointer per argument, each pointing at a
+ *                   value of the argument's natural C type; may be NULL only
+ *                   when the signature has no arguments.
+ * @return FLUX_OK once function has returned.
+ *         FLUX_ERR_INVALID_ARGUMENT: function is NULL; the signature is NULL
+ *         or malformed (the message names the position); args is NULL but the
+ *         signature has arguments. function was not called.
+ * Threads: any thread, from inside a callback or a handler too.
+ */
+FLUX_API flux_status flux_call(void *function, const char *signature, void *ret,
+                               void **args);
 
 /* ------------------------------------------------------------------------ */
 /* Errors and versions                                                      */
