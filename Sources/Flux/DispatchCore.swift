@@ -69,6 +69,8 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         /// registration joins, so the merge at the end cannot fail.
         var spare: SlotTable<Callback>?
         var leaving: [UInt64] = []
+        /// Callbacks that joined and left during the running dispatch.
+        var joinedLeft: [Callback] = []
         var leavingApplied = 0
         var waiters = 0
         var closed = false
@@ -186,9 +188,10 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         let t = token.rawValue
         var released: Callback?
         var error: FluxError?
-        if let i = s.pointee.joined?.index(of: t) {
-            // Joined during the running dispatch, never called by it: end it now.
-            released = s.pointee.joined?.remove(at: i)
+        if let i = s.pointee.joined?.index(of: t), let callback = s.pointee.joined?.remove(at: i) {
+            // Joined during the running dispatch, which never calls it; still,
+            // every removal during a dispatch is released when it ends.
+            s.pointee.joinedLeft.append(callback)
         } else if let i = s.pointee.table.index(of: t), !s.pointee.leaving.contains(t) {
             if claimTable(orSet: Self.dirtyBit | Self.removalsBit) {
                 released = s.pointee.table.remove(at: i)
@@ -399,9 +402,10 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     /// lock, after the dispatch is over).
     @usableFromInline
     func endSlow() {
-        var released: [Callback] = []
         lock.lock()
         let s = storage
+        var released = s.pointee.joinedLeft
+        s.pointee.joinedLeft = []
         markLeavingLocked()
         if !s.pointee.leaving.isEmpty {
             s.pointee.table.removeMarked { released.append($0) }
