@@ -1,0 +1,634 @@
+/*
+ * test-threads.c -- dispatches of one dispatcher are serialized across
+ * threads; register, unregister and is_dispatching from other threads never
+ * wait for a running dispatch; wait_for works only on the dispatching thread;
+ * destroy of a registration removed during a dispatch runs on the dispatching
+ * thread when that dispatch ends; destroying a dispatcher mid-dispatch fails.
+ *
+ * A callback "holds a dispatch open" by blocking on a flag; calls that must
+ * return promptly run on a worker whose completion is awaited with a deadline,
+ * so a call that waits for the dispatch fails its test instead of hanging
+ * (and the per-case watchdog catches anything worse).
+ */
+#include <sched.h>
+
+#include "helpers.h"
+
+static const int payload_ids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+/* A thread running one flux_dispatch(). */
+typedef struct dispatch_job {
+    flux_dispatcher *d;
+    const void *payload;
+    flux_status status;
+    flag started, done;
+    pthread_t thread;
+} dispatch_job;
+
+static void *dispatch_job_main(void *arg)
+{
+    dispatch_job *j = arg;
+    flag_set(&j->started);
+    j->status = flux_dispatch(j->d, j->payload);
+    flag_set(&j->done);
+    return NULL;
+}
+
+static void dispatch_job_start(dispatch_job *j, flux_dispatcher *d, const void *payload)
+{
+    j->d = d;
+    j->payload = payload;
+    j->status = (flux_status)-1;
+    flag_init(&j->started);
+    flag_init(&j->done);
+    REQUIRE(pthread_create(&j->thread, NULL, dispatch_job_main, j) == 0);
+}
+
+static void dispatch_job_join(dispatch_job *j)
+{
+    pthread_join(j->thread, NULL);
+    flag_fini(&j->started);
+    flag_fini(&j->done);
+}
+
+/* A callback that blocks on its first call until released. */
+typedef struct blocker {
+    flag entered, release;
+    atomic_int block;          /* block on the next call when set */
+    atomic_int calls;
+    atomic_int destroyed;
+    atomic_int destroyed_after_release;  /* own destroy count when released */
+    int fail_after_release;
+    trace *log;
+    int id;
+    pthread_t destroy_thread;
+} blocker;
+
+static void blocker_init(blocker *b, int id, trace *log)
+{
+    memset(b, 0, sizeof *b);
+    flag_init(&b->entered);
+    flag_init(&b->release);
+    atomic_store(&b->block, 1);
+    atomic_store(&b->destroyed_after_release, -1);
+    b->id = id;
+    b->log = log;
+}
+
+static void blocker_fini(blocker *b)
+{
+    flag_fini(&b->entered);
+    flag_fini(&b->release);
+}
+
+static int blocker_cb(void *context, const void *payload)
+{
+    blocker *b = context;
+    atomic_fetch_add(&b->calls, 1);
+    trace_push(b->log, b->id * 10 + (payload ? *(const int *)payload : 0));
+    if (atomic_exchange(&b->block, 0)) {
+        flag_set(&b->entered);
+        flag_wait(&b->release, 3600.0);   /* the watchdog ends a stuck test */
+        atomic_store(&b->destroyed_after_release, atomic_load(&b->destroyed));
+        return b->fail_after_release;
+    }
+    return 0;
+}
+
+static void blocker_destroy(void *context)
+{
+    blocker *b = context;
+    b->destroy_thread = pthread_self();
+    atomic_fetch_add(&b->destroyed, 1);
+}
+
+/* A plain thread-aware context. */
+typedef struct tctx {
+    int id;
+    atomic_int calls;
+    atomic_int destroyed;
+    pthread_t destroy_thread;
+    trace *log;
+    const atomic_int *watch;   /* recorded into watched when called */
+    atomic_int watched;
+} tctx;
+
+static void tctx_init(tctx *t, int id, trace *log)
+{
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->log = log;
+    atomic_store(&t->watched, -1);
+}
+
+static int tctx_cb(void *context, const void *payload)
+{
+    tctx *t = context;
+    atomic_fetch_add(&t->calls, 1);
+    trace_push(t->log, t->id * 10 + (payload ? *(const int *)payload : 0));
+    if (t->watch)
+        atomic_store(&t->watched, atomic_load(t->watch));
+    return 0;
+}
+
+static void tctx_destroy(void *context)
+{
+    tctx *t = context;
+    t->destroy_thread = pthread_self();
+    atomic_fetch_add(&t->destroyed, 1);
+}
+
+/* ---- 1. serialized dispatches, nothing lost ------------------------------- */
+
+enum { NTHREADS = 4, NCB = 3 };
+
+struct serial {
+    flux_dispatcher *d;
+    atomic_int inside, overlaps, order_errors, bad_status, bad_payload;
+    long counts[NCB];          /* plain longs: the dispatcher serializes callbacks */
+    long per_thread[NTHREADS];
+    int last;                  /* id of the previous callback */
+    long iters;
+    pthread_barrier_t start;
+};
+
+struct serial_cb_ctx {
+    struct serial *s;
+    int id;
+};
+
+static int serial_cb(void *context, const void *payload)
+{
+    struct serial_cb_ctx *c = context;
+    struct serial *s = c->s;
+    if (atomic_fetch_add(&s->inside, 1) != 0)
+        atomic_fetch_add(&s->overlaps, 1);
+    int expected_prev = c->id == 0 ? NCB - 1 : c->id - 1;
+    if (s->last != expected_prev)
+        atomic_fetch_add(&s->order_errors, 1);
+    s->last = c->id;
+    s->counts[c->id]++;
+    const int *tid = payload;
+    if (tid == NULL || *tid < 0 || *tid >= NTHREADS)
+        atomic_fetch_add(&s->bad_payload, 1);
+    else if (c->id == 0)
+        s->per_thread[*tid]++;
+    for (volatile int spin = 0; spin < 50; spin++) {
+    }
+    atomic_fetch_sub(&s->inside, 1);
+    return 0;
+}
+
+struct serial_thread {
+    struct serial *s;
+    int tid;
+};
+
+static void *serial_thread_main(void *arg)
+{
+    struct serial_thread *t = arg;
+    pthread_barrier_wait(&t->s->start);
+    for (long i = 0; i < t->s->iters; i++)
+        if (flux_dispatch(t->s->d, &payload_ids[t->tid]) != FLUX_OK)
+            atomic_fetch_add(&t->s->bad_status, 1);
+    return NULL;
+}
+
+static void test_dispatches_serialized(void)
+{
+    static struct serial s;
+    memset(&s, 0, sizeof s);
+    s.d = flux_dispatcher_create();
+    REQUIRE(s.d != NULL);
+    s.last = NCB - 1;
+    s.iters = tap_scale(20000);
+    REQUIRE(pthread_barrier_init(&s.start, NULL, NTHREADS) == 0);
+    struct serial_cb_ctx ctx[NCB];
+    for (int i = 0; i < NCB; i++) {
+        ctx[i] = (struct serial_cb_ctx){&s, i};
+        flux_token t;
+        EXPECT_OK(flux_register(s.d, serial_cb, &ctx[i], NULL, &t));
+    }
+    pthread_t th[NTHREADS];
+    struct serial_thread args[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) {
+        args[i] = (struct serial_thread){&s, i};
+        REQUIRE(pthread_create(&th[i], NULL, serial_thread_main, &args[i]) == 0);
+    }
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&s.start);
+
+    is_int(atomic_load(&s.bad_status), 0, "%d threads x %ld dispatches all returned FLUX_OK",
+           NTHREADS, s.iters);
+    is_int(atomic_load(&s.overlaps), 0, "no two callbacks of the dispatcher ever overlapped");
+    is_int(atomic_load(&s.order_errors), 0, "every dispatch ran its callbacks whole and in order");
+    is_int(atomic_load(&s.bad_payload), 0, "every callback got its dispatch's payload");
+    for (int i = 0; i < NCB; i++)
+        is_int(s.counts[i], NTHREADS * s.iters, "callback %d called once per dispatch", i);
+    long sum = 0;
+    int each = 1;
+    for (int i = 0; i < NTHREADS; i++) {
+        sum += s.per_thread[i];
+        each &= s.per_thread[i] == s.iters;
+    }
+    ok(each, "every thread's dispatches were all delivered (total %ld)", sum);
+    is_int(flux_is_dispatching(s.d), 0, "idle at the end");
+    EXPECT_OK(flux_dispatcher_destroy(s.d));
+}
+
+/* ---- 2. a second thread's dispatch waits for the first -------------------- */
+
+static void test_second_dispatch_waits(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    blocker a;
+    tctx b;
+    blocker_init(&a, 1, &log);
+    tctx_init(&b, 2, &log);
+    flux_token t;
+    EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &t));
+    EXPECT_OK(flux_register(d, tctx_cb, &b, NULL, &t));
+
+    dispatch_job j1, j2;
+    dispatch_job_start(&j1, d, &payload_ids[1]);
+    ok(flag_wait(&a.entered, prompt_seconds()), "first dispatch is inside its first callback");
+    dispatch_job_start(&j2, d, &payload_ids[2]);
+    flag_wait(&j2.started, prompt_seconds());
+    sleep_ms(tap_under_valgrind() ? 500 : 200);
+    ok(!flag_is_set(&j2.done), "a second thread's flux_dispatch() waits while the first runs");
+    is_int(flux_is_dispatching(d), 1, "the dispatcher is dispatching meanwhile");
+    flag_set(&a.release);
+    dispatch_job_join(&j1);
+    dispatch_job_join(&j2);
+    is_int(j1.status, FLUX_OK, "the first dispatch returned OK");
+    is_int(j2.status, FLUX_OK, "the second one then ran and returned OK (not ALREADY_DISPATCHING)");
+    is_trace(&log, INTS(11, 21, 12, 22), "the second dispatch started after the first had finished");
+    is_int(flux_is_dispatching(d), 0, "idle at the end");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    blocker_fini(&a);
+}
+
+static void test_waiting_dispatch_runs_after_failed_one(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    blocker a;
+    tctx b;
+    blocker_init(&a, 1, &log);
+    tctx_init(&b, 2, &log);
+    a.fail_after_release = 9;
+    flux_token t;
+    EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &t));
+    EXPECT_OK(flux_register(d, tctx_cb, &b, NULL, &t));
+    dispatch_job j1, j2;
+    dispatch_job_start(&j1, d, &payload_ids[1]);
+    flag_wait(&a.entered, prompt_seconds());
+    dispatch_job_start(&j2, d, &payload_ids[2]);
+    flag_wait(&j2.started, prompt_seconds());
+    sleep_ms(100);
+    flag_set(&a.release);
+    dispatch_job_join(&j1);
+    dispatch_job_join(&j2);
+    is_int(j1.status, FLUX_ERR_CALLBACK_FAILED, "the first dispatch failed");
+    is_int(j2.status, FLUX_OK, "the dispatch waiting on another thread then ran normally");
+    is_trace(&log, INTS(11, 12, 22), "the failed dispatch stopped; the next called everyone");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    blocker_fini(&a);
+}
+
+/* ---- 3. other threads while a dispatch is held open ------------------------ */
+
+struct ops {
+    flux_dispatcher *d;
+    blocker *a;
+    tctx *c, *late;            /* late: registered from the other thread */
+    flux_token ta, tb, tc, tlate;
+    flag done;
+};
+
+/* Runs on a second thread while the dispatching thread is blocked in a. */
+static void *ops_main(void *arg)
+{
+    struct ops *o = arg;
+    flux_dispatcher *d = o->d;
+    is_int(flux_is_dispatching(d), 1, "other thread: flux_is_dispatching() is 1 during the dispatch");
+
+    EXPECT_OK(flux_register(d, tctx_cb, o->late, tctx_destroy, &o->tlate));
+    ok(o->tlate > o->tc, "other thread: register during the dispatch got a new, larger token");
+
+    EXPECT_OK(flux_unregister(d, o->tc));
+    is_int(atomic_load(&o->c->destroyed), 0,
+           "other thread: unregister of a later callback during the dispatch defers its destroy");
+    EXPECT_OK(flux_unregister(d, o->ta));
+    is_int(atomic_load(&o->a->destroyed), 0,
+           "other thread: unregister of the running callback defers its destroy");
+    EXPECT_STATUS(flux_unregister(d, o->ta), FLUX_ERR_UNKNOWN_TOKEN);
+
+    EXPECT_STATUS(flux_wait_for(d, &o->tb, 1), FLUX_ERR_NOT_DISPATCHING);
+    has_prefix(flux_last_error(), "flux_wait_for", "other thread: its message names flux_wait_for");
+    EXPECT_STATUS(flux_wait_for(d, NULL, 0), FLUX_ERR_NOT_DISPATCHING);
+
+    EXPECT_STATUS(flux_dispatcher_destroy(d), FLUX_ERR_ALREADY_DISPATCHING);
+    has_prefix(flux_last_error(), "flux_dispatcher_destroy",
+               "other thread: its message names flux_dispatcher_destroy");
+    EXPECT_STATUS(flux_unregister(d, 9999), FLUX_ERR_UNKNOWN_TOKEN);
+    is_int(flux_is_dispatching(d), 1, "other thread: the dispatch is still running");
+    flag_set(&o->done);
+    return NULL;
+}
+
+static void test_other_threads_during_dispatch(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    blocker a;
+    tctx b, c, late;
+    blocker_init(&a, 1, &log);
+    tctx_init(&b, 2, &log);
+    tctx_init(&c, 3, &log);
+    tctx_init(&late, 4, &log);
+    b.watch = &c.destroyed;       /* b records c's destroy count when it runs */
+    struct ops o;
+    memset(&o, 0, sizeof o);
+    o.d = d;
+    o.a = &a;
+    o.c = &c;
+    o.late = &late;
+    flag_init(&o.done);
+    EXPECT_OK(flux_register(d, blocker_cb, &a, blocker_destroy, &o.ta));
+    EXPECT_OK(flux_register(d, tctx_cb, &b, tctx_destroy, &o.tb));
+    EXPECT_OK(flux_register(d, tctx_cb, &c, tctx_destroy, &o.tc));
+
+    dispatch_job j;
+    dispatch_job_start(&j, d, &payload_ids[1]);
+    REQUIRE(flag_wait(&a.entered, prompt_seconds()));
+    pthread_t worker;
+    REQUIRE(pthread_create(&worker, NULL, ops_main, &o) == 0);
+    ok(flag_wait(&o.done, prompt_seconds()),
+       "register/unregister/is_dispatching/wait_for/destroy from another thread returned "
+       "while the dispatch was held open");
+    ok(!flag_is_set(&j.done), "the dispatch was held open all along");
+    flag_set(&a.release);
+    dispatch_job_join(&j);
+    pthread_join(worker, NULL);
+    flag_fini(&o.done);
+
+    is_int(j.status, FLUX_OK, "the dispatch finished OK");
+    is_int(atomic_load(&a.destroyed_after_release), 0,
+           "the running callback's context was not destroyed under it");
+    is_int(atomic_load(&a.destroyed), 1, "its destroy ran once, when the dispatch finished");
+    ok(pthread_equal(a.destroy_thread, j.thread), "on the dispatching thread");
+    is_int(atomic_load(&b.watched), 0, "the later callback's destroy had not run during the dispatch");
+    is_int(atomic_load(&c.destroyed), 1, "it ran once when the dispatch finished");
+    ok(pthread_equal(c.destroy_thread, j.thread), "on the dispatching thread");
+    is_int(atomic_load(&b.calls), 1, "the callback in between ran");
+    is_int(atomic_load(&late.calls), 0, "the callback registered meanwhile did not join the running dispatch");
+    int c_calls = atomic_load(&c.calls);
+    diag("the callback unregistered from another thread during the dispatch was %s in it",
+         c_calls ? "still called" : "not called");
+    is_int(flux_is_dispatching(d), 0, "idle afterwards");
+
+    EXPECT_OK(flux_dispatch(d, &payload_ids[2]));
+    is_int(atomic_load(&a.calls), 1, "the next dispatch skips the unregistered running callback");
+    is_int(atomic_load(&c.calls), c_calls, "nor the unregistered later one");
+    is_int(atomic_load(&b.calls), 2, "calls the remaining one");
+    is_int(atomic_load(&late.calls), 1, "and the one registered from the other thread");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(atomic_load(&b.destroyed) + atomic_load(&late.destroyed), 2,
+           "dispatcher destroy ran the remaining destroys");
+    is_int(atomic_load(&a.destroyed) + atomic_load(&c.destroyed), 2, "and no other again");
+    blocker_fini(&a);
+}
+
+/* wait_for, with a real token, from a thread that is not dispatching. */
+struct wait_job {
+    flux_dispatcher *d;
+    flux_token token;
+    flux_status status;
+    flag done;
+};
+
+static void *wait_job_main(void *arg)
+{
+    struct wait_job *w = arg;
+    w->status = flux_wait_for(w->d, &w->token, 1);
+    flag_set(&w->done);
+    return NULL;
+}
+
+static void test_wait_for_from_other_thread(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    blocker a;
+    tctx b;
+    blocker_init(&a, 1, NULL);
+    tctx_init(&b, 2, NULL);
+    flux_token ta;
+    struct wait_job w;
+    memset(&w, 0, sizeof w);
+    w.d = d;
+    w.status = (flux_status)-1;
+    flag_init(&w.done);
+    EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &ta));
+    EXPECT_OK(flux_register(d, tctx_cb, &b, NULL, &w.token));
+    dispatch_job j;
+    dispatch_job_start(&j, d, &payload_ids[1]);
+    REQUIRE(flag_wait(&a.entered, prompt_seconds()));
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, wait_job_main, &w) == 0);
+    ok(flag_wait(&w.done, prompt_seconds()), "wait_for from another thread returns at once");
+    is_int(w.status, FLUX_ERR_NOT_DISPATCHING,
+           "wait_for from a thread not running the dispatch -> NOT_DISPATCHING");
+    is_int(atomic_load(&b.calls), 0, "it ran nothing");
+    flag_set(&a.release);
+    dispatch_job_join(&j);
+    pthread_join(th, NULL);
+    is_int(j.status, FLUX_OK, "the dispatch finished OK");
+    is_int(atomic_load(&b.calls), 1, "the callback ran once, from the dispatch");
+    flag_fini(&w.done);
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    blocker_fini(&a);
+}
+
+/* ---- 4. dispatchers are independent ---------------------------------------- */
+
+static void test_other_dispatcher_not_blocked(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    flux_dispatcher *d2 = flux_dispatcher_create();
+    REQUIRE(d != NULL && d2 != NULL);
+    blocker a;
+    tctx x;
+    blocker_init(&a, 1, NULL);
+    tctx_init(&x, 2, NULL);
+    flux_token t;
+    EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &t));
+    EXPECT_OK(flux_register(d2, tctx_cb, &x, NULL, &t));
+    dispatch_job j1, j2;
+    dispatch_job_start(&j1, d, &payload_ids[1]);
+    REQUIRE(flag_wait(&a.entered, prompt_seconds()));
+    dispatch_job_start(&j2, d2, &payload_ids[2]);
+    ok(flag_wait(&j2.done, prompt_seconds()),
+       "another dispatcher dispatches on another thread while the first is held open");
+    is_int(j2.status, FLUX_OK, "and returns OK");
+    is_int(atomic_load(&x.calls), 1, "its callback ran");
+    flag_set(&a.release);
+    dispatch_job_join(&j1);
+    dispatch_job_join(&j2);
+    is_int(j1.status, FLUX_OK, "the held dispatch finished OK");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    EXPECT_OK(flux_dispatcher_destroy(d2));
+    blocker_fini(&a);
+}
+
+/* ---- 5. register/unregister churn while dispatching ------------------------ */
+
+enum { CHURN_THREADS = 3, CHURN_BATCH = 8 };
+
+struct churn {
+    flux_dispatcher *d;
+    atomic_int stop;
+    atomic_long calls, destroyed, dispatches;
+    atomic_int bad_use, double_destroy, bad_status, bad_reg, bad_unreg;
+    long iters;
+    flux_token *tokens;        /* CHURN_THREADS * iters * CHURN_BATCH */
+};
+
+typedef struct churn_ctx {
+    atomic_int alive;
+    struct churn *c;
+} churn_ctx;
+
+static int churn_cb(void *context, const void *p)
+{
+    churn_ctx *x = context;
+    (void)p;
+    if (!atomic_load(&x->alive))
+        atomic_fetch_add(&x->c->bad_use, 1);
+    atomic_fetch_add(&x->c->calls, 1);
+    return 0;
+}
+
+static void churn_destroy(void *context)
+{
+    churn_ctx *x = context;
+    struct churn *c = x->c;
+    if (!atomic_exchange(&x->alive, 0))
+        atomic_fetch_add(&c->double_destroy, 1);
+    atomic_fetch_add(&c->destroyed, 1);
+    free(x);
+}
+
+static void *churn_dispatcher_main(void *arg)
+{
+    struct churn *c = arg;
+    while (!atomic_load(&c->stop)) {
+        if (flux_dispatch(c->d, NULL) != FLUX_OK)
+            atomic_fetch_add(&c->bad_status, 1);
+        atomic_fetch_add(&c->dispatches, 1);
+    }
+    return NULL;
+}
+
+struct churn_thread {
+    struct churn *c;
+    int index;
+};
+
+static void *churn_thread_main(void *arg)
+{
+    struct churn_thread *t = arg;
+    struct churn *c = t->c;
+    flux_token *mine = c->tokens + (size_t)t->index * (size_t)c->iters * CHURN_BATCH;
+    for (long i = 0; i < c->iters; i++) {
+        flux_token *batch = mine + i * CHURN_BATCH;
+        for (int k = 0; k < CHURN_BATCH; k++) {
+            churn_ctx *x = malloc(sizeof *x);
+            REQUIRE(x != NULL);
+            atomic_init(&x->alive, 1);
+            x->c = c;
+            if (flux_register(c->d, churn_cb, x, churn_destroy, &batch[k]) != FLUX_OK)
+                atomic_fetch_add(&c->bad_reg, 1);
+        }
+        /* Keep the batch registered for a couple of dispatches, so callbacks
+         * run while other threads register and unregister. */
+        long seen = atomic_load(&c->dispatches);
+        while (atomic_load(&c->dispatches) < seen + 2 && !atomic_load(&c->stop))
+            sched_yield();
+        for (int k = CHURN_BATCH - 1; k >= 0; k--)
+            if (flux_unregister(c->d, batch[k]) != FLUX_OK)
+                atomic_fetch_add(&c->bad_unreg, 1);
+    }
+    return NULL;
+}
+
+static int compare_tokens(const void *a, const void *b)
+{
+    flux_token x = *(const flux_token *)a, y = *(const flux_token *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_churn_while_dispatching(void)
+{
+    static struct churn c;
+    memset(&c, 0, sizeof c);
+    c.d = flux_dispatcher_create();
+    REQUIRE(c.d != NULL);
+    c.iters = tap_scale(500);
+    size_t ntokens = (size_t)CHURN_THREADS * (size_t)c.iters * CHURN_BATCH;
+    c.tokens = calloc(ntokens, sizeof *c.tokens);
+    REQUIRE(c.tokens != NULL);
+
+    pthread_t disp, th[CHURN_THREADS];
+    struct churn_thread args[CHURN_THREADS];
+    REQUIRE(pthread_create(&disp, NULL, churn_dispatcher_main, &c) == 0);
+    for (int i = 0; i < CHURN_THREADS; i++) {
+        args[i] = (struct churn_thread){&c, i};
+        REQUIRE(pthread_create(&th[i], NULL, churn_thread_main, &args[i]) == 0);
+    }
+    for (int i = 0; i < CHURN_THREADS; i++)
+        pthread_join(th[i], NULL);
+    atomic_store(&c.stop, 1);
+    pthread_join(disp, NULL);
+
+    is_int(atomic_load(&c.bad_reg), 0, "%zu registrations from %d threads succeeded", ntokens,
+           CHURN_THREADS);
+    is_int(atomic_load(&c.bad_unreg), 0, "and every unregister succeeded");
+    is_int(atomic_load(&c.bad_status), 0, "%ld concurrent dispatches all returned FLUX_OK",
+           atomic_load(&c.dispatches));
+    is_int(atomic_load(&c.destroyed), (long)ntokens, "every context was destroyed once");
+    is_int(atomic_load(&c.double_destroy), 0, "none twice");
+    is_int(atomic_load(&c.bad_use), 0, "no callback ran with a destroyed context");
+    qsort(c.tokens, ntokens, sizeof *c.tokens, compare_tokens);
+    size_t dups = 0;
+    for (size_t i = 1; i < ntokens; i++)
+        dups += c.tokens[i] == c.tokens[i - 1];
+    is_uint(dups, 0, "tokens issued concurrently are unique");
+    ok(c.tokens[0] != 0, "and never 0");
+    diag("%ld callback calls during %ld dispatches", atomic_load(&c.calls),
+         atomic_load(&c.dispatches));
+    long before = atomic_load(&c.calls);
+    EXPECT_OK(flux_dispatch(c.d, NULL));
+    is_int(atomic_load(&c.calls) - before, 0, "nothing is left registered");
+    free(c.tokens);
+    EXPECT_OK(flux_dispatcher_destroy(c.d));
+}
+
+int main(void)
+{
+    tap_init();
+    RUN(test_dispatches_serialized);
+    RUN(test_second_dispatch_waits);
+    RUN(test_waiting_dispatch_runs_after_failed_one);
+    RUN(test_other_threads_during_dispatch);
+    RUN(test_wait_for_from_other_thread);
+    RUN(test_other_dispatcher_not_blocked);
+    RUN(test_churn_while_dispatching);
+    return tap_done();
+}
