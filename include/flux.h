@@ -24,7 +24,11 @@
  * flux_register() takes ownership of its context: destroy(context), when a
  * destroy function is given, runs exactly once -- on flux_unregister(), on
  * flux_dispatcher_destroy(), or at once when flux_register() itself fails (the
- * SQLite rule, so a binding has a single leak-free path). The payload passed
+ * SQLite rule, so a binding has a single leak-free path). A destroy function
+ * never runs with a library lock held or inside a running dispatch, so it may
+ * call any function of this header (even dispatch the same dispatcher); during
+ * flux_dispatcher_destroy(), calls on the dispatcher being destroyed fail with
+ * FLUX_ERR_INVALID_ARGUMENT. The payload passed
  * to flux_dispatch() stays the caller's; callbacks borrow it for the duration
  * of the call. flux_closure_create() takes ownership of its userdata by the
  * same rule: destroy(userdata) runs once, on flux_closure_destroy() or at once
@@ -154,6 +158,9 @@ FLUX_API flux_dispatcher *flux_dispatcher_create(void);
  * one's destroy(context) once, in registration order, then frees the
  * dispatcher. Destroying NULL is a harmless no-op that returns FLUX_OK.
  *
+ * While it runs, destroy functions that call flux_register(),
+ * flux_unregister() or flux_dispatch() on d get FLUX_ERR_INVALID_ARGUMENT.
+ *
  * @return FLUX_OK, and d is gone.
  *         FLUX_ERR_ALREADY_DISPATCHING when a dispatch is running (from inside
  *         a callback, or on another thread): nothing is changed, d stays valid.
@@ -174,7 +181,8 @@ FLUX_API flux_status flux_dispatcher_destroy(flux_dispatcher *d);
  *                   at once if this call fails; may be NULL.
  * @param out_token  receives the new token (never 0); must not be NULL.
  * @return FLUX_OK.
- *         FLUX_ERR_INVALID_ARGUMENT: d, callback or out_token is NULL.
+ *         FLUX_ERR_INVALID_ARGUMENT: d, callback or out_token is NULL, or d
+ *         is being destroyed.
  *         FLUX_ERR_NO_MEMORY.
  *         On any error, destroy(context) has already run and *out_token, if
  *         out_token is not NULL, is 0.
@@ -187,14 +195,18 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
 
 /**
  * Removes a registration. Its callback is not called by any dispatch that
- * starts afterwards, nor later in the running dispatch on this thread.
+ * starts afterwards. When a dispatch is running, the dispatching thread looks
+ * for removals before each callback it calls: a callback unregistered from
+ * inside a callback is not called later in that dispatch; one unregistered
+ * from another thread is not called once the dispatching thread has seen the
+ * removal, but may already be running, or about to run, when this returns.
  * destroy(context) runs once: here, before this call returns, when no
  * dispatch is running; when the running dispatch finishes otherwise (so a
  * callback may unregister itself, and a callback still running on another
  * thread never sees its context destroyed under it).
  *
  * @return FLUX_OK.
- *         FLUX_ERR_INVALID_ARGUMENT: d is NULL.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_UNKNOWN_TOKEN: token is 0, was never issued by d, or was
  *         already unregistered.
  * Threads: any thread, from inside a callback too; never waits for a
@@ -213,7 +225,7 @@ FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
  * @param payload  opaque to the dispatcher; may be NULL. It stays the
  *                 caller's and must outlive the call.
  * @return FLUX_OK when every callback returned 0.
- *         FLUX_ERR_INVALID_ARGUMENT: d is NULL.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_ALREADY_DISPATCHING: called from inside a callback of d on
  *         the dispatching thread. The running dispatch goes on unharmed.
  *         FLUX_ERR_CALLBACK_FAILED: a callback returned non-zero; the message
@@ -228,8 +240,9 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  * From inside a callback, runs the callbacks of the given tokens that have
  * not yet run in this dispatch, in the order given, before returning. Tokens
  * whose callbacks already finished in this dispatch are skipped. Every token
- * is checked before any callback is invoked, so on a token error no callback
- * has run.
+ * is checked -- registered, and not running further up the stack -- before
+ * any callback is invoked, so on FLUX_ERR_UNKNOWN_TOKEN or FLUX_ERR_CIRCULAR
+ * no callback has run.
  *
  * @param tokens  an array of count tokens; may be NULL only when count is 0.
  * @return FLUX_OK.

@@ -38,6 +38,9 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     @usableFromInline static var waitersBit: UInt { 4 }
     @usableFromInline static var dirtyBit: UInt { 8 }
     @usableFromInline static var removalsBit: UInt { 16 }
+    /// Set for good by `close()`: the fast-path start then fails, and the slow
+    /// path refuses, so a closed dispatcher costs the hot path nothing.
+    @usableFromInline static var closedBit: UInt { 32 }
 
     @usableFromInline let state = Atomic<UInt>(0)
     /// The thread running the dispatch, 0 when none. Only that thread stores
@@ -188,7 +191,9 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         let t = token.rawValue
         var released: Callback?
         var error: FluxError?
-        if let i = s.pointee.joined?.index(of: t), let callback = s.pointee.joined?.remove(at: i) {
+        if s.pointee.closed {
+            error = .closed
+        } else if let i = s.pointee.joined?.index(of: t), let callback = s.pointee.joined?.remove(at: i) {
             // Joined during the running dispatch, which never calls it; still,
             // every removal during a dispatch is released when it ends.
             s.pointee.joinedLeft.append(callback)
@@ -207,8 +212,10 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         if let error { throw error }
     }
 
-    /// Unregisters everything, releasing in registration order, and refuses
-    /// further registrations. Fails while a dispatch runs.
+    /// Unregisters everything, releasing in registration order, and makes
+    /// every later register, unregister and dispatch fail with
+    /// `invalidArgument` (release functions may still call in). Fails while a
+    /// dispatch runs; closing twice is harmless.
     ///
     /// - Throws: `alreadyDispatching` when a dispatch is running; nothing changes.
     public func close() throws(FluxError) {
@@ -220,6 +227,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         }
         storage.pointee.closed = true
         storage.pointee.table.removeAll { callbacks.append($0) }
+        state.bitwiseOr(Self.closedBit, ordering: .relaxed)
         releaseTable()
         lock.unlock()
         for callback in callbacks { callback.release() }
@@ -376,6 +384,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         lock.lock()
         defer { lock.unlock() }
         let s = storage
+        if s.pointee.closed { return .closed }
         s.pointee.waiters += 1
         defer { s.pointee.waiters -= 1 }
         while true {
@@ -492,6 +501,6 @@ private func grown(_ capacity: Int) -> Int {
 }
 
 extension FluxError {
-    static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed") }
+    static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed (being destroyed)") }
     static var outOfMemory: FluxError { FluxError(.noMemory, "out of memory") }
 }

@@ -512,6 +512,11 @@ struct closing {
 };
 
 
+struct closing_more {
+    flux_status dispatch_status, unregister_status;
+};
+static struct closing_more closing_more;
+
 static void closing_destroy(void *context)
 {
     struct closing *c = context;
@@ -519,6 +524,9 @@ static void closing_destroy(void *context)
     c->status = flux_register(c->d, reentrant_cb, owned_new(5, c->d, NULL, NULL), owned_destroy,
                               &c->token);
     c->destroyed_at_once = L.destroyed[5];
+    /* Token 2 is registered but not yet destroyed: still refused. */
+    closing_more.unregister_status = flux_unregister(c->d, 2);
+    closing_more.dispatch_status = flux_dispatch(c->d, payload);
 }
 
 static void test_register_while_dispatcher_destroyed(void)
@@ -535,6 +543,10 @@ static void test_register_while_dispatcher_destroyed(void)
            "flux_register() on a dispatcher being destroyed -> INVALID_ARGUMENT");
     is_int(c.destroyed_at_once, 1, "its context was destroyed at once");
     is_uint(c.token, 0, "and *out_token is 0");
+    is_int(closing_more.unregister_status, FLUX_ERR_INVALID_ARGUMENT,
+           "flux_unregister() on a dispatcher being destroyed -> INVALID_ARGUMENT");
+    is_int(closing_more.dispatch_status, FLUX_ERR_INVALID_ARGUMENT,
+           "flux_dispatch() on a dispatcher being destroyed -> INVALID_ARGUMENT");
     is_trace(&L.order, INTS(5, 2), "the other registrations were still destroyed once");
     check_ledger_clean();
 }
