@@ -46,7 +46,7 @@ lib: $(LIB)
 
 $(B)/lib/$(REALNAME): $(SWIFT_SOURCES) include/flux.h Makefile
 	$(SWIFT) build -c release --product flux --scratch-path .build-lib \
-	    -Xswiftc -static-stdlib -Xswiftc -use-ld=lld \
+	    -Xswiftc -static-stdlib -Xswiftc -use-ld=lld -Xswiftc -cross-module-optimization \
 	    -Xlinker --version-script=$(CURDIR)/support/flux.map \
 	    -Xlinker -soname=$(SONAME)
 	@mkdir -p $(B)/lib
@@ -99,12 +99,23 @@ check-memory: $(C_TESTS)
 	    $(C_TESTS)
 
 # --- benchmarks ------------------------------------------------------------
-$(B)/bench/bench: bench/bench.c bench/baseline.c bench/*.h include/flux.h $(LIB)
+# The plain-loop baseline, also as a shared object: like libflux, it then calls
+# back across a library boundary (see bench/baseline.h).
+$(B)/bench/libbaseline.so: bench/baseline.c bench/baseline.h
 	@mkdir -p $(B)/bench
-	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ bench/bench.c bench/baseline.c $(LINK_FLUX) -ldl
+	$(CC) -O2 -std=c11 -fPIC -shared -DBASELINE_LOOP=baseline_loop_shared -o $@ bench/baseline.c
 
-bench: $(B)/bench/bench
+$(B)/bench/bench: bench/bench.c bench/baseline.c bench/*.h include/flux.h $(LIB) $(B)/bench/libbaseline.so
+	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ bench/bench.c bench/baseline.c \
+	    -L$(B)/bench -lbaseline -Wl,-rpath,$(abspath $(B)/bench) $(LINK_FLUX) -ldl
+
+$(B)/bench/trampoline: bench/trampoline.c include/flux.h $(LIB)
+	@mkdir -p $(B)/bench
+	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ $< $(LINK_FLUX)
+
+bench: $(B)/bench/bench $(B)/bench/trampoline
 	$(B)/bench/bench
+	$(B)/bench/trampoline
 	PYTHONPATH=bindings/python $(PYTHON) bench/bench.py
 
 # --- install ---------------------------------------------------------------

@@ -316,6 +316,20 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
         let table = s.pointee.table
         let pending = s.pointee.epoch &* 2
+        // One token (the common case, and every link of a chain): one lookup.
+        if tokens.count == 1, let token = tokens.first {
+            guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
+            switch phase(table, i, pending) {
+            case .removed: throw .flux(unknownTokenError(token))
+            case .pending: throw .flux(.circular(token))
+            case .handled: return
+            case .notRun:
+                if !invoke(table, i, payload, pending), let failure = s.pointee.failure {
+                    throw .callback(failure, DispatchToken(rawValue: s.pointee.failedToken))
+                }
+                return
+            }
+        }
         for token in tokens {
             guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
             switch phase(table, i, pending) {
@@ -495,9 +509,10 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     }
 }
 
-/// Doubling, saturating instead of trapping (allocation fails long before).
+/// Growth by half again (amortized O(1) appends with less slack than
+/// doubling), saturating instead of trapping: allocation fails long before.
 private func grown(_ capacity: Int) -> Int {
-    capacity < Int.max / 2 ? capacity * 2 : Int.max
+    capacity < Int.max / 2 ? capacity + capacity / 2 + 1 : Int.max
 }
 
 extension FluxError {

@@ -1,0 +1,34 @@
+/*
+ * baseline.h -- the plain C loop libflux is measured against.
+ *
+ * The loop lives in baseline.c, a separate translation unit, and is marked
+ * noinline, so the compiler sees neither the callbacks nor their number when
+ * it compiles it: every call is a real indirect call, as in the library.
+ */
+#ifndef FLUX_BENCH_BASELINE_H
+#define FLUX_BENCH_BASELINE_H
+
+#include <stddef.h>
+
+/* Same shape as flux_callback. */
+typedef int (*bench_fn)(void *context, const void *payload);
+
+typedef struct bench_pair {
+    bench_fn fn;
+    void *context;
+} bench_pair;
+
+/* Calls pairs[i].fn(pairs[i].context, payload) for i = 0..n-1, in order, and
+ * stops at the first non-zero return, which it returns (as a dispatch stops on
+ * a failing callback); 0 when every call returned 0. */
+int baseline_loop(const bench_pair *pairs, size_t n, const void *payload);
+
+/* The same loop built into a shared object of its own (build/bench/
+ * libbaseline.so), so that, like libflux, it calls back across a library
+ * boundary into the executable. Where the calling loop sits relative to the
+ * callbacks matters on this hardware: the same loop runs ~1.5x slower from a
+ * shared object mapped far from the executable than from inside it, so this
+ * is the like-for-like baseline for libflux. */
+int baseline_loop_shared(const bench_pair *pairs, size_t n, const void *payload);
+
+#endif
