@@ -356,7 +356,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     /// Where the callback at `i` stands in this dispatch. Callbacks run by
     /// `waitFor` carry marks; the outer loop marks nothing, so before its
     /// cursor everything is handled and at its cursor the callback is pending.
-    @inlinable
+    @inlinable @inline(__always)
     func phase(_ table: SlotTable<Callback>, _ i: Int, _ pending: UInt64) -> Phase {
         let mark = table.marks[i]
         if mark == SlotTable<Callback>.removedMark { return .removed }

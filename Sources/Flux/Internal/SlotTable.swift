@@ -108,7 +108,7 @@ internal struct SlotTable<Callback> {
     /// Tokens strictly increase, so a token can sit no later than
     /// `token - tokens[0]`: that guess is exact until something is unregistered,
     /// and bounds a binary search afterwards.
-    @inlinable
+    @inlinable @inline(__always)
     func index(of token: UInt64) -> Int? {
         guard count > 0, token >= tokens[0] else { return nil }
         let distance = token - tokens[0]
