@@ -50,8 +50,9 @@ $(B)/lib/$(REALNAME): $(SWIFT_SOURCES) include/flux.h Makefile
 	    -Xlinker --version-script=$(CURDIR)/support/flux.map \
 	    -Xlinker -soname=$(SONAME)
 	@mkdir -p $(B)/lib
-	cp .build-lib/release/libflux.so $@
-	strip --strip-unneeded $@
+	cp .build-lib/release/libflux.so $@.tmp
+	strip --strip-unneeded $@.tmp
+	mv -f $@.tmp $@    # a new inode: processes that have the old one mapped keep it
 
 $(LIB): $(B)/lib/$(REALNAME)
 	ln -sf $(REALNAME) $(B)/lib/$(SONAME)

@@ -250,14 +250,16 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  *         count > 0.
  *         FLUX_ERR_NOT_DISPATCHING: this thread is not running a dispatch of
  *         d (no dispatch at all, or one running on another thread).
- *         FLUX_ERR_UNKNOWN_TOKEN: a token is 0, never issued, unregistered,
- *         or was registered during this dispatch (such callbacks join the
- *         next dispatch).
+ *         FLUX_ERR_UNKNOWN_TOKEN: a token is 0, never issued, unregistered
+ *         (during this dispatch too, even after its callback ran), or was
+ *         registered during this dispatch (such callbacks join the next one).
  *         FLUX_ERR_CIRCULAR: a token's callback is running further up the
  *         stack (a cycle, or a callback waiting on itself). The message names
  *         the token.
  *         FLUX_ERR_CALLBACK_FAILED: a callback run by this call, or earlier
- *         in this dispatch, failed; the dispatch is being aborted.
+ *         in this dispatch, failed; the dispatch is being aborted. Once it
+ *         is, this comes before any token error.
+ *         With several bad tokens, the first in the array is the one reported.
  * Threads: only on the thread running the dispatch, from inside a callback.
  */
 FLUX_API flux_status flux_wait_for(flux_dispatcher *d, const flux_token *tokens,

@@ -1,0 +1,301 @@
+"""bench.py -- the Python benchmark of libflux (`make bench`).
+
+In one process, the cost per callback of a dispatch to N = 1, 10, 100
+trivial Python callbacks:
+
+  flux      flux.Dispatcher.dispatch(payload), callbacks `def cb(payload): pass`
+            -- the binding as users run it: one CFUNCTYPE trampoline, a dict
+            lookup by context, the exception protocol, the errcheck.
+  bare      the floor for any ctypes binding: a C function calling Python
+            CFUNCTYPE callbacks that do nothing. The C caller is libflux itself:
+            N raw CFUNCTYPE(c_int, c_void_p, c_void_p) no-ops (`return 0`),
+            registered through the C ABI with no binding code around them, and
+            flux_dispatch called through its own ctypes prototype with no
+            errcheck. libflux's own cost per callback is a few ns (see the C
+            bench), so this is the ctypes round trip: GIL take, argument
+            conversion, Python call, result conversion. (ctypes' qsort trick
+            would do the same, but calls the comparator ~N log N times with a
+            data-dependent count; libflux calls each callback exactly once.)
+  python    a pure-Python Dispatcher with Facebook's algorithm (isPending /
+            isHandled, waitFor), as Dispatcher.js does it.
+  blinker   blinker's Signal.send, the common pure-Python signal library
+            (receivers connected with weak=False).
+
+Each figure is the best (minimum) of several repeats, all variants
+interleaved, timed with time.perf_counter_ns. The target is flux <= 1.3 x
+bare: what the binding adds on top of the unavoidable ctypes round trip.
+This is a measurement, not a test: it always exits 0 unless something
+could not be measured.
+
+    make bench     (or: PYTHONPATH=bindings/python python3 bench/bench.py)
+    FLUX_BENCH_REPEATS=7 FLUX_BENCH_CALLBACKS=200000 to tune.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import sys
+import time
+from ctypes import CFUNCTYPE, POINTER, byref, c_int, c_uint64, c_void_p
+from typing import Any, Callable
+
+import flux
+from flux import _native
+
+SIZES = (1, 10, 100)
+REPEATS = int(os.environ.get("FLUX_BENCH_REPEATS", "7"))
+CALLBACKS_PER_RUN = int(os.environ.get("FLUX_BENCH_CALLBACKS", "200000"))
+TARGET = 1.3
+
+
+# -- (b) pure-Python Flux: Facebook's Dispatcher.js ---------------------------
+
+
+class PyDispatcher:
+    """Facebook's Dispatcher, line by line, in Python."""
+
+    def __init__(self) -> None:
+        self._callbacks: dict[int, Callable[[Any], object]] = {}
+        self._is_dispatching = False
+        self._is_handled: dict[int, bool] = {}
+        self._is_pending: dict[int, bool] = {}
+        self._last_id = 0
+        self._pending_payload: Any = None
+
+    def register(self, callback: Callable[[Any], object]) -> int:
+        self._last_id += 1
+        self._callbacks[self._last_id] = callback
+        return self._last_id
+
+    def unregister(self, token: int) -> None:
+        if token not in self._callbacks:
+            raise KeyError(token)
+        del self._callbacks[token]
+
+    def wait_for(self, ids: list[int]) -> None:
+        if not self._is_dispatching:
+            raise RuntimeError("wait_for must be invoked while dispatching")
+        for token in ids:
+            if self._is_pending.get(token):
+                if not self._is_handled.get(token):
+                    raise RuntimeError(f"circular dependency waiting for {token}")
+                continue
+            if token not in self._callbacks:
+                raise KeyError(token)
+            self._invoke_callback(token)
+
+    def dispatch(self, payload: Any) -> None:
+        if self._is_dispatching:
+            raise RuntimeError("cannot dispatch in the middle of a dispatch")
+        self._start_dispatching(payload)
+        try:
+            for token in self._callbacks:
+                if self._is_pending[token]:
+                    continue
+                self._invoke_callback(token)
+        finally:
+            self._stop_dispatching()
+
+    def _invoke_callback(self, token: int) -> None:
+        self._is_pending[token] = True
+        self._callbacks[token](self._pending_payload)
+        self._is_handled[token] = True
+
+    def _start_dispatching(self, payload: Any) -> None:
+        for token in self._callbacks:
+            self._is_pending[token] = False
+            self._is_handled[token] = False
+        self._pending_payload = payload
+        self._is_dispatching = True
+
+    def _stop_dispatching(self) -> None:
+        self._pending_payload = None
+        self._is_dispatching = False
+
+
+# -- the variants: each returns a zero-argument "one dispatch" function -------------
+
+
+def cb(payload: Any) -> None:
+    pass
+
+
+def setup_flux(n: int, keep: list[Any]) -> Callable[[], None]:
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    keep.append(d)
+    for _ in range(n):
+        d.register(cb)
+    dispatch = d.dispatch
+    payload = object()
+    return lambda: dispatch(payload)
+
+
+RAW_CALLBACK = CFUNCTYPE(c_int, c_void_p, c_void_p)
+
+
+def raw_noop(context: Any, payload: Any) -> int:
+    return 0
+
+
+RAW_NOOP = RAW_CALLBACK(raw_noop)  # lives as long as the module
+
+
+def setup_bare(n: int, keep: list[Any]) -> Callable[[], None]:
+    # A second handle on the library, so these prototypes are separate from
+    # the binding's (no errcheck, plain void* payload).
+    lib = ctypes.CDLL(flux.library_path)
+    create = lib.flux_dispatcher_create
+    create.argtypes, create.restype = (), c_void_p
+    register = lib.flux_register
+    register.argtypes = (c_void_p, RAW_CALLBACK, c_void_p, c_void_p, POINTER(c_uint64))
+    register.restype = c_int
+    destroy = lib.flux_dispatcher_destroy
+    destroy.argtypes, destroy.restype = (c_void_p,), c_int
+    dispatch = lib.flux_dispatch
+    dispatch.argtypes, dispatch.restype = (c_void_p, c_void_p), c_int
+
+    handle = create()
+    token = c_uint64()
+    for _ in range(n):
+        if register(handle, RAW_NOOP, None, None, byref(token)) != 0:
+            raise SystemExit("bench: flux_register failed: " + _native.last_error())
+    keep.append(_Closer(lambda: destroy(handle)))
+
+    if dispatch(handle, None) != 0:
+        raise SystemExit("bench: flux_dispatch failed: " + _native.last_error())
+    return lambda: dispatch(handle, None)
+
+
+class _Closer:
+    def __init__(self, close: Callable[[], object]) -> None:
+        self.close = close
+
+
+def setup_python(n: int, keep: list[Any]) -> Callable[[], None]:
+    d = PyDispatcher()
+    for _ in range(n):
+        d.register(cb)
+    dispatch = d.dispatch
+    payload = object()
+    return lambda: dispatch(payload)
+
+
+def setup_blinker(n: int, keep: list[Any]) -> Callable[[], None] | None:
+    try:
+        import blinker
+    except ImportError:
+        return None
+    signal = blinker.Signal()
+    receivers = []
+    for _ in range(n):
+        # A distinct function per receiver (blinker keys receivers by identity).
+        def receiver(sender: Any) -> None:
+            pass
+
+        receivers.append(receiver)
+        signal.connect(receiver, weak=False)
+    keep.append(receivers)
+    send = signal.send
+    payload = object()
+    return lambda: send(payload)
+
+
+# -- timing ------------------------------------------------------------------
+
+
+def time_loop(one: Callable[[], None], loops: int) -> int:
+    rng = range(loops)
+    start = time.perf_counter_ns()
+    for _ in rng:
+        one()
+    return time.perf_counter_ns() - start
+
+
+def empty() -> None:
+    pass
+
+
+def main() -> int:
+    print(f"python bench: libflux {flux.library_version_string()} at {flux.library_path}")
+    print(f"  Python {sys.version.split()[0]}; best of {REPEATS} runs of ~{CALLBACKS_PER_RUN} callbacks")
+    print("  ns per callback (the loop's own cost subtracted); ratios are flux / other")
+    print()
+    header = f"  {'N':>4}  {'flux':>8}  {'bare':>8}  {'python':>8}  {'blinker':>8}   {'vs bare':>7}  {'vs python':>9}  {'vs blinker':>10}"
+    print(header)
+    blinker_missing = False
+    misses = 0
+    keep: list[Any] = []
+    for n in SIZES:
+        loops = max(CALLBACKS_PER_RUN // n, 1000)
+        variants: dict[str, Callable[[], None]] = {
+            "flux": setup_flux(n, keep),
+            "bare": setup_bare(n, keep),
+            "python": setup_python(n, keep),
+        }
+        blink = setup_blinker(n, keep)
+        if blink is None:
+            blinker_missing = True
+        else:
+            variants["blinker"] = blink
+        for one in variants.values():  # warm up
+            time_loop(one, loops // 10 + 1)
+        best = {name: float("inf") for name in variants}
+        overhead = float("inf")
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            for _ in range(REPEATS):
+                overhead = min(overhead, time_loop(empty, loops))
+                for name, one in variants.items():
+                    best[name] = min(best[name], time_loop(one, loops))
+        finally:
+            if gc_was:
+                gc.enable()
+        ns = {name: (total - overhead) / (loops * n) for name, total in best.items()}
+        ratio = {name: ns["flux"] / ns[name] for name in ns if name != "flux"}
+        blinker_ns = f"{ns['blinker']:8.1f}" if "blinker" in ns else f"{'-':>8}"
+        blinker_ratio = f"{ratio['blinker']:9.2f}x" if "blinker" in ratio else f"{'-':>10}"
+        print(
+            f"  {n:>4}  {ns['flux']:8.1f}  {ns['bare']:8.1f}  {ns['python']:8.1f}  {blinker_ns}"
+            f"   {ratio['bare']:6.2f}x  {ratio['python']:8.2f}x  {blinker_ratio}"
+        )
+        if ratio["bare"] > TARGET:
+            misses += 1
+    # The fixed cost of one dispatch with no callback: what N = 1 pays on top.
+    fixed: dict[str, float] = {}
+    loops = CALLBACKS_PER_RUN
+    zero = {"flux": setup_flux(0, keep), "bare": setup_bare(0, keep)}
+    for name, one in zero.items():
+        time_loop(one, loops // 10)
+    gc.disable()
+    try:
+        for _ in range(REPEATS):
+            overhead = min(overhead, time_loop(empty, loops))
+            for name, one in zero.items():
+                fixed[name] = min(fixed.get(name, float("inf")), time_loop(one, loops))
+    finally:
+        gc.enable()
+    flux_fixed, bare_fixed = ((fixed[k] - overhead) / loops for k in ("flux", "bare"))
+    print(
+        f"  {0:>4}  {flux_fixed:8.1f}  {bare_fixed:8.1f}  {'':8}  {'':8}   {flux_fixed / bare_fixed:6.2f}x"
+        "   (ns per dispatch with no callback: the fixed cost)"
+    )
+    print()
+    print(
+        f"  target: flux <= {TARGET}x bare at every N: "
+        + ("ok" if misses == 0 else f"MISSED at {misses} of {len(SIZES)} sizes")
+    )
+    if blinker_missing:
+        print("  blinker: not installed")
+    for item in keep:
+        if isinstance(item, flux.Dispatcher):
+            item.close()
+        elif isinstance(item, _Closer):
+            item.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

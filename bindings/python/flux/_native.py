@@ -1,0 +1,293 @@
+"""The ctypes layer: finding libflux, declaring its functions, the trampolines.
+
+Nothing here is public API. Three things live in this module:
+
+* ``load()`` finds ``libflux.so`` -- ``$FLUX_LIBRARY``; a copy inside this
+  package; the repository's ``build/lib``; the system loader -- and checks that
+  its major version is the one this binding speaks.
+* Every C function is declared once (argtypes, restype) and the ones that
+  return a ``flux_status`` share one ``errcheck`` that raises the matching
+  :class:`~flux.FluxError` carrying ``flux_last_error()``, read right away on
+  the same thread.
+* ONE ``flux_callback`` trampoline and ONE ``flux_destroy`` trampoline, both
+  module-level CFUNCTYPE objects that live as long as the process. What a
+  registration hands to C as its ``context`` is a small integer keyed into
+  :data:`callbacks`; libflux's destroy callback -- run exactly once per
+  registration, whatever happens -- removes the entry. So a callback with no
+  other reference stays alive exactly as long as its registration, and
+  nothing leaks after ``unregister`` or ``close``.
+
+``ctypes.CDLL`` releases the GIL for the duration of each C call, and the
+trampolines take it again, so a thread blocked in ``flux_dispatch`` (waiting
+for another thread's dispatch) does not hold up the interpreter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+from collections.abc import Callable
+from ctypes import CFUNCTYPE, POINTER, c_char_p, c_int, c_size_t, c_uint, c_uint64, c_void_p
+import threading
+from threading import get_ident
+from typing import Any
+
+from .errors import error_for_status
+
+__all__ = ["BINDING_MAJOR", "LIBRARY_ENV", "load"]
+
+#: The libflux major version this binding is written against (flux.h's
+#: FLUX_VERSION_MAJOR). Same major means ABI compatible.
+BINDING_MAJOR = 0
+
+#: The environment variable that names the library to load.
+LIBRARY_ENV = "FLUX_LIBRARY"
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: bindings/python/flux/../../../build/lib: the build tree of the repository
+#: this package lives in, when it is run from the source tree.
+_BUILD_TREE_LIBRARY = os.path.normpath(
+    os.path.join(_PACKAGE_DIR, os.pardir, os.pardir, os.pardir, "build", "lib", "libflux.so")
+)
+
+_HOW_TO_BUILD = (
+    "Build the library with `make lib` at the root of the libflux repository "
+    "(it writes build/lib/libflux.so), install it with `make install`, or set "
+    f"{LIBRARY_ENV} to the path of libflux.so."
+)
+
+
+# --------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------
+
+
+def _open(path: str) -> tuple[ctypes.CDLL | None, str]:
+    """Loads one candidate; returns (library, "") or (None, why it failed)."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        return None, str(exc)
+    try:
+        version = lib.flux_version
+    except AttributeError:
+        return None, "loads, but has no flux_version(): not libflux"
+    version.argtypes = ()
+    version.restype = c_uint
+    number = version()
+    major = number // 10000
+    if major != BINDING_MAJOR:
+        found = f"{major}.{number // 100 % 100}.{number % 100}"
+        return None, (
+            f"is libflux {found}, but this binding needs major version {BINDING_MAJOR}"
+        )
+    return lib, ""
+
+
+def _package_copies() -> list[str]:
+    names = glob.glob(os.path.join(glob.escape(_PACKAGE_DIR), "libflux.so*"))
+    # libflux.so first, then libflux.so.MAJOR, then anything more specific.
+    return sorted(names, key=lambda p: (len(os.path.basename(p)), p))
+
+
+def load() -> tuple[ctypes.CDLL, str]:
+    """Finds and loads libflux; returns the library and where it came from.
+
+    Tries, in this order, and takes the first that loads and has the right
+    major version: the path in ``$FLUX_LIBRARY`` (when set, it is the only
+    place tried, so a wrong setting is reported rather than papered over);
+    a copy inside this package (``flux/libflux.so*``); the repository's
+    ``build/lib/libflux.so``; ``ctypes.util.find_library("flux")``.
+
+    :raises ImportError: naming every place tried and why each failed, and how
+        to build the library.
+    """
+    tried: list[str] = []
+
+    explicit = os.environ.get(LIBRARY_ENV)
+    if explicit:
+        lib, why = _open(explicit)
+        if lib is not None:
+            return lib, explicit
+        raise ImportError(
+            f"flux: cannot load libflux from ${LIBRARY_ENV}={explicit!r}: {why}.\n"
+            f"Unset {LIBRARY_ENV} to search the default places. {_HOW_TO_BUILD}"
+        )
+    tried.append(f"${LIBRARY_ENV}: not set")
+
+    copies = _package_copies()
+    if not copies:
+        tried.append(f"a copy inside the package, {os.path.join(_PACKAGE_DIR, 'libflux.so*')}: none")
+    for path in copies:
+        lib, why = _open(path)
+        if lib is not None:
+            return lib, path
+        tried.append(f"a copy inside the package, {path}: {why}")
+
+    if os.path.exists(_BUILD_TREE_LIBRARY):
+        lib, why = _open(_BUILD_TREE_LIBRARY)
+        if lib is not None:
+            return lib, _BUILD_TREE_LIBRARY
+        tried.append(f"the build tree, {_BUILD_TREE_LIBRARY}: {why}")
+    else:
+        tried.append(f"the build tree, {_BUILD_TREE_LIBRARY}: does not exist")
+
+    found = ctypes.util.find_library("flux")
+    if found:
+        lib, why = _open(found)
+        if lib is not None:
+            return lib, found
+        tried.append(f'the system loader, ctypes.util.find_library("flux") -> {found}: {why}')
+    else:
+        tried.append('the system loader, ctypes.util.find_library("flux"): not found')
+
+    raise ImportError(
+        "flux: cannot find a usable libflux. Tried, in order:\n"
+        + "".join(f"  - {line}\n" for line in tried)
+        + _HOW_TO_BUILD
+    )
+
+
+lib, library_path = load()
+
+
+# --------------------------------------------------------------------------
+# Declarations: every function once
+# --------------------------------------------------------------------------
+
+#: flux_callback: int (*)(void *context, const void *payload). A Python
+#: dispatcher hands libflux the payload's PyObject* (a borrowed reference: the
+#: dispatching frame holds the object), so the trampoline declares it as
+#: py_object and receives the very object passed to dispatch().
+CALLBACK = CFUNCTYPE(c_int, c_void_p, ctypes.py_object)
+#: flux_destroy: void (*)(void *context)
+DESTROY = CFUNCTYPE(None, c_void_p)
+
+
+_read_last_error = lib.flux_last_error
+_read_last_error.argtypes = ()
+_read_last_error.restype = c_char_p
+
+
+def last_error() -> str:
+    """This thread's message for its last failed libflux call ("" if none)."""
+    raw = _read_last_error()
+    return raw.decode("utf-8", "replace") if raw else ""
+
+
+def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
+    """errcheck for every function returning flux_status: a non-zero status
+    becomes the matching FluxError carrying flux_last_error(), which is read
+    here, right after the call, on the thread that made it."""
+    if status:
+        raise error_for_status(status, last_error())
+    return status
+
+
+def _declare(name: str, restype: Any, argtypes: tuple[Any, ...], errcheck: bool = False) -> Any:
+    fn = getattr(lib, name)
+    fn.argtypes = argtypes
+    fn.restype = restype
+    if errcheck:
+        fn.errcheck = _check
+    return fn
+
+
+flux_dispatcher_create = _declare("flux_dispatcher_create", c_void_p, ())
+flux_dispatcher_destroy = _declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
+flux_register = _declare(
+    "flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)), True
+)
+flux_unregister = _declare("flux_unregister", c_int, (c_void_p, c_uint64), True)
+# The payload is declared void* and passed as id(payload): in CPython that is
+# the object's address, and c_void_p's int conversion is the cheapest path
+# ctypes has (py_object's from_param costs an isinstance check through the
+# metaclass and more on every call).
+flux_dispatch = _declare("flux_dispatch", c_int, (c_void_p, c_void_p), True)
+flux_wait_for = _declare("flux_wait_for", c_int, (c_void_p, POINTER(c_uint64), c_size_t), True)
+flux_is_dispatching = _declare("flux_is_dispatching", c_int, (c_void_p,))
+flux_status_name = _declare("flux_status_name", c_char_p, (c_int,))
+flux_version = _declare("flux_version", c_uint, ())
+flux_version_string = _declare("flux_version_string", c_char_p, ())
+
+
+# --------------------------------------------------------------------------
+# The trampolines and the callback table
+# --------------------------------------------------------------------------
+
+# The table: a registration's context is a slot index into two parallel
+# lists, the callable and the owning dispatcher's pending-exception table
+# (thread ident -> the exception a callback raised on that thread). A list
+# indexed by a small int is the cheapest keyed lookup CPython has (cheaper
+# than a dict lookup by the same int), and it stays small: slots whose
+# registration ended (destroy ran) are reused, newest first -- which also
+# keeps the context a small cached int, so converting it costs no allocation.
+#: context -> the Python callable of that registration (None: a free slot).
+callbacks: list[Callable[[Any], object] | None] = [None]  # slot 0 unused: context 0 is NULL
+#: context -> the owning dispatcher's pending-exception table.
+pending_tables: list[dict[int, BaseException] | None] = [None]
+_free_contexts: list[int] = []
+# Reentrant: a signal handler or a finalizer (a collected Dispatcher runs its
+# destroys) may run Python code on this thread while it is held.
+_table_lock = threading.RLock()
+#: Calls of a trampoline with a context that is not registered: never happens
+#: unless the library breaks its contract (tests assert these stay 0).
+stray = {"callback": 0, "destroy": 0}
+
+
+def add_registration(callback: Callable[[Any], object], pending: dict[int, BaseException]) -> int:
+    """Puts a callable in the table; returns its context (never 0)."""
+    with _table_lock:
+        if _free_contexts:
+            context = _free_contexts.pop()
+            callbacks[context] = callback
+            pending_tables[context] = pending
+        else:
+            context = len(callbacks)
+            callbacks.append(callback)
+            pending_tables.append(pending)
+    return context
+
+
+def _on_callback(context: int, payload: object) -> int:
+    # The hot path: one list lookup and the call. An exception -- any
+    # BaseException, KeyboardInterrupt too -- is parked for the thread that
+    # runs the dispatch and turned into a non-zero return, which aborts it.
+    try:
+        callbacks[context](payload)  # type: ignore[misc]
+    except BaseException as exc:
+        try:
+            table = pending_tables[context]
+        except (IndexError, TypeError):  # not a context of ours (NULL: None)
+            table = None
+        if table is None or callbacks[context] is None:
+            stray["callback"] += 1
+        else:
+            table[get_ident()] = exc
+        return 1
+    return 0
+
+
+def _on_destroy(context: int) -> None:
+    # libflux runs this exactly once per registration: on unregister (at the
+    # end of the running dispatch if there is one), on dispatcher destroy, or
+    # at once when flux_register fails.
+    with _table_lock:
+        if type(context) is not int or not 0 < context < len(callbacks) or callbacks[context] is None:
+            stray["destroy"] += 1
+            return
+        callback = callbacks[context]
+        callbacks[context] = None
+        pending_tables[context] = None
+        _free_contexts.append(context)
+    # The last reference may go here, outside the lock: its finalizers may
+    # call back into flux.
+    del callback
+
+
+#: The two native function pointers every registration uses; module-level, so
+#: they outlive every registration.
+callback_trampoline = CALLBACK(_on_callback)
+destroy_trampoline = DESTROY(_on_destroy)

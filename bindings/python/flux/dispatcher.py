@@ -1,0 +1,344 @@
+"""The Dispatcher and its tokens: Facebook's Flux dispatcher over libflux."""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Callable, Iterable
+from ctypes import byref, c_uint64, c_void_p
+from threading import get_ident
+from types import TracebackType
+from typing import Any, Generic, TypeVar, final
+
+from . import _native
+from ._native import (
+    add_registration as _add_registration,
+    callback_trampoline as _CALLBACK,
+    destroy_trampoline as _DESTROY,
+    flux_dispatch as _flux_dispatch,
+    flux_dispatcher_create as _flux_dispatcher_create,
+    flux_dispatcher_destroy as _flux_dispatcher_destroy,
+    flux_is_dispatching as _flux_is_dispatching,
+    flux_register as _flux_register,
+    flux_unregister as _flux_unregister,
+    flux_wait_for as _flux_wait_for,
+)
+from .errors import (
+    AlreadyDispatchingError,
+    CallbackFailedError,
+    FluxError,
+    InvalidArgumentError,
+    NoMemoryError,
+    UnknownTokenError,
+)
+
+_id = id
+
+__all__ = ["Dispatcher", "Token"]
+
+P = TypeVar("P")
+_serials = itertools.count(1).__next__
+
+
+@final
+class Token:
+    """A registration's dispatch token, as returned by :meth:`Dispatcher.register`.
+
+    Hashable and comparable; two tokens are equal when they name the same
+    registration of the same dispatcher. A token remembers which dispatcher
+    issued it (by a serial number, not a reference, so tokens never keep a
+    dispatcher alive), and every other dispatcher rejects it with
+    :class:`~flux.UnknownTokenError`. ``int(token)`` is the C ``flux_token``.
+    """
+
+    __slots__ = ("_dispatcher", "_value")
+
+    def __init__(self, dispatcher: int, value: int) -> None:
+        # Internal: tokens come from Dispatcher.register.
+        self._dispatcher = dispatcher
+        self._value = value
+
+    @property
+    def value(self) -> int:
+        """The C ``flux_token``: unique within its dispatcher, never 0."""
+        return self._value
+
+    def __int__(self) -> int:
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Token:
+            return NotImplemented
+        return self._value == other._value and self._dispatcher == other._dispatcher
+
+    def __hash__(self) -> int:
+        return hash((self._dispatcher, self._value))
+
+    def __repr__(self) -> str:
+        return f"<flux.Token {self._value} of dispatcher #{self._dispatcher}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a flux.Token is only meaningful in the process that issued it")
+
+
+def _closed(operation: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{operation}: the dispatcher is closed")
+
+
+def _destroy_handle(handle: int) -> None:
+    # weakref.finalize: the native dispatcher is freed when the Dispatcher
+    # object is gone. No call can be in flight then -- every call holds a
+    # reference to the Dispatcher -- so this never frees memory under a thread.
+    try:
+        _flux_dispatcher_destroy(handle)
+    except FluxError:  # pragma: no cover - cannot happen, see above
+        pass
+
+
+class Dispatcher(Generic[P]):
+    """Facebook's Flux dispatcher: every payload goes to every callback.
+
+    ::
+
+        d = flux.Dispatcher()
+        token = d.register(callback)   # callback(payload) -> None
+        d.dispatch(payload)            # any object; callbacks get that very object
+        d.wait_for([token])            # from inside a callback
+        d.unregister(token)
+        d.close()                      # or: with flux.Dispatcher() as d: ...
+
+    Callbacks run in registration order, synchronously, on the thread that
+    calls :meth:`dispatch`; a callback may first let others run with
+    :meth:`wait_for`. The dispatcher keeps each callback alive until it is
+    unregistered or the dispatcher is closed, so a lambda with no other
+    reference is fine.
+
+    Every method may be called from any thread. Dispatches on one dispatcher
+    are serialized: a second thread's :meth:`dispatch` waits (without holding
+    the GIL) until the first is done. :meth:`register`, :meth:`unregister`
+    and :attr:`is_dispatching` never wait. ``dispatch`` from inside one of its
+    own callbacks raises :class:`~flux.AlreadyDispatchingError`; dispatching a
+    *different* dispatcher from a callback is fine.
+
+    A dispatcher that is garbage collected without :meth:`close` is closed by
+    a ``weakref.finalize``; but a callback that refers to its dispatcher keeps
+    it alive while registered, so close dispatchers you are done with.
+    """
+
+    __slots__ = ("_handle", "_serial", "_pending", "_tokens", "_finalizer", "__weakref__")
+
+    def __init__(self) -> None:
+        handle = _flux_dispatcher_create()
+        if not handle:
+            raise NoMemoryError("flux_dispatcher_create: out of memory")
+        # A c_void_p instance: ctypes passes it as is, the cheapest argument.
+        # None once closed, which reaches libflux as NULL.
+        self._handle: c_void_p | None = c_void_p(handle)
+        self._serial: int = _serials()
+        # thread ident -> the exception a callback raised in the dispatch that
+        # thread is running. Dispatches of one dispatcher are serialized, but a
+        # finished dispatch's thread may read its entry after the next thread's
+        # dispatch started, so the key is the thread, not the dispatcher.
+        self._pending: dict[int, BaseException] = {}
+        # The token values registered and not yet unregistered, for close().
+        self._tokens: set[int] = set()
+        self._finalizer = weakref.finalize(self, _destroy_handle, handle)
+        self._finalizer.atexit = False  # the process is ending; leave it be
+
+    # -- registration ------------------------------------------------------
+
+    def register(self, callback: Callable[[P], object]) -> Token:
+        """Registers ``callback(payload)`` to be called by every dispatch.
+
+        A callback registered during a dispatch is first called by the next
+        one. Its return value is ignored; an exception it raises aborts the
+        dispatch and propagates out of :meth:`dispatch`.
+
+        :returns: the registration's :class:`Token`, for :meth:`unregister`
+            and :meth:`wait_for`.
+        :raises TypeError: ``callback`` is not callable (nothing is changed).
+        :raises InvalidArgumentError: the dispatcher is closed.
+        """
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+        handle = self._handle
+        if handle is None:
+            raise _closed("register")
+        context = _add_registration(callback, self._pending)
+        out = c_uint64()
+        # On failure libflux has already run the destroy trampoline, which
+        # took the entries out again: one leak-free path.
+        _flux_register(handle, _CALLBACK, context, _DESTROY, byref(out))
+        value = out.value
+        self._tokens.add(value)
+        if self._handle is None:
+            # close() ran on another thread meanwhile and may have missed this
+            # one: take it out again (the handle stays valid, see close()).
+            try:
+                _flux_unregister(handle, value)
+            except UnknownTokenError:
+                pass
+            raise _closed("register")
+        return Token(self._serial, value)
+
+    def unregister(self, token: Token) -> None:
+        """Removes a registration; its callback is not called again.
+
+        Legal from inside a callback, the callback's own token included; the
+        callback is then released when the running dispatch finishes.
+
+        :raises UnknownTokenError: ``token`` was already unregistered, or
+            belongs to another dispatcher.
+        :raises TypeError: ``token`` is not a :class:`Token`.
+        :raises InvalidArgumentError: the dispatcher is closed.
+        """
+        value = self._token_value(token)
+        handle = self._handle
+        if handle is None:
+            raise _closed("unregister")
+        _flux_unregister(handle, value)
+        self._tokens.discard(value)
+
+    # -- dispatching -------------------------------------------------------
+
+    def dispatch(self, payload: P) -> None:
+        """Calls every registered callback with ``payload``, in registration
+        order (those that :meth:`wait_for` runs early are not called again).
+
+        ``payload`` may be any object; every callback receives that very
+        object. The callbacks taking part are fixed when the dispatch starts.
+
+        :raises BaseException: whatever a callback raised -- the same object,
+            with its traceback; the rest of the dispatch was skipped and the
+            dispatcher is ready for the next one.
+        :raises AlreadyDispatchingError: called from inside a callback of this
+            dispatcher; the running dispatch goes on unharmed.
+        :raises InvalidArgumentError: the dispatcher is closed.
+        """
+        # The hot path: one ctypes call. The payload crosses libflux as its
+        # PyObject* (id() in CPython); the frame keeps it alive meanwhile, and
+        # the trampoline turns the pointer back into the very same object.
+        try:
+            _flux_dispatch(self._handle, _id(payload))
+            return
+        except CallbackFailedError:
+            exc = self._pending.pop(get_ident(), None)
+            if exc is None:  # a native callback failed: nothing to re-raise
+                raise
+        except InvalidArgumentError:
+            if self._handle is None:
+                raise _closed("dispatch") from None
+            raise
+        # Outside the except block, so the callback's exception is re-raised
+        # as it was, not chained to the CallbackFailedError.
+        raise exc
+
+    def wait_for(self, tokens: Iterable[Token]) -> None:
+        """From inside a callback: runs the callbacks of ``tokens`` that have
+        not yet run in this dispatch, in the order given, then returns.
+
+        Every token is checked before any callback runs.
+
+        :raises NotDispatchingError: not inside a dispatch of this dispatcher
+            on this thread.
+        :raises UnknownTokenError: a token is unregistered, belongs to another
+            dispatcher, or was registered during this dispatch.
+        :raises CircularDependencyError: a token's callback is running further
+            up the stack (a cycle, or a callback waiting on itself).
+        :raises BaseException: the exception of a callback that failed in this
+            dispatch -- the same object ``dispatch`` will raise. The dispatch is
+            aborted even if the caller catches it.
+        :raises TypeError: ``tokens`` is not an iterable of :class:`Token`.
+        :raises InvalidArgumentError: the dispatcher is closed.
+        """
+        values = [self._token_value(token) for token in tokens]
+        count = len(values)
+        handle = self._handle
+        if handle is None:
+            raise _closed("wait_for")
+        try:
+            _flux_wait_for(handle, (c_uint64 * count)(*values) if count else None, count)
+            return
+        except CallbackFailedError:
+            # Not popped: dispatch() re-raises it when the abort reaches it,
+            # whether or not this callback lets it propagate.
+            exc = self._pending.get(get_ident())
+            if exc is None:
+                raise
+        raise exc
+
+    @property
+    def is_dispatching(self) -> bool:
+        """True exactly while a dispatch of this dispatcher runs, on any thread."""
+        # A closed dispatcher reaches libflux as NULL, which is never dispatching.
+        return bool(_flux_is_dispatching(self._handle))
+
+    # -- lifetime ----------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has succeeded."""
+        return self._handle is None
+
+    def close(self) -> None:
+        """Unregisters every callback, releasing them, and closes the
+        dispatcher: every later call raises :class:`~flux.InvalidArgumentError`.
+        Idempotent.
+
+        The native dispatcher itself is freed when this object is garbage
+        collected: then no thread can still be inside a call on it, so closing
+        while other threads use the dispatcher can never free memory under
+        them, and the hot path needs no bookkeeping of calls in flight.
+
+        :raises AlreadyDispatchingError: a dispatch is running (from inside a
+            callback, or on another thread); nothing is changed.
+        """
+        handle = self._handle
+        if handle is None:
+            return
+        if _flux_is_dispatching(handle):
+            raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
+        self._handle = None
+        # Should another thread start a dispatch right now, unregistering
+        # during it is legal too; libflux then releases these at its end.
+        for value in list(self._tokens):
+            try:
+                _flux_unregister(handle, value)
+            except UnknownTokenError:  # unregistered concurrently
+                pass
+        self._tokens.clear()
+
+    def __enter__(self) -> Dispatcher[P]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._handle is None else "open"
+        return f"<flux.Dispatcher #{self._serial} {state}>"
+
+    # -- helpers -----------------------------------------------------------
+
+    def _token_value(self, token: object) -> int:
+        if type(token) is not Token:
+            raise TypeError(f"expected a flux.Token, not {type(token).__name__}")
+        if token._dispatcher != self._serial:
+            raise UnknownTokenError(
+                f"token {token._value} was issued by dispatcher #{token._dispatcher}, "
+                f"not by this one (#{self._serial})"
+            )
+        return token._value
+
+
+def live_callbacks(dispatcher: Dispatcher[Any]) -> int:
+    """How many registrations of ``dispatcher`` still hold a Python callback
+    (registered, or unregistered during a dispatch that has not finished).
+    For tests and debugging."""
+    pending = dispatcher._pending
+    return sum(1 for table in list(_native.pending_tables) if table is pending)

@@ -1,0 +1,258 @@
+"""Native callbacks minted at run time, and calls by run-time signature.
+
+:class:`Trampoline` turns a Python callable into a real C function pointer of a
+signature chosen at run time (libflux's ``flux_closure_create``, built on
+libffi); :func:`call` calls any C function pointer through a signature known
+only at run time (``flux_call``).
+
+Signatures are ``R(A...)``, one letter a type: ``v`` void (return only), ``i``
+int32, ``I`` uint32, ``l`` int64, ``L`` uint64, ``z`` size_t, ``f`` float,
+``d`` double, ``p`` pointer. Integers and pointers travel as Python ``int``
+(a NULL pointer is 0), floats as ``float``. A malformed signature raises
+:class:`~flux.InvalidArgumentError`, whose message names the position.
+
+Exceptions cannot cross C. An exception raised by a trampoline's handler (or a
+result that does not fit its return type) is reported through
+:func:`sys.unraisablehook` -- ctypes does it, as for any callback, with a note
+naming the handler -- and the C caller gets 0 (0.0, NULL); the process goes on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import re
+import threading
+import weakref
+from collections.abc import Callable
+from ctypes import CFUNCTYPE, POINTER, byref, c_char_p, c_int, c_void_p
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from . import _native
+
+__all__ = ["Trampoline", "call"]
+
+#: letter -> the ctypes type of a value of that type.
+_CTYPES: dict[str, Any] = {
+    "i": ctypes.c_int32,
+    "I": ctypes.c_uint32,
+    "l": ctypes.c_int64,
+    "L": ctypes.c_uint64,
+    "z": ctypes.c_size_t,
+    "f": ctypes.c_float,
+    "d": ctypes.c_double,
+    "p": ctypes.c_void_p,
+}
+_INTEGER_BITS = {"i": (True, 32), "I": (False, 32), "l": (True, 64), "L": (False, 64),
+                 "z": (False, 8 * ctypes.sizeof(ctypes.c_size_t)),
+                 "p": (False, 8 * ctypes.sizeof(ctypes.c_void_p))}
+_WELL_FORMED = re.compile(r"([vilLIzfdp])\(([ilLIzfdp]*)\)")
+
+
+class _Signature(NamedTuple):
+    text: bytes
+    ret: str  # one letter
+    args: str  # letters
+
+
+# flux_closure_handler: void (*)(void *userdata, void *ret, void **args)
+_HANDLER = CFUNCTYPE(None, c_void_p, c_void_p, POINTER(c_void_p))
+
+_closure_create = _native.lib.flux_closure_create
+_closure_create.argtypes = (c_char_p, _HANDLER, c_void_p, _native.DESTROY, POINTER(c_void_p))
+_closure_create.restype = c_int
+_closure_create.errcheck = _native._check
+_closure_code = _native.lib.flux_closure_code
+_closure_code.argtypes = (c_void_p,)
+_closure_code.restype = c_void_p
+_closure_destroy = _native.lib.flux_closure_destroy
+_closure_destroy.argtypes = (c_void_p,)
+_closure_destroy.restype = c_int
+_closure_destroy.errcheck = _native._check
+_call = _native.lib.flux_call
+_call.argtypes = (c_void_p, c_char_p, c_void_p, POINTER(c_void_p))
+_call.restype = c_int
+_call.errcheck = _native._check
+
+
+def _parse(signature: str) -> _Signature:
+    """Checks a signature; libflux itself explains what is wrong with a bad one."""
+    if not isinstance(signature, str):
+        raise TypeError(f"signature must be a str, not {type(signature).__name__}")
+    text = signature.encode("ascii", "replace")
+    match = _WELL_FORMED.fullmatch(signature)
+    if match is None or len(match.group(2)) > _MAX_ARGS:
+        # Let the library name the offending position: it refuses the same
+        # signatures, and flux_closure_create releases what it was handed.
+        out = c_void_p()
+        _closure_create(text, _handler_trampoline, None, _NO_DESTROY, byref(out))
+        raise AssertionError(f"libflux accepted the signature {signature!r}")  # pragma: no cover
+    return _Signature(text, match.group(1), match.group(2))
+
+
+def _check_value(letter: str, value: object, what: str) -> int | float:
+    """Value as the Python type of `letter`, refusing what would not fit
+    (ctypes would silently truncate)."""
+    if letter in "fd":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{what} must be a float, not {type(value).__name__}")
+        return float(value)
+    if value is None and letter == "p":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    signed, bits = _INTEGER_BITS[letter]
+    low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if not low <= value <= high:
+        raise OverflowError(f"{what} {value} does not fit in '{letter}' ({low}..{high})")
+    return value
+
+
+# --------------------------------------------------------------------------
+# Trampolines
+# --------------------------------------------------------------------------
+
+
+class _Entry(NamedTuple):
+    handler: Callable[..., Any]
+    signature: _Signature
+
+
+#: userdata -> the handler of a live closure; its destroy callback removes it.
+_closures: dict[int, _Entry] = {}
+_keys = itertools.count(1)
+_MAX_ARGS = 16  # FLUX_SIGNATURE_MAX_ARGS
+
+
+def _on_call(userdata: int, ret: int | None, args: Any) -> None:
+    entry = _closures.get(userdata)
+    if entry is None:  # only a call racing close() could get here
+        return
+    sig = entry.signature
+    try:
+        values = [
+            _CTYPES[letter].from_address(args[k]).value for k, letter in enumerate(sig.args)
+        ]
+        result = entry.handler(*[0 if v is None else v for v in values])
+        if sig.ret != "v" and ret:
+            _CTYPES[sig.ret].from_address(ret).value = _check_value(sig.ret, result, "the result")
+    except BaseException as exc:
+        # Nothing can cross into C: ctypes reports an exception leaving a
+        # callback through sys.unraisablehook, and libflux zeroed *ret before
+        # the call, so the C caller gets 0.
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"in the handler of a flux.Trampoline: {entry.handler!r}")
+        raise
+
+
+def _on_destroy(userdata: int) -> None:
+    _closures.pop(userdata, None)
+
+
+_handler_trampoline = _HANDLER(_on_call)
+_destroy_trampoline = _native.DESTROY(_on_destroy)
+_NO_DESTROY = ctypes.cast(None, _native.DESTROY)
+_destroy_lock = threading.Lock()
+
+
+def _destroy(handle: list[int | None]) -> None:
+    # Shared by close() and the finalizer; the list cell makes it idempotent.
+    with _destroy_lock:
+        closure, handle[0] = handle[0], None
+    if closure:
+        _closure_destroy(closure)
+
+
+class Trampoline:
+    """A C function pointer of a run-time signature whose calls run ``handler``.
+
+    ``handler`` receives the arguments as Python values and returns the result
+    (ignored for a ``v`` return). ``address`` is the function pointer, as an
+    ``int``: hand it to C code (for ``"i(pp)"``, as a ``flux_callback``).
+
+    Keep the trampoline open for as long as C code may call it: ``close()``
+    (or leaving a ``with`` block, or garbage collection of an unclosed
+    trampoline) frees the native code, and a later call would crash. The
+    handler may be called from any thread.
+    """
+
+    def __init__(self, signature: str, handler: Callable[..., Any]) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+        sig = _parse(signature)
+        key = next(_keys)
+        _closures[key] = _Entry(handler, sig)
+        out = c_void_p()
+        # On failure libflux runs the destroy callback, which drops the entry.
+        _closure_create(sig.text, _handler_trampoline, key, _destroy_trampoline, byref(out))
+        self._handle: list[int | None] = [out.value]
+        self._address: int = _closure_code(out.value) or 0
+        self.signature: str = signature
+        self._finalizer = weakref.finalize(self, _destroy, self._handle)
+
+    @property
+    def address(self) -> int:
+        """The native function pointer. :raises ValueError: once closed."""
+        if self._handle[0] is None:
+            raise ValueError("the trampoline is closed")
+        return self._address
+
+    @property
+    def closed(self) -> bool:
+        return self._handle[0] is None
+
+    def close(self) -> None:
+        """Frees the native code; idempotent."""
+        self._finalizer.detach()
+        _destroy(self._handle)
+
+    def __enter__(self) -> Trampoline:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __call__(self, *args: Any) -> Any:
+        """Calls the trampoline through C, as C code would (see :func:`call`)."""
+        return call(self.address, self.signature, *args)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"at {self._address:#x}"
+        return f"<flux.Trampoline {self.signature!r} {state}>"
+
+
+# --------------------------------------------------------------------------
+# Calls by run-time signature
+# --------------------------------------------------------------------------
+
+
+def call(address: int, signature: str, *args: Any) -> Any:
+    """Calls the C function at ``address`` as ``signature`` says.
+
+    :returns: the result as a Python value (``None`` for ``v``; pointers as
+        ``int``, NULL as 0).
+    :raises TypeError: wrong number or types of arguments.
+    :raises OverflowError: an integer that does not fit its C type.
+    :raises InvalidArgumentError: a malformed signature, or ``address`` 0.
+
+    The call releases the GIL; the function runs on this thread. Calling a
+    bad address crashes the process, exactly as it would from C.
+    """
+    sig = _parse(signature)
+    if isinstance(address, bool) or not isinstance(address, int):
+        raise TypeError(f"address must be an int, not {type(address).__name__}")
+    if len(args) != len(sig.args):
+        raise TypeError(f"signature {signature!r} takes {len(sig.args)} arguments, got {len(args)}")
+    values = [
+        _CTYPES[letter](_check_value(letter, value, f"argument {k + 1}"))
+        for k, (letter, value) in enumerate(zip(sig.args, args))
+    ]
+    argv = (c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+    result = None if sig.ret == "v" else _CTYPES[sig.ret]()
+    _call(address or None, sig.text, None if result is None else byref(result), argv)
+    if result is None:
+        return None
+    value = result.value
+    return 0 if value is None else value

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import flux
+from flux import _native
+from flux.dispatcher import live_callbacks
+
+
+@pytest.fixture
+def d() -> Iterator[flux.Dispatcher[Any]]:
+    """A fresh dispatcher, closed after the test; all its callbacks released."""
+    dispatcher: flux.Dispatcher[Any] = flux.Dispatcher()
+    yield dispatcher
+    dispatcher.close()
+    assert live_callbacks(dispatcher) == 0
+
+
+@pytest.fixture(autouse=True)
+def library_kept_its_contract() -> Iterator[None]:
+    """No trampoline was ever called with a context it does not know: libflux
+    called no callback after its destroy, and no destroy twice."""
+    yield
+    gc.collect()
+    assert _native.stray == {"callback": 0, "destroy": 0}

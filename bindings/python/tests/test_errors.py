@@ -1,0 +1,88 @@
+"""The exception classes, their status codes, and the library's messages."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+
+import flux
+from flux import _native
+from flux.errors import error_for_status
+
+CLASSES = {
+    flux.Status.ERR_INVALID_ARGUMENT: flux.InvalidArgumentError,
+    flux.Status.ERR_UNKNOWN_TOKEN: flux.UnknownTokenError,
+    flux.Status.ERR_ALREADY_DISPATCHING: flux.AlreadyDispatchingError,
+    flux.Status.ERR_NOT_DISPATCHING: flux.NotDispatchingError,
+    flux.Status.ERR_CIRCULAR: flux.CircularDependencyError,
+    flux.Status.ERR_CALLBACK_FAILED: flux.CallbackFailedError,
+    flux.Status.ERR_NO_MEMORY: flux.NoMemoryError,
+}
+
+
+@pytest.mark.parametrize("status", list(CLASSES), ids=lambda s: s.name)
+def test_one_class_per_status(status: flux.Status) -> None:
+    cls = CLASSES[status]
+    assert issubclass(cls, flux.FluxError)
+    error = error_for_status(int(status), "message")
+    assert type(error) is cls
+    assert error.status == status and isinstance(error.status, flux.Status)
+    assert str(error) == "message"
+    # The names agree with the library's flux_status_name().
+    assert error.status_name == _native.flux_status_name(int(status)).decode()
+
+
+def test_statuses_match_the_header() -> None:
+    assert [int(s) for s in flux.Status] == list(range(8))
+    assert _native.flux_status_name(0) == b"FLUX_OK"
+    assert _native.flux_status_name(12345) == b"FLUX_ERR_UNKNOWN"
+
+
+def test_an_unknown_status_is_a_plain_flux_error() -> None:
+    error = error_for_status(99, "from the future")
+    assert type(error) is flux.FluxError and error.status == 99
+    assert error.status_name == "FLUX_ERR_UNKNOWN"
+
+
+def test_builtin_bases() -> None:
+    assert issubclass(flux.InvalidArgumentError, ValueError)
+    assert issubclass(flux.UnknownTokenError, LookupError)
+    assert issubclass(flux.NoMemoryError, MemoryError)
+
+
+def test_errors_pickle() -> None:
+    error = flux.CircularDependencyError("flux_wait_for: token 3", 5)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is flux.CircularDependencyError
+    assert copy.status == 5 and str(copy) == str(error)
+    assert "FLUX_ERR_CIRCULAR" in repr(copy)
+
+
+def test_errors_carry_the_library_message(d: flux.Dispatcher[Any]) -> None:
+    token = d.register(lambda p: None)
+    with pytest.raises(flux.NotDispatchingError) as info:
+        d.wait_for([token])
+    assert info.value.status == flux.Status.ERR_NOT_DISPATCHING
+    assert info.value.message.startswith("flux_wait_for")
+    # The message is read right after the call: a later successful call does
+    # not change it, and the exception keeps its own copy.
+    assert _native.last_error() == info.value.message
+    d.dispatch(None)
+    assert _native.last_error() == info.value.message
+
+
+def test_each_thread_has_its_own_last_error(d: flux.Dispatcher[Any]) -> None:
+    import threading
+
+    token = d.register(lambda p: None)
+    with pytest.raises(flux.NotDispatchingError):
+        d.wait_for([token])
+    mine = _native.last_error()
+    seen: list[str] = []
+    thread = threading.Thread(target=lambda: seen.append(_native.last_error()))
+    thread.start()
+    thread.join()
+    assert seen == [""]
+    assert _native.last_error() == mine

@@ -1,0 +1,363 @@
+"""Several Python threads on one or several dispatchers."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import flux
+from flux import _native
+from flux.dispatcher import live_callbacks
+
+TIMEOUT = 20.0
+
+
+def run_threads(targets: list[Callable[[], None]]) -> None:
+    """Starts every target at once; re-raises the first error of any thread."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(targets))
+
+    def wrap(target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                start.wait(TIMEOUT)
+                target()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+        assert not thread.is_alive(), "deadlock: a thread did not finish"
+    if errors:
+        raise errors[0]
+
+
+def test_concurrent_dispatches_are_serialized_and_nothing_is_lost(
+    d: flux.Dispatcher[Any],
+) -> None:
+    threads, dispatches, width = 6, 150, 4
+    log: list[tuple[int, int]] = []
+    active = [0]
+
+    def first(p: tuple[int, int]) -> None:
+        assert active[0] == 0, "two dispatches overlapped"
+        active[0] = 1
+        log.append(p)
+        time.sleep(0)  # let other threads run if they can
+
+    def middle(p: tuple[int, int]) -> None:
+        log.append(p)
+        time.sleep(0)
+
+    def last(p: tuple[int, int]) -> None:
+        log.append(p)
+        active[0] = 0
+
+    d.register(first)
+    for _ in range(width - 2):
+        d.register(middle)
+    d.register(last)
+
+    def dispatcher_thread(n: int) -> Callable[[], None]:
+        def run() -> None:
+            for i in range(dispatches):
+                d.dispatch((n, i))
+
+        return run
+
+    run_threads([dispatcher_thread(n) for n in range(threads)])
+    assert len(log) == threads * dispatches * width
+    # Each dispatch's callbacks ran back to back, and each thread's dispatches in order.
+    for k in range(0, len(log), width):
+        assert len(set(log[k : k + width])) == 1
+    for n in range(threads):
+        assert [i for (m, i) in log[::width] if m == n] == list(range(dispatches))
+
+
+def test_register_and_unregister_while_other_threads_dispatch(d: flux.Dispatcher[Any]) -> None:
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def counter(name: str) -> Callable[[Any], None]:
+        def cb(p: Any) -> None:
+            with lock:
+                counts[name] = counts.get(name, 0) + 1
+
+        return cb
+
+    d.register(counter("steady"))
+    stop = threading.Event()
+    total = [0]
+
+    def dispatcher_thread() -> None:
+        for _ in range(300):
+            d.dispatch(None)
+            with lock:
+                total[0] += 1
+        stop.set()
+
+    def churn(seed: int) -> Callable[[], None]:
+        def run() -> None:
+            rng = random.Random(seed)
+            mine: list[flux.Token] = []
+            n = 0
+            while not stop.is_set() or n < 50:
+                if mine and rng.random() < 0.5:
+                    d.unregister(mine.pop(rng.randrange(len(mine))))
+                else:
+                    mine.append(d.register(counter(f"churn{seed}.{n}")))
+                    n += 1
+                assert isinstance(d.is_dispatching, bool)
+            for token in mine:
+                d.unregister(token)
+
+        return run
+
+    run_threads([dispatcher_thread, dispatcher_thread, churn(1), churn(2), churn(3)])
+    assert counts["steady"] == total[0] == 600
+    assert live_callbacks(d) == 1
+
+
+def test_register_unregister_and_is_dispatching_never_wait_for_a_dispatch(
+    d: flux.Dispatcher[Any],
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(p: Any) -> None:
+        entered.set()
+        assert release.wait(TIMEOUT)
+
+    d.register(blocking)
+    dispatching = threading.Thread(target=lambda: d.dispatch(None), daemon=True)
+    dispatching.start()
+    try:
+        assert entered.wait(TIMEOUT)
+        started = time.monotonic()
+        assert d.is_dispatching
+        token = d.register(lambda p: None)
+        d.unregister(token)
+        with pytest.raises(flux.NotDispatchingError):  # not on the dispatching thread
+            d.wait_for([])
+        with pytest.raises(flux.AlreadyDispatchingError):  # in use elsewhere
+            d.close()
+        assert time.monotonic() - started < 5
+        assert dispatching.is_alive()
+    finally:
+        release.set()
+        dispatching.join(TIMEOUT)
+    assert not d.is_dispatching
+
+
+def test_a_second_threads_dispatch_waits_for_the_first(d: flux.Dispatcher[Any]) -> None:
+    entered, release = threading.Event(), threading.Event()
+    log: list[str] = []
+
+    def cb(p: str) -> None:
+        log.append(f"start {p}")
+        if p == "first":
+            entered.set()
+            assert release.wait(TIMEOUT)
+        log.append(f"end {p}")
+
+    d.register(cb)
+    first = threading.Thread(target=lambda: d.dispatch("first"), daemon=True)
+    second = threading.Thread(target=lambda: d.dispatch("second"), daemon=True)
+    first.start()
+    assert entered.wait(TIMEOUT)
+    second.start()
+    time.sleep(0.1)  # the second is blocked inside flux_dispatch, without the GIL
+    assert log == ["start first"]
+    release.set()
+    first.join(TIMEOUT)
+    second.join(TIMEOUT)
+    assert log == ["start first", "end first", "start second", "end second"]
+
+
+def test_different_dispatchers_dispatch_concurrently() -> None:
+    # Each callback waits until the other dispatcher's callback is running too:
+    # this only finishes if the two dispatches really overlap.
+    barrier = threading.Barrier(2)
+    with flux.Dispatcher() as one, flux.Dispatcher() as two:
+        one.register(lambda p: barrier.wait(TIMEOUT))
+        two.register(lambda p: barrier.wait(TIMEOUT))
+        run_threads([lambda: one.dispatch(None), lambda: two.dispatch(None)])
+
+
+def test_each_dispatch_reraises_its_own_exception_across_dispatchers() -> None:
+    class Tagged(Exception):
+        pass
+
+    rounds = 100
+    barrier = threading.Barrier(2)
+    with flux.Dispatcher() as one, flux.Dispatcher() as two:
+
+        def raiser(p: Tagged) -> None:
+            barrier.wait(TIMEOUT)  # both are inside a callback now
+            raise p
+
+        one.register(raiser)
+        two.register(raiser)
+
+        def worker(d: flux.Dispatcher[Any], name: str) -> Callable[[], None]:
+            def run() -> None:
+                for i in range(rounds):
+                    exc = Tagged(name, i)
+                    try:
+                        d.dispatch(exc)
+                    except Tagged as got:
+                        assert got is exc
+                    else:  # pragma: no cover
+                        raise AssertionError("no exception")
+
+            return run
+
+        run_threads([worker(one, "one"), worker(two, "two")])
+
+
+def test_each_dispatch_reraises_its_own_exception_on_one_dispatcher(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Dispatches of one dispatcher are serialized, but a finished dispatch's
+    # thread may pick up its exception only after the next thread's dispatch
+    # has started and failed: exceptions are kept per thread. The errcheck is
+    # slowed down (releasing the GIL) to make that interleaving happen.
+    class Tagged(Exception):
+        pass
+
+    check = _native.flux_dispatch.errcheck
+
+    def slow_check(status: int, func: Any, args: Any) -> int:
+        if status == flux.Status.ERR_CALLBACK_FAILED:
+            time.sleep(0.002)
+        return check(status, func, args)
+
+    monkeypatch.setattr(_native.flux_dispatch, "errcheck", slow_check)
+
+    def raiser(p: Tagged) -> None:
+        raise p
+
+    d.register(lambda p: time.sleep(0))
+    d.register(raiser)
+
+    def worker(n: int) -> Callable[[], None]:
+        def run() -> None:
+            for i in range(40):
+                exc = Tagged(n, i)
+                try:
+                    d.dispatch(exc)
+                except Tagged as got:
+                    assert got is exc, f"thread {n} got {got.args}, expected {exc.args}"
+                else:  # pragma: no cover
+                    raise AssertionError("no exception")
+
+        return run
+
+    run_threads([worker(n) for n in range(3)])
+
+
+def test_wait_for_from_another_thread_is_not_dispatching(d: flux.Dispatcher[Any]) -> None:
+    results: list[BaseException | None] = []
+    other = d.register(lambda p: None)
+
+    def cb(p: Any) -> None:
+        def elsewhere() -> None:
+            try:
+                d.wait_for([other])
+                results.append(None)
+            except flux.FluxError as exc:
+                results.append(exc)
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join(TIMEOUT)
+
+    d.register(cb)
+    d.dispatch(None)
+    assert len(results) == 1 and isinstance(results[0], flux.NotDispatchingError)
+
+
+def test_closing_while_another_thread_dispatches_is_refused(d: flux.Dispatcher[Any]) -> None:
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def cb(p: int) -> None:
+        calls.append(p)
+        if p == 1:
+            entered.set()
+            assert release.wait(TIMEOUT)
+
+    d.register(cb)
+    thread = threading.Thread(target=lambda: d.dispatch(1), daemon=True)
+    thread.start()
+    assert entered.wait(TIMEOUT)
+    with pytest.raises(flux.AlreadyDispatchingError):
+        d.close()
+    release.set()
+    thread.join(TIMEOUT)
+    d.dispatch(2)
+    assert calls == [1, 2]
+
+
+def test_many_threads_with_their_own_dispatchers() -> None:
+    def worker(seed: int) -> Callable[[], None]:
+        def run() -> None:
+            rng = random.Random(seed)
+            for _ in range(20):
+                with flux.Dispatcher() as d:
+                    calls: list[int] = []
+                    tokens = [d.register(lambda p, i=i: calls.append(i)) for i in range(5)]
+                    victim = rng.choice(tokens)
+                    d.unregister(victim)
+                    d.dispatch(None)
+                    assert calls == [i for i, t in enumerate(tokens) if t != victim]
+
+        return run
+
+    run_threads([worker(n) for n in range(6)])
+
+
+def test_closing_while_other_threads_hammer_the_dispatcher_never_crashes() -> None:
+    # close() refuses while a dispatch runs, but a thread may be just about to
+    # call in, or blocked inside flux_dispatch waiting for its turn: the native
+    # dispatcher is only freed once the Dispatcher object is gone, so those
+    # calls either work or see a closed dispatcher.
+    for _ in range(5):
+        d: flux.Dispatcher[Any] = flux.Dispatcher()
+        calls = [0]
+        d.register(lambda p: calls.__setitem__(0, calls[0] + 1))
+        started = threading.Event()
+
+        def hammer() -> None:
+            started.set()
+            while True:
+                try:
+                    d.dispatch(None)
+                    token = d.register(lambda p: None)
+                    d.unregister(token)
+                except flux.InvalidArgumentError:
+                    return  # closed
+                except flux.UnknownTokenError:
+                    pass  # close() unregistered it first
+
+        def closer() -> None:
+            assert started.wait(TIMEOUT)
+            time.sleep(0.005)
+            while True:
+                try:
+                    d.close()
+                    return
+                except flux.AlreadyDispatchingError:
+                    time.sleep(0)
+
+        run_threads([hammer, hammer, hammer, closer])
+        assert d.closed and live_callbacks(d) == 0 and calls[0] > 0

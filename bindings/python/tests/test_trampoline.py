@@ -1,0 +1,214 @@
+"""flux.Trampoline and flux.call: native callbacks and calls by run-time
+signature (libflux's flux_closure_* and flux_call)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import sys
+import threading
+
+import pytest
+
+import flux
+from flux import trampoline as tr
+
+LETTER_VALUES = {
+    "i": [-(2**31), -1, 0, 2**31 - 1],
+    "I": [0, 1, 2**32 - 1],
+    "l": [-(2**63), -5, 2**63 - 1],
+    "L": [0, 2**64 - 1],
+    "z": [0, 12345, 2**64 - 1],
+    "f": [0.0, -1.5, 3.25],
+    "d": [0.0, -1e300, 2.5e-300],
+    "p": [0, 0xDEADBEEF, 2**64 - 1],
+}
+
+
+@pytest.mark.parametrize("letter", sorted(LETTER_VALUES))
+def test_every_type_round_trips_as_argument_and_as_return(letter: str) -> None:
+    seen = []
+
+    def handler(value):
+        seen.append(value)
+        return value
+
+    with flux.Trampoline(f"{letter}({letter})", handler) as t:
+        for value in LETTER_VALUES[letter]:
+            assert flux.call(t.address, f"{letter}({letter})", value) == value
+    assert seen == LETTER_VALUES[letter]
+
+
+def test_mixed_signature_of_eight_arguments() -> None:
+    def handler(i, f, d, l, p, z, I, L):
+        return i + f + d + l + p + z + I + L
+
+    sig = "d(ifdlpzIL)"
+    with flux.Trampoline(sig, handler) as t:
+        assert flux.call(t.address, sig, -1, 0.5, 0.25, -(2**40), 16, 32, 64, 2**40) == pytest.approx(
+            -1 + 0.5 + 0.25 + 16 + 32 + 64
+        )
+
+
+def test_void_return_and_no_arguments() -> None:
+    calls = []
+    with flux.Trampoline("v()", lambda: calls.append("called")) as t:
+        assert flux.call(t.address, "v()") is None
+        assert t() is None
+    assert calls == ["called", "called"]
+
+
+def test_calls_a_c_function_by_run_time_signature() -> None:
+    libc = ctypes.CDLL(None)
+    labs = ctypes.cast(libc.labs, ctypes.c_void_p).value
+    strlen = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+    assert flux.call(labs, "l(l)", -42) == 42
+    text = ctypes.create_string_buffer(b"flux dispatcher")
+    assert flux.call(strlen, "z(p)", ctypes.addressof(text)) == 15
+
+
+def test_many_trampolines_share_one_native_handler_each_with_its_own_callable() -> None:
+    trampolines = [flux.Trampoline("i(i)", lambda x, k=k: x + k) for k in range(1000)]
+    try:
+        assert [flux.call(t.address, "i(i)", 1) for t in trampolines] == list(range(1, 1001))
+        assert len({t.address for t in trampolines}) == 1000
+    finally:
+        for t in trampolines:
+            t.close()
+
+
+@pytest.mark.parametrize(
+    "signature, position",
+    [("", "position 0"), ("i", "position 1"), ("x()", "position 0"), ("i(v)", "position 2"),
+     ("i()x", "position 3"), ("ii()", "position 1"), ("i(p", "position 3"), ("i(px)", "position 3")],
+)
+def test_malformed_signatures_name_the_position(signature: str, position: str) -> None:
+    before = dict(tr._closures)
+    with pytest.raises(flux.InvalidArgumentError, match=position):
+        flux.Trampoline(signature, lambda *a: 0)
+    with pytest.raises(flux.InvalidArgumentError, match=position):
+        flux.call(1, signature)
+    assert tr._closures == before  # nothing left behind
+
+
+def test_more_than_sixteen_arguments_is_refused() -> None:
+    with pytest.raises(flux.InvalidArgumentError, match="too many arguments"):
+        flux.Trampoline("v(" + "i" * 17 + ")", lambda *a: None)
+
+
+def test_bad_arguments_are_refused_before_reaching_c() -> None:
+    with pytest.raises(TypeError):
+        flux.Trampoline("i()", 42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        flux.Trampoline(b"i()", lambda: 0)  # type: ignore[arg-type]
+    with flux.Trampoline("i(i)", lambda x: x) as t:
+        with pytest.raises(TypeError, match="takes 1 arguments, got 2"):
+            flux.call(t.address, "i(i)", 1, 2)
+        with pytest.raises(OverflowError):
+            flux.call(t.address, "i(i)", 2**31)
+        with pytest.raises(TypeError):
+            flux.call(t.address, "i(i)", "1")
+        with pytest.raises(TypeError):
+            flux.call(str(t.address), "i(i)", 1)  # type: ignore[arg-type]
+    with pytest.raises(flux.InvalidArgumentError, match="function is NULL"):
+        flux.call(0, "i()")
+
+
+def test_an_exception_in_a_handler_is_unraisable_and_c_gets_zero(monkeypatch) -> None:
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+
+    def handler(x):
+        raise ValueError(f"bad {x}")
+
+    with flux.Trampoline("d(i)", handler) as t:
+        assert flux.call(t.address, "d(i)", 7) == 0.0
+    assert len(reported) == 1
+    assert isinstance(reported[0].exc_value, ValueError)
+    assert str(reported[0].exc_value) == "bad 7"
+    assert any(repr(handler) in note for note in reported[0].exc_value.__notes__)
+
+
+def test_a_result_that_does_not_fit_is_reported_and_c_gets_zero(monkeypatch) -> None:
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with flux.Trampoline("i()", lambda: 2**40) as t:
+        assert flux.call(t.address, "i()") == 0
+    with flux.Trampoline("i()", lambda: None) as t:
+        assert flux.call(t.address, "i()") == 0
+    assert [type(r.exc_value) for r in reported] == [OverflowError, TypeError]
+
+
+def test_close_is_idempotent_and_releases_the_handler() -> None:
+    before = len(tr._closures)
+    t = flux.Trampoline("i()", lambda: 1)
+    assert len(tr._closures) == before + 1
+    t.close()
+    t.close()
+    assert t.closed
+    assert len(tr._closures) == before
+    with pytest.raises(ValueError, match="closed"):
+        t.address
+
+
+def test_an_unclosed_trampoline_is_freed_when_collected() -> None:
+    before = len(tr._closures)
+    flux.Trampoline("i()", lambda: 1)
+    gc.collect()
+    assert len(tr._closures) == before
+
+
+def test_handlers_run_on_the_calling_thread_from_many_threads_at_once() -> None:
+    ran_on = {}
+
+    def handler(x):
+        ran_on[x] = threading.get_ident()
+        return x * 2
+
+    callers = {}
+    results = []
+
+    def worker(w):
+        callers[w] = threading.get_ident()
+        results.extend(flux.call(t.address, "l(l)", w * 1000 + k) for k in range(100))
+
+    with flux.Trampoline("l(l)", handler) as t:
+        workers = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    assert sorted(results) == sorted(2 * (w * 1000 + k) for w in range(4) for k in range(100))
+    assert all(ran_on[x] == callers[x // 1000] for x in ran_on)
+    assert len(ran_on) == 400
+
+
+def test_an_i_pp_trampoline_is_a_dispatcher_callback() -> None:
+    # A host with no context of its own: the trampoline's own data carries it.
+    # A separate CDLL object, so that these declarations do not touch the
+    # package's own (which take Python callbacks).
+    lib = ctypes.CDLL(tr._native.library_path)
+    lib.flux_dispatcher_create.restype = ctypes.c_void_p
+    lib.flux_dispatcher_destroy.argtypes = (ctypes.c_void_p,)
+    lib.flux_register.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.POINTER(ctypes.c_uint64))
+    lib.flux_dispatch.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+    lib.flux_last_error.restype = ctypes.c_char_p
+    order = []
+    d = lib.flux_dispatcher_create()
+    try:
+        with flux.Trampoline("i(pp)", lambda ctx, payload: order.append((ctx, payload)) or 0) as a, \
+                flux.Trampoline("i(pp)", lambda ctx, payload: 7) as failing:
+            token = ctypes.c_uint64()
+            assert lib.flux_register(d, a.address, None, None, ctypes.byref(token)) == 0
+            assert lib.flux_dispatch(d, 1234) == 0
+            assert order == [(0, 1234)]
+            assert lib.flux_register(d, failing.address, None, None, ctypes.byref(token)) == 0
+            assert lib.flux_dispatch(d, None) == flux.Status.ERR_CALLBACK_FAILED
+            assert b"returned 7" in lib.flux_last_error()
+            assert order == [(0, 1234), (0, 0)]
+            assert lib.flux_dispatcher_destroy(d) == 0
+            d = None
+    finally:
+        if d is not None:
+            lib.flux_dispatcher_destroy(d)
