@@ -5,7 +5,7 @@
 ///
 ///     let dispatcher = Dispatcher<String>()
 ///     let country = dispatcher.register { action in ... }
-///     dispatcher.register { action in
+///     dispatcher.register { [unowned dispatcher] action in
 ///         try dispatcher.waitFor([country])   // country's callback has run now
 ///     }
 ///     try dispatcher.dispatch("country-update")
