@@ -94,9 +94,11 @@ check-header: include/flux.h
 check-python: $(LIB)
 	PYTHONPATH=bindings/python $(PYTHON) -m pytest -q bindings/python/tests
 
+# --fair-sched=yes: valgrind runs one thread at a time, and its default lock
+# lets a thread that never blocks (a dispatch loop) starve the others forever.
 check-memory: $(C_TESTS)
 	FLUX_TEST_UNDER_VALGRIND=1 $(PYTHON) Tests/c/run.py \
-	    --wrap "valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite" \
+	    --wrap "valgrind --quiet --fair-sched=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite" \
 	    $(C_TESTS)
 
 # --- benchmarks ------------------------------------------------------------
