@@ -308,28 +308,8 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     public func waitFor<Tokens: Collection<DispatchToken>>(
         _ tokens: Tokens
     ) throws(DispatchError<Callback.Failure>) {
-        guard isDispatchingOnCurrentThread, let payload = storage.pointee.payload else {
-            throw .flux(notDispatchingError())
-        }
-        let s = storage
-        if let failure = s.pointee.failure { throw .callback(failure, DispatchToken(rawValue: s.pointee.failedToken)) }
-        if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
-        let table = s.pointee.table
-        let pending = s.pointee.epoch &* 2
-        // One token (the common case, and every link of a chain): one lookup.
-        if tokens.count == 1, let token = tokens.first {
-            guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
-            switch phase(table, i, pending) {
-            case .removed: throw .flux(unknownTokenError(token))
-            case .pending: throw .flux(.circular(token))
-            case .handled: return
-            case .notRun:
-                if !invoke(table, i, payload, pending), let failure = s.pointee.failure {
-                    throw .callback(failure, DispatchToken(rawValue: s.pointee.failedToken))
-                }
-                return
-            }
-        }
+        if tokens.count == 1, let token = tokens.first { return try waitFor(token) }
+        let (payload, table, pending) = try beginWait()
         for token in tokens {
             guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
             switch phase(table, i, pending) {
@@ -343,11 +323,48 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
             // Found by the first pass; the table cannot change shape mid-dispatch.
             guard let i = table.index(of: token.rawValue) else { continue }
             if phase(table, i, pending) == .notRun && !invoke(table, i, payload, pending) {
-                if let failure = s.pointee.failure {
-                    throw .callback(failure, DispatchToken(rawValue: s.pointee.failedToken))
-                }
+                throw currentFailure()
             }
         }
+    }
+
+    /// `waitFor` of one token (the common case, and every link of a chain):
+    /// one lookup, no second pass.
+    @inlinable
+    public func waitFor(_ token: DispatchToken) throws(DispatchError<Callback.Failure>) {
+        let (payload, table, pending) = try beginWait()
+        guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
+        switch phase(table, i, pending) {
+        case .removed: throw .flux(unknownTokenError(token))
+        case .pending: throw .flux(.circular(token))
+        case .handled: return
+        case .notRun: if !invoke(table, i, payload, pending) { throw currentFailure() }
+        }
+    }
+
+    /// What every waitFor checks first: this thread runs the dispatch, and it
+    /// is not aborting. Applies pending removals; returns what the wait needs.
+    @inlinable @inline(__always)
+    func beginWait() throws(DispatchError<Callback.Failure>)
+        -> (payload: Callback.Payload, table: SlotTable<Callback>, pending: UInt64)
+    {
+        let s = storage
+        guard isDispatchingOnCurrentThread, let payload = s.pointee.payload else {
+            throw .flux(notDispatchingError())
+        }
+        if s.pointee.aborted { throw currentFailure() }
+        if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
+        return (payload, s.pointee.table, s.pointee.epoch &* 2)
+    }
+
+    /// The failure that is aborting this dispatch (only called when aborted).
+    @usableFromInline
+    func currentFailure() -> DispatchError<Callback.Failure> {
+        let s = storage
+        guard let failure = s.pointee.failure else {
+            return .flux(FluxError(.callbackFailed, "the dispatch was aborted"))
+        }
+        return .callback(failure, DispatchToken(rawValue: s.pointee.failedToken))
     }
 
     @usableFromInline

@@ -89,7 +89,11 @@ public func flux_wait_for(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt
     let status = handle.withDispatcher { dispatcher -> Int32 in
         let raw = UnsafeRawPointer(tokens)?.assumingMemoryBound(to: DispatchToken.self)
         do throws(DispatchError<CallbackFailure>) {
-            try dispatcher.waitFor(UnsafeBufferPointer(start: raw, count: count))
+            if count == 1, let raw {
+                try dispatcher.waitFor(raw.pointee)
+            } else {
+                try dispatcher.waitFor(UnsafeBufferPointer(start: raw, count: count))
+            }
             return 0
         } catch {
             return fail("flux_wait_for", error)
