@@ -77,12 +77,13 @@ _call.errcheck = _native._check
 
 
 def _parse(signature: str) -> _Signature:
-    """Checks a signature; libflux itself explains what is wrong with a bad one."""
+    """Checks a signature's shape; libflux itself explains what is wrong with a
+    bad one, and enforces the argument limit (FLUX_SIGNATURE_MAX_ARGS)."""
     if not isinstance(signature, str):
         raise TypeError(f"signature must be a str, not {type(signature).__name__}")
     text = signature.encode("ascii", "replace")
     match = _WELL_FORMED.fullmatch(signature)
-    if match is None or len(match.group(2)) > _MAX_ARGS:
+    if match is None:
         # Let the library name the offending position: it refuses the same
         # signatures, and flux_closure_create releases what it was handed.
         out = c_void_p()
@@ -122,7 +123,6 @@ class _Entry(NamedTuple):
 #: userdata -> the handler of a live closure; its destroy callback removes it.
 _closures: dict[int, _Entry] = {}
 _keys = itertools.count(1)
-_MAX_ARGS = 16  # FLUX_SIGNATURE_MAX_ARGS
 
 
 def _on_call(userdata: int, ret: int | None, args: Any) -> None:

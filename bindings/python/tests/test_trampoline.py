@@ -92,8 +92,12 @@ def test_malformed_signatures_name_the_position(signature: str, position: str) -
 
 
 def test_more_than_sixteen_arguments_is_refused() -> None:
+    before = dict(tr._closures)
     with pytest.raises(flux.InvalidArgumentError, match="too many arguments"):
         flux.Trampoline("v(" + "i" * 17 + ")", lambda *a: None)
+    with pytest.raises(flux.InvalidArgumentError, match="too many arguments"):
+        flux.call(1, "v(" + "i" * 17 + ")", *range(17))
+    assert tr._closures == before
 
 
 def test_bad_arguments_are_refused_before_reaching_c() -> None:
