@@ -104,11 +104,12 @@ check-memory: $(C_TESTS)
 # --- benchmarks ------------------------------------------------------------
 # The plain-loop baseline, also as a shared object: like libflux, it then calls
 # back across a library boundary (see bench/baseline.h).
-$(B)/bench/libbaseline.so: bench/baseline.c bench/baseline.h
+$(B)/bench/libbaseline.so: bench/baseline.c bench/baseline-chain.c bench/baseline.h
 	@mkdir -p $(B)/bench
-	$(CC) -O2 -std=c11 -fPIC -shared -DBASELINE_LOOP=baseline_loop_shared -o $@ bench/baseline.c
+	$(CC) -O2 -std=c11 -fPIC -shared -pthread -DBASELINE_LOOP=baseline_loop_shared -o $@ \
+	    bench/baseline.c bench/baseline-chain.c
 
-$(B)/bench/bench: bench/bench.c bench/baseline.c bench/*.h include/flux.h $(LIB) $(B)/bench/libbaseline.so
+$(B)/bench/bench: bench/bench.c bench/baseline.c bench/baseline-chain.c bench/*.h include/flux.h $(LIB) $(B)/bench/libbaseline.so
 	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ bench/bench.c bench/baseline.c \
 	    -L$(B)/bench -lbaseline -Wl,-rpath,$(abspath $(B)/bench) $(LINK_FLUX) -ldl
 

@@ -8,7 +8,9 @@
 #ifndef FLUX_BENCH_BASELINE_H
 #define FLUX_BENCH_BASELINE_H
 
+#include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Same shape as flux_callback. */
 typedef int (*bench_fn)(void *context, const void *payload);
@@ -30,5 +32,28 @@ int baseline_loop(const bench_pair *pairs, size_t n, const void *payload);
  * shared object mapped far from the executable than from inside it, so this
  * is the like-for-like baseline for libflux. */
 int baseline_loop_shared(const bench_pair *pairs, size_t n, const void *payload);
+
+/* The wait_for chain's baseline (baseline-chain.c, in libbaseline.so only):
+ * the same contract with the least bookkeeping C can do it with -- marks,
+ * a cursor, the dispatching thread, an abort flag; no locks, no
+ * registration, no messages. A chain of waits recurses once per link, so its
+ * cost is bound by call and return prediction as much as by what the wait
+ * does; this says what that costs on the machine at hand. Token k names
+ * pairs[k - 1]. */
+typedef struct baseline_chain {
+    const bench_pair *pairs;
+    size_t n;
+    uint64_t *marks; /* n zeroed marks */
+    uint64_t epoch;
+    size_t cursor;
+    const void *payload;
+    pthread_t owner;
+    int failed;
+} baseline_chain;
+
+/* 0, or 1 when a callback failed. */
+int baseline_chain_dispatch(baseline_chain *d, const void *payload);
+/* 0, or negative: not dispatching, aborted, unknown token, circular. */
+int baseline_chain_wait_for(baseline_chain *d, const uint64_t *tokens, size_t n);
 
 #endif

@@ -10,7 +10,8 @@
  *   2. the fixed cost of a dispatch (0 and 1 callback, minus the plain call);
  *   3. a flux_wait_for() chain of depth 100, 1,000 and 10,000, where callback i
  *      waits for callback i+1 (the deepest recursion), run on a thread with a
- *      256 MiB stack: ns per callback, to show the cost is linear;
+ *      256 MiB stack: ns per callback, to show the cost is linear, against
+ *      the same chain through a plain C wait_for (baseline-chain.c);
  *   4. heap allocations per dispatch in steady state, and heap bytes per
  *      registration, counted by the malloc interposer below.
  *
@@ -443,7 +444,7 @@ static void bench_dispatch(void)
 /* ------------------------------------------------------------------------ */
 
 typedef struct chain_node {
-    flux_dispatcher *d;
+    void *d; /* the flux_dispatcher, or the baseline_chain of the plain chain */
     flux_token next; /* 0 for the last callback */
     uint64_t count;
 } chain_node;
@@ -473,7 +474,37 @@ typedef struct chain {
     chain_node *nodes;
     flux_arg fa;
     double stack_per_level; /* bytes, from the probe dispatch */
+    /* The same chain through the plain C wait_for (baseline.h). */
+    chain_node *plain_nodes;
+    bench_pair *plain_pairs;
+    baseline_chain plain;
+    uint64_t plain_done;
 } chain;
+
+static int cb_plain_chain(void *context, const void *payload)
+{
+    (void)payload;
+    chain_node *node = context;
+    node->count++;
+    if (node->next) {
+        int rc = baseline_chain_wait_for(node->d, &node->next, 1);
+        if (rc != 0)
+            return 1000 - rc;
+    }
+    return 0;
+}
+
+static int run_plain_chain(void *arg, uint64_t iters)
+{
+    chain *c = arg;
+    for (uint64_t i = 0; i < iters; i++)
+        if (baseline_chain_dispatch(&c->plain, &g_payload) != 0) {
+            fprintf(stderr, "bench: the plain C wait_for chain failed\n");
+            return -1;
+        }
+    c->plain_done += iters;
+    return 0;
+}
 
 static void chain_init(chain *c, size_t depth)
 {
@@ -496,6 +527,16 @@ static void chain_init(chain *c, size_t depth)
         }
         if (i > 0)
             c->nodes[i - 1].next = t;
+    }
+    c->plain_nodes = xaligned(depth * sizeof *c->plain_nodes);
+    c->plain_pairs = xaligned(depth * sizeof *c->plain_pairs);
+    c->plain = (baseline_chain){.pairs = c->plain_pairs, .n = depth,
+                                .marks = xaligned(depth * sizeof(uint64_t))};
+    c->plain_done = 0;
+    for (size_t i = 0; i < depth; i++) {
+        c->plain_nodes[i] = (chain_node){&c->plain, i + 1 < depth ? i + 2 : 0, 0};
+        c->plain_pairs[i] = (bench_pair){cb_plain_chain, &c->plain_nodes[i]};
+        c->plain.marks[i] = 0;
     }
 }
 
@@ -524,11 +565,15 @@ static void chain_fini(chain *c)
     if (s != FLUX_OK)
         api_error("flux_dispatcher_destroy", s);
     free(c->nodes);
+    free(c->plain_nodes);
+    free(c->plain_pairs);
+    free(c->plain.marks);
 }
 
 #define NDEPTHS 3
 static const size_t g_depths[NDEPTHS] = {100, 1000, 10000};
 static double g_chain_ns[NDEPTHS];   /* per dispatch */
+static double g_plain_chain_ns[NDEPTHS];
 static double g_chain_stack[NDEPTHS];
 
 /* All depths are measured interleaved, so a slow spell of the machine falls
@@ -537,21 +582,33 @@ static void *chain_thread(void *unused)
 {
     (void)unused;
     chain c[NDEPTHS];
-    variant v[NDEPTHS];
+    variant v[2 * NDEPTHS];
     int ok[NDEPTHS];
     size_t nv = 0;
     for (int k = 0; k < NDEPTHS; k++) {
         chain_init(&c[k], g_depths[k]);
-        g_chain_ns[k] = NAN;
+        g_chain_ns[k] = g_plain_chain_ns[k] = NAN;
         ok[k] = chain_probe(&c[k]) == 0;
-        if (ok[k])
+        if (ok[k]) {
             v[nv++] = (variant){run_flux, &c[k].fa, 0, 0, 0};
+            v[nv++] = (variant){run_plain_chain, &c[k], 0, 0, 0};
+        }
     }
     measure(v, nv);
     for (int k = 0, j = 0; k < NDEPTHS; k++) {
         if (!ok[k])
             continue;
         g_chain_ns[k] = v[j++].best;
+        g_plain_chain_ns[k] = v[j++].best;
+        for (size_t i = 0; i < c[k].depth; i++)
+            if (c[k].plain_nodes[i].count != c[k].plain_done) {
+                fprintf(stderr, "bench: plain wait_for chain %zu: callback %zu ran "
+                        "%llu times, expected %llu\n", c[k].depth, i,
+                        (unsigned long long)c[k].plain_nodes[i].count,
+                        (unsigned long long)c[k].plain_done);
+                g_plain_chain_ns[k] = NAN;
+                break;
+            }
         for (size_t i = 0; i < c[k].depth; i++)
             if (c[k].nodes[i].count != c[k].fa.done) {
                 fprintf(stderr, "bench: wait_for chain %zu: callback %zu ran "
@@ -821,15 +878,19 @@ int main(void)
 
     /* 3. wait_for chain */
     bench_chain();
-    printf("\nwait_for chain: callback i waits for callback i+1 "
-           "(recursion depth = N; 256 MiB stack)\n");
-    printf("  %6s  %11s  %12s  %12s\n", "depth", "ns/callback", "vs depth 100",
-           "stack/level");
+    printf("\nwait_for chain: callback i waits for callback i+1 (recursion "
+           "depth = N; 256 MiB stack),\nns per callback; plain C is the same "
+           "chain through a wait_for with no locks\nand no registry "
+           "(bench/baseline-chain.c): the floor the recursion itself sets\n");
+    printf("  %6s  %9s  %9s  %8s  %12s  %11s\n", "depth", "libflux", "plain C",
+           "vs plain", "vs depth 100", "stack/level");
     for (int k = 0; k < NDEPTHS; k++) {
         double per = g_chain_ns[k] / (double)g_depths[k];
+        double plain = g_plain_chain_ns[k] / (double)g_depths[k];
         double rel = per / (g_chain_ns[0] / (double)g_depths[0]);
-        printf("  %6zu  %11.2f  %11.2fx  %10.0f B   target ≤ 15: %s\n",
-               g_depths[k], per, rel, g_chain_stack[k], verdict(per, 15));
+        printf("  %6zu  %9.2f  %9.2f  %8.2f  %11.2fx  %9.0f B   target ≤ 15: %s\n",
+               g_depths[k], per, plain, per / plain, rel, g_chain_stack[k],
+               verdict(per, 15));
     }
 
     /* 4. heap */

@@ -195,11 +195,12 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
 
 /**
  * Removes a registration. Its callback is not called by any dispatch that
- * starts afterwards. When a dispatch is running, the dispatching thread looks
- * for removals before each callback it calls: a callback unregistered from
- * inside a callback is not called later in that dispatch; one unregistered
- * from another thread is not called once the dispatching thread has seen the
- * removal, but may already be running, or about to run, when this returns.
+ * starts afterwards. When a dispatch is running, the removal is stamped on
+ * the registration, and the dispatching thread reads the stamp before each
+ * callback it calls: a callback unregistered from inside a callback is not
+ * called later in that dispatch; one unregistered from another thread is not
+ * called once the dispatching thread has seen the stamp, but may already be
+ * running, or about to run, when this returns.
  * destroy(context) runs once: here, before this call returns, when no
  * dispatch is running; when the running dispatch finishes otherwise (so a
  * callback may unregister itself, and a callback still running on another

@@ -20,11 +20,12 @@ import Synchronization
 ///   `mutating` bit while it changes the table, and clears it.
 /// - **A mutator during a dispatch** leaves the table alone: a registration goes
 ///   to the `joined` side table (merged when the dispatch ends, so it first runs
-///   in the next dispatch), an unregistration to the `leaving` list, and it sets
-///   bits telling the dispatching thread there is work: `removals` (checked
-///   before each callback, so an unregistered callback is not called after
-///   that) and `dirty` (which makes the ending swap fail, so the end runs the
-///   slow path under the lock and merges, compacts and releases).
+///   in the next dispatch); an unregistration goes to the `leaving` list and
+///   stamps the callback's mark `removedMark` (an atomic store into the frozen
+///   table), which the dispatch loop and `waitFor` already read, so it costs
+///   the hot path nothing. Either sets `dirty`, which makes the ending swap
+///   fail, so the end runs the slow path under the lock and merges, compacts
+///   and releases.
 /// - **A second dispatching thread** sets `waiters` and sleeps on the condition
 ///   variable; the ending dispatch sees the bit and wakes it.
 ///
@@ -32,23 +33,31 @@ import Synchronization
 /// dispatch's epoch (`2·epoch` pending, `2·epoch+1` handled), so starting a
 /// dispatch resets nothing. Only callbacks that `waitFor` runs out of order get
 /// marks; for the rest the dispatch loop's cursor says it all (see `phase`).
-public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable {
+///
+/// ## Why a noncopyable struct
+///
+/// Its address is its identity (the atomics and the lock must not move), so it
+/// lives in one place: a C handle points at it, a Swift `Dispatcher` stores it.
+/// Hosts reach it through that place by borrowing, with no reference counting
+/// and no closure on the hot paths -- which a class reference behind a C
+/// handle cannot avoid.
+public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Sendable {
     @usableFromInline static var dispatchingBit: UInt { 1 }
     @usableFromInline static var mutatingBit: UInt { 2 }
     @usableFromInline static var waitersBit: UInt { 4 }
     @usableFromInline static var dirtyBit: UInt { 8 }
-    @usableFromInline static var removalsBit: UInt { 16 }
     /// Set for good by `close()`: the fast-path start then fails, and the slow
     /// path refuses, so a closed dispatcher costs the hot path nothing.
-    @usableFromInline static var closedBit: UInt { 32 }
+    @usableFromInline static var closedBit: UInt { 16 }
 
     @usableFromInline let state = Atomic<UInt>(0)
     /// The thread running the dispatch, 0 when none. Only that thread stores
     /// its own ID, so a thread reading its own ID here is certain to be it.
     @usableFromInline let owner = Atomic<UInt>(0)
     @usableFromInline let lock = ConditionLock()
-    /// All mutable state, behind a pointer: class stored properties would cost
-    /// a dynamic exclusivity check on every access in the hot loop.
+    /// All mutable state, behind a pointer: the engine is shared by borrowing,
+    /// and the hot paths change their state with plain stores, no exclusivity
+    /// checks.
     @usableFromInline let storage: UnsafeMutablePointer<Storage>
 
     @usableFromInline
@@ -60,11 +69,14 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         @usableFromInline var epoch: UInt64 = 0
         @usableFromInline var payload: Callback.Payload?
         @usableFromInline var failure: Callback.Failure?
-        /// failure != nil, as a flag the hot loop can test cheaply.
+        /// failure != nil, as a flag `waitFor` can test cheaply.
         @usableFromInline var aborted = false
         @usableFromInline var failedToken: UInt64 = 0
         /// The index the dispatch loop is calling, -1 before the first.
         @usableFromInline var cursor = -1
+        /// Where the dispatch loop stops: the table's count, or 0 once a
+        /// callback failed, so one compare per callback covers both.
+        @usableFromInline var end = 0
         // Guarded by the lock:
         var nextToken: UInt64 = 1
         var joined: SlotTable<Callback>?
@@ -74,7 +86,6 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         var leaving: [UInt64] = []
         /// Callbacks that joined and left during the running dispatch.
         var joinedLeft: [Callback] = []
-        var leavingApplied = 0
         var waiters = 0
     }
 
@@ -197,11 +208,14 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
             // every removal during a dispatch is released when it ends.
             s.pointee.joinedLeft.append(callback)
         } else if let i = s.pointee.table.index(of: t), !s.pointee.leaving.contains(t) {
-            if claimTable(orSet: Self.dirtyBit | Self.removalsBit) {
+            if claimTable(orSet: Self.dirtyBit) {
                 released = s.pointee.table.remove(at: i)
                 releaseTable()
             } else {
+                // The table is frozen, so `i` stays right until the dispatch
+                // ends; from here on it skips the callback.
                 s.pointee.leaving.append(t)
+                s.pointee.table.setMark(i, SlotTable<Callback>.removedMark)
             }
         } else {
             error = unknownTokenLocked(t)
@@ -262,7 +276,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     ///   dispatching thread (the running dispatch goes on unharmed);
     ///   `.callback(failure, token)` when a callback failed: the dispatch was
     ///   aborted and the dispatcher is idle again.
-    @inlinable
+    @inlinable @inline(__always)
     public func dispatch(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
         let me = currentThreadID()
         if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
@@ -275,15 +289,15 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         s.pointee.payload = payload
         s.pointee.cursor = -1
         let table = s.pointee.table
+        s.pointee.end = table.count
         var i = 0
-        while i < table.count {
-            if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
+        // `end` drops to 0 when a callback fails, here or in a waitFor.
+        while i < s.pointee.end {
             // Skip callbacks waitFor already ran (or is running) and removed
             // ones; the cursor stands in for this callback's pending mark.
-            if table.marks[i] < pending {
+            if table.mark(i) < pending {
                 s.pointee.cursor = i
                 if let error = table.callbacks[i].invoke(payload) { recordFailure(error, token: table.tokens[i]) }
-                if s.pointee.aborted { break }
             }
             i &+= 1
         }
@@ -313,7 +327,6 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         let (payload, table, pending) = try beginWait()
         for token in tokens { _ = try waitable(token, table, pending) }
         for token in tokens {
-            if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
             // Found by the first pass; the table cannot change shape mid-dispatch.
             guard let i = table.index(of: token.rawValue) else { continue }
             if phase(table, i, pending) == .notRun && !invoke(table, i, payload, pending) {
@@ -333,6 +346,28 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         if phase == .notRun && !invoke(table, i, payload, pending) { throw currentFailure() }
     }
 
+    /// `waitFor(token)` for hosts that report errors themselves (the C ABI):
+    /// true when the callback has run in this dispatch, now or before; false
+    /// when `waitFor(token)` would throw. Nothing is thrown or formatted here,
+    /// so this inlines into one small frame per link of a chain of waits.
+    ///
+    /// After false, calling `waitFor(token)` throws the error without running
+    /// anything: either nothing ran (the checks failed, and fail again), or a
+    /// callback failed and the dispatch is aborting, which it reports first.
+    @inlinable @inline(__always)
+    public func tryWaitFor(_ token: DispatchToken) -> Bool {
+        let s = storage
+        guard isDispatchingOnCurrentThread, !s.pointee.aborted, let payload = s.pointee.payload,
+              let i = s.pointee.table.index(of: token.rawValue) else { return false }
+        let table = s.pointee.table
+        let pending = s.pointee.epoch &* 2
+        switch phase(table, i, pending) {
+        case .handled: return true
+        case .notRun: return invoke(table, i, payload, pending)
+        case .pending, .removed: return false
+        }
+    }
+
     /// Where `token` is and where it stands, when it may be waited for: not
     /// unknown, not unregistered, not running further up the stack.
     @inlinable @inline(__always)
@@ -349,7 +384,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     }
 
     /// What every waitFor checks first: this thread runs the dispatch, and it
-    /// is not aborting. Applies pending removals; returns what the wait needs.
+    /// is not aborting. Returns what the wait needs.
     @inlinable @inline(__always)
     func beginWait() throws(DispatchError<Callback.Failure>)
         -> (payload: Callback.Payload, table: SlotTable<Callback>, pending: UInt64)
@@ -359,7 +394,6 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
             throw .flux(notDispatchingError())
         }
         if s.pointee.aborted { throw currentFailure() }
-        if state.load(ordering: .relaxed) & Self.removalsBit != 0 { applyRemovals() }
         return (payload, s.pointee.table, s.pointee.epoch &* 2)
     }
 
@@ -381,7 +415,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     /// cursor everything is handled and at its cursor the callback is pending.
     @inlinable @inline(__always)
     func phase(_ table: SlotTable<Callback>, _ i: Int, _ pending: UInt64) -> Phase {
-        let mark = table.marks[i]
+        let mark = table.mark(i)
         if mark == SlotTable<Callback>.removedMark { return .removed }
         if mark == pending { return .pending }
         if mark == pending | 1 { return .handled }
@@ -394,11 +428,14 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
     /// one it waited for, failed).
     @inlinable
     func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
-        table.marks[i] = pending
+        table.setMark(i, pending)
         let error = table.callbacks[i].invoke(payload)
         // Handled, unless the callback was unregistered meanwhile (removedMark
-        // is the largest mark, so max keeps it).
-        table.marks[i] = max(table.marks[i], pending | 1)
+        // is the largest mark, so max keeps it). An unregistration from
+        // another thread can slip in between the load and the store and be
+        // overwritten; that only loses the skip hint for a callback that has
+        // already run, and the end of the dispatch removes it by `leaving`.
+        table.setMark(i, max(table.mark(i), pending | 1))
         if let error { recordFailure(error, token: table.tokens[i]) }
         return !storage.pointee.aborted
     }
@@ -408,6 +445,7 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         // Keep the first failure: a waiter re-reporting it is not the cause.
         if !storage.pointee.aborted {
             storage.pointee.aborted = true
+            storage.pointee.end = 0
             storage.pointee.failure = error
             storage.pointee.failedToken = token
         }
@@ -452,11 +490,13 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         let s = storage
         var released = s.pointee.joinedLeft
         s.pointee.joinedLeft = []
-        markLeavingLocked()
         if !s.pointee.leaving.isEmpty {
+            // Stamp them again: waitFor may have overwritten a stamp (see invoke).
+            for token in s.pointee.leaving {
+                if let i = s.pointee.table.index(of: token) { s.pointee.table.setMark(i, SlotTable<Callback>.removedMark) }
+            }
             s.pointee.table.removeMarked { released.append($0) }
             s.pointee.leaving.removeAll()
-            s.pointee.leavingApplied = 0
         }
         if var joined = s.pointee.joined {
             if s.pointee.table.count + joined.count > s.pointee.table.capacity, var spare = s.pointee.spare {
@@ -476,26 +516,6 @@ public final class DispatchCore<Callback: DispatchCallback>: @unchecked Sendable
         if s.pointee.waiters > 0 { lock.broadcast() }
         lock.unlock()
         for callback in released { callback.release() }
-    }
-
-    /// On the dispatching thread: marks callbacks unregistered since the last
-    /// look so the dispatch skips them.
-    @usableFromInline
-    func applyRemovals() {
-        lock.lock()
-        markLeavingLocked()
-        state.bitwiseAnd(~Self.removalsBit, ordering: .relaxed)
-        lock.unlock()
-    }
-
-    private func markLeavingLocked() {
-        let s = storage
-        while s.pointee.leavingApplied < s.pointee.leaving.count {
-            if let i = s.pointee.table.index(of: s.pointee.leaving[s.pointee.leavingApplied]) {
-                s.pointee.table.marks[i] = SlotTable<Callback>.removedMark
-            }
-            s.pointee.leavingApplied += 1
-        }
     }
 
     // MARK: - Error messages (cold)

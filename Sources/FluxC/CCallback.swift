@@ -1,3 +1,10 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Flux
 
 /// `flux_callback`: `int (*)(void *context, const void *payload)`.
@@ -27,15 +34,27 @@ struct CallbackFailure: Error {
     let value: Int32
 }
 
-/// What a `flux_dispatcher *` points at.
+/// What a `flux_dispatcher *` points at: the engine, in its own heap block.
 typealias CDispatcher = DispatchCore<CCallback>
 
-extension Optional where Wrapped == OpaquePointer {
-    /// Calls `body` with the dispatcher behind a handle, without retaining it
-    /// (the caller's handle keeps it alive), or returns nil for NULL.
+extension OpaquePointer {
+    /// The engine behind a non-NULL handle. Reached through the pointer
+    /// (`handle.dispatcher.pointee.dispatch(...)`) it is borrowed in place:
+    /// no copy, no reference counting.
     @inline(__always)
-    func withDispatcher<R>(_ body: (CDispatcher) -> R) -> R? {
-        guard let pointer = self else { return nil }
-        return Unmanaged<CDispatcher>.fromOpaque(UnsafeRawPointer(pointer))._withUnsafeGuaranteedRef(body)
-    }
+    var dispatcher: UnsafeMutablePointer<CDispatcher> { UnsafeMutablePointer(self) }
+}
+
+/// Room for one engine, or nil when memory runs out.
+func allocateDispatcher() -> UnsafeMutablePointer<CDispatcher>? {
+    let size = MemoryLayout<CDispatcher>.size
+    let alignment = MemoryLayout<CDispatcher>.alignment
+    var raw: UnsafeMutableRawPointer?
+    guard posix_memalign(&raw, max(alignment, MemoryLayout<UnsafeRawPointer>.alignment), max(size, 1)) == 0,
+          let raw else { return nil }
+    return raw.bindMemory(to: CDispatcher.self, capacity: 1)
+}
+
+func freeDispatcher(_ pointer: UnsafeMutablePointer<CDispatcher>) {
+    free(pointer)
 }

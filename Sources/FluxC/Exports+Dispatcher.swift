@@ -6,23 +6,25 @@ import Flux
 
 @_cdecl("flux_dispatcher_create")
 public func flux_dispatcher_create() -> OpaquePointer? {
-    guard let dispatcher = CDispatcher() else {
+    guard let engine = CDispatcher(), let handle = allocateDispatcher() else {
         _ = fail("flux_dispatcher_create", .noMemory, "out of memory")
         return nil
     }
-    return OpaquePointer(Unmanaged.passRetained(dispatcher).toOpaque())
+    handle.initialize(to: engine)
+    return OpaquePointer(handle)
 }
 
 @_cdecl("flux_dispatcher_destroy")
 public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     guard let handle else { return 0 }
-    let dispatcher = Unmanaged<CDispatcher>.fromOpaque(UnsafeRawPointer(handle))
+    let dispatcher = handle.dispatcher
     do {
-        try dispatcher.takeUnretainedValue().close()
+        try dispatcher.pointee.close()
     } catch {
         return fail("flux_dispatcher_destroy", error)
     }
-    dispatcher.release()
+    dispatcher.deinitialize(count: 1)
+    freeDispatcher(dispatcher)
     return 0
 }
 
@@ -36,76 +38,85 @@ public func flux_register(
 ) -> Int32 {
     outToken?.pointee = 0
     let missing = handle == nil ? "the dispatcher" : function == nil ? "callback" : outToken == nil ? "out_token" : nil
-    guard let function, let outToken, missing == nil else {
+    guard let handle, let function, let outToken, missing == nil else {
         // The context was handed over: release it on every path.
         destroy?(context)
         return fail("flux_register", .invalidArgument, "\(missing ?? "an argument") is NULL")
     }
     let callback = CCallback(function: function, context: context, destroy: destroy)
-    let status = handle.withDispatcher { dispatcher -> Int32 in
-        do throws(FluxError) {
-            outToken.pointee = try dispatcher.register(callback).rawValue
-            return 0
-        } catch {
-            return fail("flux_register", error)
-        }
+    do throws(FluxError) {
+        outToken.pointee = try handle.dispatcher.pointee.register(callback).rawValue
+        return 0
+    } catch {
+        return fail("flux_register", error)
     }
-    return status ?? 0
 }
 
 @_cdecl("flux_unregister")
 public func flux_unregister(_ handle: OpaquePointer?, _ token: UInt64) -> Int32 {
-    let status = handle.withDispatcher { dispatcher -> Int32 in
-        do throws(FluxError) {
-            try dispatcher.unregister(DispatchToken(rawValue: token))
-            return 0
-        } catch {
-            return fail("flux_unregister", error)
-        }
+    guard let handle else { return fail("flux_unregister", .invalidArgument, "the dispatcher is NULL") }
+    do throws(FluxError) {
+        try handle.dispatcher.pointee.unregister(DispatchToken(rawValue: token))
+        return 0
+    } catch {
+        return fail("flux_unregister", error)
     }
-    return status ?? fail("flux_unregister", .invalidArgument, "the dispatcher is NULL")
 }
 
-@_cdecl("flux_dispatch")
+// Hot paths: inlined into the C entry point, which would otherwise be a
+// jump to the Swift-convention function.
+@_cdecl("flux_dispatch") @inline(__always)
 public func flux_dispatch(_ handle: OpaquePointer?, _ payload: UnsafeRawPointer?) -> Int32 {
-    let status = handle.withDispatcher { dispatcher -> Int32 in
-        do throws(DispatchError<CallbackFailure>) {
-            try dispatcher.dispatch(payload)
-            return 0
-        } catch {
-            return fail("flux_dispatch", error)
-        }
+    guard let handle else { return fail("flux_dispatch", .invalidArgument, "the dispatcher is NULL") }
+    do throws(DispatchError<CallbackFailure>) {
+        try handle.dispatcher.pointee.dispatch(payload)
+        return 0
+    } catch {
+        return fail("flux_dispatch", error)
     }
-    return status ?? fail("flux_dispatch", .invalidArgument, "the dispatcher is NULL")
 }
 
-@_cdecl("flux_wait_for")
+@_cdecl("flux_wait_for") @inline(__always)
 public func flux_wait_for(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt64>?, _ count: Int) -> Int32 {
+    // One token is the common case and every link of a wait_for chain: the
+    // core's non-throwing single-token wait, inlined into one frame per link.
+    guard count == 1, let handle, let tokens else { return waitForMany(handle, tokens, count) }
+    let token = DispatchToken(rawValue: tokens.pointee)
+    return handle.dispatcher.pointee.tryWaitFor(token) ? 0 : waitForFailed(handle, token)
+}
+
+/// Why a one-token wait failed: the throwing wait finds the same error again
+/// without running anything (see `tryWaitFor`), and formats it.
+@inline(never)
+private func waitForFailed(_ handle: OpaquePointer, _ token: DispatchToken) -> Int32 {
+    do throws(DispatchError<CallbackFailure>) {
+        try handle.dispatcher.pointee.waitFor(token)
+        return 0
+    } catch {
+        return fail("flux_wait_for", error)
+    }
+}
+
+/// flux_wait_for with any count, and its argument errors.
+@inline(never)
+private func waitForMany(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt64>?, _ count: Int) -> Int32 {
     // size_t arrives as Int: a count above Int.max shows up negative.
     if count < 0 || (tokens == nil && count > 0) {
         return fail("flux_wait_for", .invalidArgument,
                     count < 0 ? "count \(UInt(bitPattern: count)) is too large" : "tokens is NULL but count is \(count)")
     }
-    let status = handle.withDispatcher { dispatcher -> Int32 in
-        let raw = UnsafeRawPointer(tokens)?.assumingMemoryBound(to: DispatchToken.self)
-        do throws(DispatchError<CallbackFailure>) {
-            // One token: the core's single-token entry, inlined here, keeps a
-            // wait_for chain to one frame per link (208 instead of 304 bytes
-            // of stack per level in make bench).
-            if count == 1, let raw {
-                try dispatcher.waitFor(raw.pointee)
-            } else {
-                try dispatcher.waitFor(UnsafeBufferPointer(start: raw, count: count))
-            }
-            return 0
-        } catch {
-            return fail("flux_wait_for", error)
-        }
+    guard let handle else { return fail("flux_wait_for", .invalidArgument, "the dispatcher is NULL") }
+    let raw = UnsafeRawPointer(tokens)?.assumingMemoryBound(to: DispatchToken.self)
+    do throws(DispatchError<CallbackFailure>) {
+        try handle.dispatcher.pointee.waitFor(UnsafeBufferPointer(start: raw, count: count))
+        return 0
+    } catch {
+        return fail("flux_wait_for", error)
     }
-    return status ?? fail("flux_wait_for", .invalidArgument, "the dispatcher is NULL")
 }
 
 @_cdecl("flux_is_dispatching")
 public func flux_is_dispatching(_ handle: OpaquePointer?) -> Int32 {
-    handle.withDispatcher { $0.isDispatching ? 1 : 0 } ?? 0
+    guard let handle else { return 0 }
+    return handle.dispatcher.pointee.isDispatching ? 1 : 0
 }

@@ -142,3 +142,66 @@ import Testing
         #expect(code.value == .notDispatching)
     }
 }
+
+/// `DispatchCore.tryWaitFor` is the C ABI's hot path: it must agree with
+/// `waitFor` on every outcome, and after it returns false, `waitFor` must
+/// report the error without running anything.
+@Suite struct TryWaitForTests {
+    /// What `tryWaitFor` returned, then what `waitFor` threw right after.
+    private static func probe(_ d: Dispatcher<Int>, _ token: DispatchToken) -> String {
+        if d.core.tryWaitFor(token) { return "ok" }
+        do throws(DispatchError<any Error>) {
+            try d.core.waitFor(token)
+            return "false, then nothing thrown"
+        } catch {
+            switch error {
+            case .flux(let error): return "false, then \(error.code)"
+            case .callback(let error, let failed): return "false, then \(error) from \(failed.rawValue)"
+            }
+        }
+    }
+
+    @Test func runsANotYetRunCallbackOnceAndThenReportsItHandled() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let later = Box<DispatchToken?>(nil)
+        d.register { [unowned d] _ in
+            log.append("first: \(Self.probe(d, later.value!))")
+            log.append("again: \(Self.probe(d, later.value!))")
+        }
+        later.value = d.register { _ in log.append("later ran") }
+        try d.dispatch(0)
+        #expect(log.all == ["later ran", "first: ok", "again: ok"])
+    }
+
+    @Test func agreesWithWaitForOnEveryErrorAndRunsNothing() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let tokens = Box<[DispatchToken]>([])
+        d.register { [unowned d] _ in
+            let (me, victim, gone) = (tokens.value[0], tokens.value[1], tokens.value[2])
+            log.append("self: \(Self.probe(d, me))")
+            log.append("never issued: \(Self.probe(d, DispatchToken(rawValue: 999)))")
+            log.append("zero: \(Self.probe(d, DispatchToken(rawValue: 0)))")
+            try? d.unregister(gone)
+            log.append("unregistered here: \(Self.probe(d, gone))")
+            // The victim fails: from then on every wait reports the abort.
+            log.append("failing: \(Self.probe(d, victim))")
+            log.append("after the failure: \(Self.probe(d, me))")
+        }
+        tokens.value.append(DispatchToken(rawValue: 1))
+        tokens.value.append(d.register { _ in log.append("victim ran"); throw Boom(id: 1) })
+        tokens.value.append(d.register { _ in log.append("gone ran") })
+        #expect(throws: Boom(id: 1)) { try d.dispatch(0) }
+        #expect(log.all == [
+            "self: false, then circularDependency",
+            "never issued: false, then unknownToken",
+            "zero: false, then unknownToken",
+            "unregistered here: false, then unknownToken",
+            "victim ran",
+            "failing: false, then Boom(id: 1) from 2",
+            "after the failure: false, then Boom(id: 1) from 2",
+        ])
+        #expect(Self.probe(d, tokens.value[0]) == "false, then notDispatching")
+    }
+}

@@ -1,16 +1,21 @@
+import Synchronization
+
 /// The registrations of a dispatcher, in registration order, as three parallel
 /// arrays in one heap block: tokens, per-dispatch marks, callbacks.
 ///
 /// Parallel arrays because the fields have different owners during a dispatch:
 /// tokens and callbacks are immutable and may be read by any thread holding the
-/// engine's lock, while marks are written by the dispatching thread alone.
-/// Tokens are strictly increasing, which makes lookup cheap (see `index(of:)`).
+/// engine's lock; marks are written by the dispatching thread, and by an
+/// unregistering thread that stamps `removedMark` so the dispatch skips the
+/// callback. Marks are therefore relaxed atomics (plain moves on x86-64 and
+/// arm64). Tokens are strictly increasing, which makes lookup cheap (see
+/// `index(of:)`).
 /// A table never grows in place: growing means allocating a bigger table and
 /// moving into it, which the engine only does when no dispatch is reading.
 @usableFromInline
 internal struct SlotTable<Callback> {
     @usableFromInline let tokens: UnsafeMutablePointer<UInt64>
-    @usableFromInline let marks: UnsafeMutablePointer<UInt64>
+    @usableFromInline let marks: UnsafeMutablePointer<Atomic<UInt64>>
     @usableFromInline let callbacks: UnsafeMutablePointer<Callback>
     @usableFromInline var count: Int
     @usableFromInline let capacity: Int
@@ -37,8 +42,8 @@ internal struct SlotTable<Callback> {
         self.block = block
         self.capacity = capacity
         self.count = 0
-        tokens = block.bindMemory(to: UInt64.self, capacity: 2 * capacity)
-        marks = tokens + capacity
+        tokens = block.bindMemory(to: UInt64.self, capacity: capacity)
+        marks = (block + capacity * MemoryLayout<UInt64>.stride).bindMemory(to: Atomic<UInt64>.self, capacity: capacity)
         callbacks = (block + callbacksOffset).bindMemory(to: Callback.self, capacity: capacity)
     }
 
@@ -50,10 +55,17 @@ internal struct SlotTable<Callback> {
 
     var isFull: Bool { count == capacity }
 
+    /// The mark of the registration at `index`.
+    @inlinable @inline(__always)
+    func mark(_ index: Int) -> UInt64 { marks[index].load(ordering: .relaxed) }
+
+    @inlinable @inline(__always)
+    func setMark(_ index: Int, _ mark: UInt64) { marks[index].store(mark, ordering: .relaxed) }
+
     /// Appends a registration; the table must not be full.
     mutating func append(_ token: UInt64, _ callback: consuming Callback) {
         tokens[count] = token
-        marks[count] = 0
+        (marks + count).initialize(to: Atomic(0))
         (callbacks + count).initialize(to: callback)
         count += 1
     }
@@ -61,7 +73,7 @@ internal struct SlotTable<Callback> {
     /// Moves every registration to the end of `other`, which must have room.
     mutating func moveAll(appendingTo other: inout SlotTable) {
         (other.tokens + other.count).update(from: tokens, count: count)
-        (other.marks + other.count).update(from: marks, count: count)
+        for i in 0..<count { (other.marks + other.count + i).initialize(to: Atomic(mark(i))) }
         (other.callbacks + other.count).moveInitialize(from: callbacks, count: count)
         other.count += count
         count = 0
@@ -72,7 +84,7 @@ internal struct SlotTable<Callback> {
         let callback = (callbacks + index).move()
         let tail = count - index - 1
         (tokens + index).update(from: tokens + index + 1, count: tail)
-        (marks + index).update(from: marks + index + 1, count: tail)
+        for i in index..<index + tail { setMark(i, mark(i + 1)) }
         (callbacks + index).moveInitialize(from: callbacks + index + 1, count: tail)
         count -= 1
         return callback
@@ -83,12 +95,12 @@ internal struct SlotTable<Callback> {
     mutating func removeMarked(_ body: (consuming Callback) -> Void) {
         var kept = 0
         for i in 0..<count {
-            if marks[i] == Self.removedMark {
+            if mark(i) == Self.removedMark {
                 body((callbacks + i).move())
             } else {
                 if kept != i {
                     tokens[kept] = tokens[i]
-                    marks[kept] = marks[i]
+                    setMark(kept, mark(i))
                     (callbacks + kept).moveInitialize(from: callbacks + i, count: 1)
                 }
                 kept += 1
@@ -117,8 +129,10 @@ internal struct SlotTable<Callback> {
         if tokens[high] < token { return nil }
         var low = 0
         while low < high {
-            let mid = low + (high - low) / 2
-            if tokens[mid] < token { low = mid + 1 } else { high = mid }
+            // Wrapping arithmetic: 0 <= low < high < count, so nothing can
+            // overflow, and no overflow trap is compiled in.
+            let mid = low &+ (high &- low) >> 1
+            if tokens[mid] < token { low = mid &+ 1 } else { high = mid }
         }
         return tokens[low] == token ? low : nil
     }
