@@ -229,19 +229,19 @@ def test_each_dispatch_reraises_its_own_exception_on_one_dispatcher(
 ) -> None:
     # Dispatches of one dispatcher are serialized, but a finished dispatch's
     # thread may pick up its exception only after the next thread's dispatch
-    # has started and failed: exceptions are kept per thread. The errcheck is
-    # slowed down (releasing the GIL) to make that interleaving happen.
+    # has started and failed: exceptions are kept per thread. Picking up the
+    # exception is slowed down (releasing the GIL) to make that interleaving
+    # happen.
     class Tagged(Exception):
         pass
 
-    check = _native.flux_dispatch.errcheck
+    pick_up = flux.Dispatcher._dispatch_error
 
-    def slow_check(status: int, func: Any, args: Any) -> int:
-        if status == flux.Status.ERR_CALLBACK_FAILED:
-            time.sleep(0.002)
-        return check(status, func, args)
+    def slow_pick_up(self: flux.Dispatcher[Any], status: int) -> BaseException:
+        time.sleep(0.002)
+        return pick_up(self, status)
 
-    monkeypatch.setattr(_native.flux_dispatch, "errcheck", slow_check)
+    monkeypatch.setattr(flux.Dispatcher, "_dispatch_error", slow_pick_up)
 
     def raiser(p: Tagged) -> None:
         raise p
