@@ -79,8 +79,9 @@ demo: $(B)/examples/flight
 # --- tests -----------------------------------------------------------------
 check: check-swift check-c check-header check-python
 
+# Warnings are errors here: the package promises Swift 6 mode with none.
 check-swift:
-	$(SWIFT) test
+	$(SWIFT) test -Xswiftc -warnings-as-errors
 
 check-c: $(C_TESTS)
 	$(PYTHON) Tests/c/run.py $(C_TESTS)
