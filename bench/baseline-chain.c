@@ -56,3 +56,14 @@ int baseline_chain_wait_for(baseline_chain *d, const uint64_t *tokens, size_t n)
     }
     return 0;
 }
+
+/* The recursion alone: baseline_recurse calls fn, which calls baseline_recurse
+ * again, depth times -- the two calls and two returns per link a chain of
+ * waits cannot do without, and nothing else. */
+int baseline_recurse(baseline_recurse_fn fn, size_t depth)
+{
+    if (depth == 0)
+        return 0;
+    int rc = fn(depth - 1);
+    return rc == 0 ? 0 : rc + 1;
+}

@@ -56,4 +56,10 @@ int baseline_chain_dispatch(baseline_chain *d, const void *payload);
 /* 0, or negative: not dispatching, aborted, unknown token, circular. */
 int baseline_chain_wait_for(baseline_chain *d, const uint64_t *tokens, size_t n);
 
+/* The recursion of a chain and nothing else: fn(depth - 1) is expected to call
+ * baseline_recurse(fn, depth - 1) back, so a call of depth N nests 2N calls,
+ * as a wait_for chain of depth N does. Returns 0 when every call returned 0. */
+typedef int (*baseline_recurse_fn)(size_t depth);
+int baseline_recurse(baseline_recurse_fn fn, size_t depth);
+
 #endif

@@ -494,6 +494,23 @@ static int cb_plain_chain(void *context, const void *payload)
     return 0;
 }
 
+static int cb_recurse(size_t depth)
+{
+    /* Work after the call, as a waiting callback has: no tail call, so each
+     * link really is two frames. */
+    int rc = baseline_recurse(cb_recurse, depth);
+    return rc == 0 ? 0 : rc + 1;
+}
+
+static int run_recursion(void *arg, uint64_t iters)
+{
+    chain *c = arg;
+    for (uint64_t i = 0; i < iters; i++)
+        if (baseline_recurse(cb_recurse, c->depth) != 0)
+            return -1;
+    return 0;
+}
+
 static int run_plain_chain(void *arg, uint64_t iters)
 {
     chain *c = arg;
@@ -574,6 +591,7 @@ static void chain_fini(chain *c)
 static const size_t g_depths[NDEPTHS] = {100, 1000, 10000};
 static double g_chain_ns[NDEPTHS];   /* per dispatch */
 static double g_plain_chain_ns[NDEPTHS];
+static double g_recursion_ns[NDEPTHS];
 static double g_chain_stack[NDEPTHS];
 
 /* All depths are measured interleaved, so a slow spell of the machine falls
@@ -582,16 +600,17 @@ static void *chain_thread(void *unused)
 {
     (void)unused;
     chain c[NDEPTHS];
-    variant v[2 * NDEPTHS];
+    variant v[3 * NDEPTHS];
     int ok[NDEPTHS];
     size_t nv = 0;
     for (int k = 0; k < NDEPTHS; k++) {
         chain_init(&c[k], g_depths[k]);
-        g_chain_ns[k] = g_plain_chain_ns[k] = NAN;
+        g_chain_ns[k] = g_plain_chain_ns[k] = g_recursion_ns[k] = NAN;
         ok[k] = chain_probe(&c[k]) == 0;
         if (ok[k]) {
             v[nv++] = (variant){run_flux, &c[k].fa, 0, 0, 0};
             v[nv++] = (variant){run_plain_chain, &c[k], 0, 0, 0};
+            v[nv++] = (variant){run_recursion, &c[k], 0, 0, 0};
         }
     }
     measure(v, nv);
@@ -600,6 +619,7 @@ static void *chain_thread(void *unused)
             continue;
         g_chain_ns[k] = v[j++].best;
         g_plain_chain_ns[k] = v[j++].best;
+        g_recursion_ns[k] = v[j++].best;
         for (size_t i = 0; i < c[k].depth; i++)
             if (c[k].plain_nodes[i].count != c[k].plain_done) {
                 fprintf(stderr, "bench: plain wait_for chain %zu: callback %zu ran "
@@ -879,17 +899,19 @@ int main(void)
     /* 3. wait_for chain */
     bench_chain();
     printf("\nwait_for chain: callback i waits for callback i+1 (recursion "
-           "depth = N; 256 MiB stack),\nns per callback; plain C is the same "
-           "chain through a wait_for with no locks\nand no registry "
-           "(bench/baseline-chain.c): the floor the recursion itself sets\n");
-    printf("  %6s  %9s  %9s  %8s  %12s  %11s\n", "depth", "libflux", "plain C",
-           "vs plain", "vs depth 100", "stack/level");
+           "depth = N; 256 MiB stack),\nns per callback. plain C: the same chain "
+           "through a wait_for with no locks and\nno registry; recursion: the "
+           "chain's two calls per link and nothing else\n(both in "
+           "bench/baseline-chain.c): the floor the recursion itself sets\n");
+    printf("  %6s  %9s  %9s  %9s  %8s  %12s  %11s\n", "depth", "libflux",
+           "plain C", "recursion", "vs plain", "vs depth 100", "stack/level");
     for (int k = 0; k < NDEPTHS; k++) {
         double per = g_chain_ns[k] / (double)g_depths[k];
         double plain = g_plain_chain_ns[k] / (double)g_depths[k];
+        double bare = g_recursion_ns[k] / (double)g_depths[k];
         double rel = per / (g_chain_ns[0] / (double)g_depths[0]);
-        printf("  %6zu  %9.2f  %9.2f  %8.2f  %11.2fx  %9.0f B   target ≤ 15: %s\n",
-               g_depths[k], per, plain, per / plain, rel, g_chain_stack[k],
+        printf("  %6zu  %9.2f  %9.2f  %9.2f  %8.2f  %11.2fx  %9.0f B   target ≤ 15: %s\n",
+               g_depths[k], per, plain, bare, per / plain, rel, g_chain_stack[k],
                verdict(per, 15));
     }
 
