@@ -21,14 +21,18 @@ trivial Python callbacks:
   blinker   blinker's Signal.send, the common pure-Python signal library
             (receivers connected with weak=False).
 
-Each figure is the best (minimum) of several repeats, all variants
-interleaved, timed with time.perf_counter_ns. The target is flux <= 1.3 x
-bare: what the binding adds on top of the unavoidable ctypes round trip.
-This is a measurement, not a test: it always exits 0 unless something
-could not be measured.
+Timed with time.perf_counter_ns in rounds: each round times every variant
+once, back to back. The ns figures are each variant's best (minimum) round.
+The ratios are the median over rounds of the ratio within a round: this host
+drifts between fast and slow spells lasting seconds, and two timings taken
+next to each other share the spell, where two separate minimums may not.
+The target is flux <= 1.3 x bare: what the binding adds on top of the
+unavoidable ctypes round trip. This is a measurement, not a test: it always
+exits 0 unless something could not be measured.
 
     make bench     (or: PYTHONPATH=bindings/python python3 bench/bench.py)
-    FLUX_BENCH_REPEATS=7 FLUX_BENCH_CALLBACKS=200000 to tune.
+    FLUX_BENCH_REPEATS=21 FLUX_BENCH_CALLBACKS=50000 to tune (rounds, and
+    callbacks per variant per round).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import statistics
 import sys
 import time
 from ctypes import CFUNCTYPE, POINTER, byref, c_int, c_uint64, c_void_p
@@ -45,8 +50,8 @@ import flux
 from flux import _native
 
 SIZES = (1, 10, 100)
-REPEATS = int(os.environ.get("FLUX_BENCH_REPEATS", "7"))
-CALLBACKS_PER_RUN = int(os.environ.get("FLUX_BENCH_CALLBACKS", "200000"))
+REPEATS = int(os.environ.get("FLUX_BENCH_REPEATS", "21"))
+CALLBACKS_PER_RUN = int(os.environ.get("FLUX_BENCH_CALLBACKS", "50000"))
 TARGET = 1.3
 
 
@@ -217,10 +222,42 @@ def empty() -> None:
     pass
 
 
+def measure(variants: dict[str, Callable[[], None]], loops: int, units: int) -> tuple[
+    dict[str, float], dict[str, float]
+]:
+    """Times every variant once per round, REPEATS rounds, each preceded by an
+    empty loop whose time is subtracted. Returns each variant's best ns per
+    unit, and for each variant but flux the median over rounds of
+    flux / variant within the round."""
+    for one in variants.values():  # warm up
+        time_loop(one, loops // 10 + 1)
+    rounds: list[dict[str, float]] = []
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(REPEATS):
+            empty_ns = time_loop(empty, loops)
+            rounds.append(
+                {name: max(time_loop(one, loops) - empty_ns, 1) / (loops * units) for name, one in variants.items()}
+            )
+    finally:
+        if gc_was:
+            gc.enable()
+    best = {name: min(r[name] for r in rounds) for name in variants}
+    ratio = {
+        name: statistics.median(r["flux"] / r[name] for r in rounds) for name in variants if name != "flux"
+    }
+    return best, ratio
+
+
 def main() -> int:
     print(f"python bench: libflux {flux.library_version_string()} at {flux.library_path}")
-    print(f"  Python {sys.version.split()[0]}; best of {REPEATS} runs of ~{CALLBACKS_PER_RUN} callbacks")
-    print("  ns per callback (the loop's own cost subtracted); ratios are flux / other")
+    print(
+        f"  Python {sys.version.split()[0]}; {REPEATS} rounds of ~{CALLBACKS_PER_RUN} callbacks"
+        " per variant, interleaved"
+    )
+    print("  ns per callback: best round (the loop's own cost subtracted);")
+    print("  ratios: flux / other, the median of the ratios within a round")
     print()
     header = f"  {'N':>4}  {'flux':>8}  {'bare':>8}  {'python':>8}  {'blinker':>8}   {'vs bare':>7}  {'vs python':>9}  {'vs blinker':>10}"
     print(header)
@@ -239,22 +276,7 @@ def main() -> int:
             blinker_missing = True
         else:
             variants["blinker"] = blink
-        for one in variants.values():  # warm up
-            time_loop(one, loops // 10 + 1)
-        best = {name: float("inf") for name in variants}
-        overhead = float("inf")
-        gc_was = gc.isenabled()
-        gc.disable()
-        try:
-            for _ in range(REPEATS):
-                overhead = min(overhead, time_loop(empty, loops))
-                for name, one in variants.items():
-                    best[name] = min(best[name], time_loop(one, loops))
-        finally:
-            if gc_was:
-                gc.enable()
-        ns = {name: (total - overhead) / (loops * n) for name, total in best.items()}
-        ratio = {name: ns["flux"] / ns[name] for name in ns if name != "flux"}
+        ns, ratio = measure(variants, loops, n)
         blinker_ns = f"{ns['blinker']:8.1f}" if "blinker" in ns else f"{'-':>8}"
         blinker_ratio = f"{ratio['blinker']:9.2f}x" if "blinker" in ratio else f"{'-':>10}"
         print(
@@ -264,22 +286,9 @@ def main() -> int:
         if ratio["bare"] > TARGET:
             misses += 1
     # The fixed cost of one dispatch with no callback: what N = 1 pays on top.
-    fixed: dict[str, float] = {}
-    loops = CALLBACKS_PER_RUN
-    zero = {"flux": setup_flux(0, keep), "bare": setup_bare(0, keep)}
-    for name, one in zero.items():
-        time_loop(one, loops // 10)
-    gc.disable()
-    try:
-        for _ in range(REPEATS):
-            overhead = min(overhead, time_loop(empty, loops))
-            for name, one in zero.items():
-                fixed[name] = min(fixed.get(name, float("inf")), time_loop(one, loops))
-    finally:
-        gc.enable()
-    flux_fixed, bare_fixed = ((fixed[k] - overhead) / loops for k in ("flux", "bare"))
+    ns, ratio = measure({"flux": setup_flux(0, keep), "bare": setup_bare(0, keep)}, CALLBACKS_PER_RUN, 1)
     print(
-        f"  {0:>4}  {flux_fixed:8.1f}  {bare_fixed:8.1f}  {'':8}  {'':8}   {flux_fixed / bare_fixed:6.2f}x"
+        f"  {0:>4}  {ns['flux']:8.1f}  {ns['bare']:8.1f}  {'':8}  {'':8}   {ratio['bare']:6.2f}x"
         "   (ns per dispatch with no callback: the fixed cost)"
     )
     print()
