@@ -199,8 +199,11 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
  * the registration, and the dispatching thread reads the stamp before each
  * callback it calls: a callback unregistered from inside a callback is not
  * called later in that dispatch; one unregistered from another thread is not
- * called once the dispatching thread has seen the stamp, but may already be
- * running, or about to run, when this returns.
+ * called once the dispatching thread has seen the stamp -- certainly not when
+ * this call returned before, in the program's own synchronization, the
+ * dispatching thread went on (say, a callback waiting on a flag the other
+ * thread sets afterwards) -- but may already be running, or about to run,
+ * when this returns.
  * destroy(context) runs once: here, before this call returns, when no
  * dispatch is running; when the running dispatch finishes otherwise (so a
  * callback may unregister itself, and a callback still running on another
