@@ -16,6 +16,14 @@ trivial Python callbacks:
             conversion, Python call, result conversion. (ctypes' qsort trick
             would do the same, but calls the comparator ~N log N times with a
             data-dependent count; libflux calls each callback exactly once.)
+  floor     the least a binding of this design can cost: a Python method
+            passing id(payload) to flux_dispatch and testing the status, and
+            one module-level CFUNCTYPE trampoline calling the callback it
+            finds in a list by the context -- with no exception handling, no
+            closed check, nothing else. flux / floor is what the binding's own
+            code costs; floor / bare is what the design costs (one more
+            Python call per callback, id() and a second pointer argument per
+            dispatch).
   python    a pure-Python Dispatcher with Facebook's algorithm (isPending /
             isHandled, waitFor), as Dispatcher.js does it.
   blinker   blinker's Signal.send, the common pure-Python signal library
@@ -173,6 +181,54 @@ def setup_bare(n: int, keep: list[Any]) -> Callable[[], None]:
     return lambda: dispatch(handle, None)
 
 
+_floor_callbacks: list[Any] = [None]
+
+
+def floor_trampoline(context: int, payload: Any) -> int:
+    _floor_callbacks[context](payload)
+    return 0
+
+
+FLOOR_CALLBACK = CFUNCTYPE(c_int, c_void_p, ctypes.py_object)(floor_trampoline)
+
+
+class FloorDispatcher:
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: int) -> None:
+        self._handle = handle
+
+    def dispatch(self, payload: Any) -> None:
+        if _floor_dispatch(self._handle, id(payload)):
+            raise RuntimeError("flux_dispatch failed")
+
+
+_floor_lib = ctypes.CDLL(flux.library_path)
+_floor_dispatch = _floor_lib.flux_dispatch
+_floor_dispatch.argtypes, _floor_dispatch.restype = (c_void_p, c_void_p), c_int
+
+
+def setup_floor(n: int, keep: list[Any]) -> Callable[[], None]:
+    create = _floor_lib.flux_dispatcher_create
+    create.argtypes, create.restype = (), c_void_p
+    register = _floor_lib.flux_register
+    register.argtypes = (c_void_p, type(FLOOR_CALLBACK), c_void_p, c_void_p, POINTER(c_uint64))
+    register.restype = c_int
+    destroy = _floor_lib.flux_dispatcher_destroy
+    destroy.argtypes, destroy.restype = (c_void_p,), c_int
+    handle = create()
+    token = c_uint64()
+    _floor_callbacks.append(cb)
+    context = len(_floor_callbacks) - 1
+    for _ in range(n):
+        if register(handle, FLOOR_CALLBACK, context, None, byref(token)) != 0:
+            raise SystemExit("bench: flux_register failed: " + _native.last_error())
+    keep.append(_Closer(lambda: destroy(handle)))
+    dispatch = FloorDispatcher(handle).dispatch
+    payload = object()
+    return lambda: dispatch(payload)
+
+
 class _Closer:
     def __init__(self, close: Callable[[], object]) -> None:
         self.close = close
@@ -259,7 +315,10 @@ def main() -> int:
     print("  ns per callback: best round (the loop's own cost subtracted);")
     print("  ratios: flux / other, the median of the ratios within a round")
     print()
-    header = f"  {'N':>4}  {'flux':>8}  {'bare':>8}  {'python':>8}  {'blinker':>8}   {'vs bare':>7}  {'vs python':>9}  {'vs blinker':>10}"
+    header = (
+        f"  {'N':>4}  {'flux':>7}  {'bare':>7}  {'floor':>7}  {'python':>7}  {'blinker':>7}"
+        f"   {'vs bare':>7}  {'vs floor':>8}  {'vs python':>9}  {'vs blinker':>10}"
+    )
     print(header)
     blinker_missing = False
     misses = 0
@@ -269,6 +328,7 @@ def main() -> int:
         variants: dict[str, Callable[[], None]] = {
             "flux": setup_flux(n, keep),
             "bare": setup_bare(n, keep),
+            "floor": setup_floor(n, keep),
             "python": setup_python(n, keep),
         }
         blink = setup_blinker(n, keep)
@@ -277,19 +337,23 @@ def main() -> int:
         else:
             variants["blinker"] = blink
         ns, ratio = measure(variants, loops, n)
-        blinker_ns = f"{ns['blinker']:8.1f}" if "blinker" in ns else f"{'-':>8}"
+        blinker_ns = f"{ns['blinker']:7.1f}" if "blinker" in ns else f"{'-':>7}"
         blinker_ratio = f"{ratio['blinker']:9.2f}x" if "blinker" in ratio else f"{'-':>10}"
         print(
-            f"  {n:>4}  {ns['flux']:8.1f}  {ns['bare']:8.1f}  {ns['python']:8.1f}  {blinker_ns}"
-            f"   {ratio['bare']:6.2f}x  {ratio['python']:8.2f}x  {blinker_ratio}"
+            f"  {n:>4}  {ns['flux']:7.1f}  {ns['bare']:7.1f}  {ns['floor']:7.1f}  {ns['python']:7.1f}  {blinker_ns}"
+            f"   {ratio['bare']:6.2f}x  {ratio['floor']:7.2f}x  {ratio['python']:8.2f}x  {blinker_ratio}"
         )
         if ratio["bare"] > TARGET:
             misses += 1
     # The fixed cost of one dispatch with no callback: what N = 1 pays on top.
-    ns, ratio = measure({"flux": setup_flux(0, keep), "bare": setup_bare(0, keep)}, CALLBACKS_PER_RUN, 1)
+    ns, ratio = measure(
+        {"flux": setup_flux(0, keep), "bare": setup_bare(0, keep), "floor": setup_floor(0, keep)},
+        CALLBACKS_PER_RUN,
+        1,
+    )
     print(
-        f"  {0:>4}  {ns['flux']:8.1f}  {ns['bare']:8.1f}  {'':8}  {'':8}   {ratio['bare']:6.2f}x"
-        "   (ns per dispatch with no callback: the fixed cost)"
+        f"  {0:>4}  {ns['flux']:7.1f}  {ns['bare']:7.1f}  {ns['floor']:7.1f}  {'':7}  {'':7}"
+        f"   {ratio['bare']:6.2f}x  {ratio['floor']:7.2f}x   (ns per dispatch, no callback: the fixed cost)"
     )
     print()
     print(
