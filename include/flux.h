@@ -159,11 +159,14 @@ FLUX_API flux_dispatcher *flux_dispatcher_create(void);
  * dispatcher. Destroying NULL is a harmless no-op that returns FLUX_OK.
  *
  * While it runs, destroy functions that call flux_register(),
- * flux_unregister() or flux_dispatch() on d get FLUX_ERR_INVALID_ARGUMENT.
+ * flux_unregister(), flux_dispatch() or flux_dispatcher_destroy() on d get
+ * FLUX_ERR_INVALID_ARGUMENT.
  *
  * @return FLUX_OK, and d is gone.
  *         FLUX_ERR_ALREADY_DISPATCHING when a dispatch is running (from inside
  *         a callback, or on another thread): nothing is changed, d stays valid.
+ *         FLUX_ERR_INVALID_ARGUMENT from a destroy function run by this very
+ *         call: d is already being destroyed, and the outer call frees it.
  * Threads: any thread, but no other call on d may be in flight or follow.
  */
 FLUX_API flux_status flux_dispatcher_destroy(flux_dispatcher *d);

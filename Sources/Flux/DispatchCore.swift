@@ -226,14 +226,21 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     }
 
     /// Unregisters everything, releasing in registration order, and makes
-    /// every later register, unregister and dispatch fail with
+    /// every later register, unregister, dispatch and close fail with
     /// `invalidArgument` (release functions may still call in). Fails while a
-    /// dispatch runs; closing twice is harmless.
+    /// dispatch runs.
     ///
-    /// - Throws: `alreadyDispatching` when a dispatch is running; nothing changes.
+    /// - Throws: `alreadyDispatching` when a dispatch is running;
+    ///   `invalidArgument` when already closed -- say, by a release function
+    ///   run by this very close, which must not free the engine under it.
+    ///   Either way nothing changes.
     public func close() throws(FluxError) {
         var callbacks: [Callback] = []
         lock.lock()
+        if isClosed {
+            lock.unlock()
+            throw .closed
+        }
         guard claimTable(orSet: 0) else {
             lock.unlock()
             throw FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
