@@ -38,7 +38,7 @@ WARN     := -Wall -Wextra -Werror
 TEST_CFLAGS := $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Iinclude -pthread
 LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 
-.PHONY: all lib demo check check-swift check-c check-header check-python check-memory \
+.PHONY: all lib demo check check-swift check-thread check-c check-header check-python check-memory \
         bench install uninstall clean
 
 all: lib
@@ -82,6 +82,11 @@ check: check-swift check-c check-header check-python
 # Warnings are errors here: the package promises Swift 6 mode with none.
 check-swift:
 	$(SWIFT) test -Xswiftc -warnings-as-errors
+
+# The Swift tests (threads included) under ThreadSanitizer, in a build
+# directory of their own; the first report fails the run.
+check-thread:
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
 
 check-c: $(C_TESTS)
 	$(PYTHON) Tests/c/run.py $(C_TESTS)
@@ -147,5 +152,5 @@ uninstall:
 	      $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
 
 clean:
-	rm -rf $(B) .build-lib
+	rm -rf $(B) .build-lib .build-tsan
 	$(SWIFT) package clean

@@ -55,17 +55,27 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     /// its own ID, so a thread reading its own ID here is certain to be it.
     @usableFromInline let owner = Atomic<UInt>(0)
     @usableFromInline let lock = ConditionLock()
-    /// All mutable state, behind a pointer: the engine is shared by borrowing,
+    /// All mutable state, behind pointers: the engine is shared by borrowing,
     /// and the hot paths change their state with plain stores, no exclusivity
-    /// checks.
-    @usableFromInline let storage: UnsafeMutablePointer<Storage>
+    /// checks. Three parts, one per owner, each reached through its own
+    /// pointer so that an access to one part is never an access to another
+    /// (which ThreadSanitizer would rightly call a race):
+    ///
+    /// - `run`: the running dispatch's state, touched only by the thread
+    ///   running it;
+    /// - `slots`: the registration table, read by the dispatching thread
+    ///   without the lock (it is frozen while a dispatch runs), changed only
+    ///   by the holder of the lock and the mutating bit, or by the ending
+    ///   dispatch under the lock;
+    /// - `locked`: what mutators and waiting dispatchers share, under the lock.
+    @usableFromInline let run: UnsafeMutablePointer<Run>
+    @usableFromInline let slots: UnsafeMutablePointer<SlotTable<Callback>>
+    @usableFromInline let locked: UnsafeMutablePointer<Locked>
+    /// The one heap block the three point into.
+    private let storage: UnsafeMutablePointer<Storage>
 
     @usableFromInline
-    struct Storage {
-        /// Owned by the dispatching thread while dispatching, else by the holder
-        /// of the lock and the mutating bit.
-        @usableFromInline var table: SlotTable<Callback>
-        // Touched only by the dispatching thread:
+    struct Run {
         @usableFromInline var epoch: UInt64 = 0
         @usableFromInline var payload: Callback.Payload?
         @usableFromInline var failure: Callback.Failure?
@@ -77,10 +87,13 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         /// Where the dispatch loop stops: the table's count, or 0 once a
         /// callback failed, so one compare per callback covers both.
         @usableFromInline var end = 0
-        // Guarded by the lock:
+    }
+
+    @usableFromInline
+    struct Locked {
         var nextToken: UInt64 = 1
         var joined: SlotTable<Callback>?
-        /// A table big enough for `table` plus `joined`, reserved when a
+        /// A table big enough for the table plus `joined`, reserved when a
         /// registration joins, so the merge at the end cannot fail.
         var spare: SlotTable<Callback>?
         var leaving: [UInt64] = []
@@ -89,20 +102,40 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         var waiters = 0
     }
 
+    @usableFromInline
+    struct Storage {
+        var run = Run()
+        var slots: SlotTable<Callback>
+        var locked = Locked()
+    }
+
     /// A dispatcher with no callbacks, or nil when memory runs out.
     public init?() {
         guard let table = SlotTable<Callback>.allocate(capacity: 8) else { return nil }
-        storage = .allocate(capacity: 1)
-        storage.initialize(to: Storage(table: table))
+        let block = UnsafeMutablePointer<Storage>.allocate(capacity: 1)
+        block.initialize(to: Storage(slots: table))
+        // Stored properties: these key paths are plain offsets and never nil.
+        guard let run = block.pointer(to: \.run), let slots = block.pointer(to: \.slots),
+              let locked = block.pointer(to: \.locked)
+        else {
+            block.deinitialize(count: 1)
+            block.deallocate()
+            table.deallocate()
+            return nil
+        }
+        storage = block
+        self.run = run
+        self.slots = slots
+        self.locked = locked
     }
 
     deinit {
         var callbacks: [Callback] = []
-        storage.pointee.table.removeAll { callbacks.append($0) }
-        storage.pointee.joined?.removeAll { callbacks.append($0) }
-        storage.pointee.table.deallocate()
-        storage.pointee.joined?.deallocate()
-        storage.pointee.spare?.deallocate()
+        slots.pointee.removeAll { callbacks.append($0) }
+        locked.pointee.joined?.removeAll { callbacks.append($0) }
+        slots.pointee.deallocate()
+        locked.pointee.joined?.deallocate()
+        locked.pointee.spare?.deallocate()
         storage.deinitialize(count: 1)
         storage.deallocate()
         for callback in callbacks { callback.release() }
@@ -142,48 +175,46 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     }
 
     private func insertLocked(_ callback: Callback) -> Result<UInt64, FluxError> {
-        let s = storage
         if isClosed { return .failure(.closed) }
-        let token = s.pointee.nextToken
+        let token = locked.pointee.nextToken
         if claimTable(orSet: Self.dirtyBit) {
             defer { releaseTable() }
-            if s.pointee.table.isFull {
-                guard var bigger = SlotTable<Callback>.allocate(capacity: grown(s.pointee.table.capacity)) else {
+            if slots.pointee.isFull {
+                guard var bigger = SlotTable<Callback>.allocate(capacity: grown(slots.pointee.capacity)) else {
                     return .failure(.outOfMemory)
                 }
-                s.pointee.table.moveAll(appendingTo: &bigger)
-                s.pointee.table.deallocate()
-                s.pointee.table = bigger
+                slots.pointee.moveAll(appendingTo: &bigger)
+                slots.pointee.deallocate()
+                slots.pointee = bigger
             }
-            s.pointee.table.append(token, callback)
+            slots.pointee.append(token, callback)
         } else {
             guard reserveJoinedSlot() else { return .failure(.outOfMemory) }
-            s.pointee.joined?.append(token, callback)
+            locked.pointee.joined?.append(token, callback)
         }
-        s.pointee.nextToken += 1
+        locked.pointee.nextToken += 1
         return .success(token)
     }
 
     /// Makes room in `joined` for one more registration, and makes sure the
     /// merge at the end of the dispatch will have room. Under the lock.
     private func reserveJoinedSlot() -> Bool {
-        let s = storage
-        let joinedCount = s.pointee.joined?.count ?? 0
-        if s.pointee.joined?.isFull ?? true {
+        let joinedCount = locked.pointee.joined?.count ?? 0
+        if locked.pointee.joined?.isFull ?? true {
             guard var bigger = SlotTable<Callback>.allocate(capacity: max(8, grown(joinedCount))) else { return false }
-            if var old = s.pointee.joined {
+            if var old = locked.pointee.joined {
                 old.moveAll(appendingTo: &bigger)
                 old.deallocate()
             }
-            s.pointee.joined = bigger
+            locked.pointee.joined = bigger
         }
-        let needed = s.pointee.table.count + joinedCount + 1
-        if needed > s.pointee.table.capacity && needed > (s.pointee.spare?.capacity ?? 0) {
-            guard let spare = SlotTable<Callback>.allocate(capacity: max(needed, grown(s.pointee.table.capacity))) else {
+        let needed = slots.pointee.count + joinedCount + 1
+        if needed > slots.pointee.capacity && needed > (locked.pointee.spare?.capacity ?? 0) {
+            guard let spare = SlotTable<Callback>.allocate(capacity: max(needed, grown(slots.pointee.capacity))) else {
                 return false
             }
-            s.pointee.spare?.deallocate()
-            s.pointee.spare = spare
+            locked.pointee.spare?.deallocate()
+            locked.pointee.spare = spare
         }
         return true
     }
@@ -197,25 +228,24 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     ///   unregistered.
     public func unregister(_ token: DispatchToken) throws(FluxError) {
         lock.lock()
-        let s = storage
         let t = token.rawValue
         var released: Callback?
         var error: FluxError?
         if isClosed {
             error = .closed
-        } else if let i = s.pointee.joined?.index(of: t), let callback = s.pointee.joined?.remove(at: i) {
+        } else if let i = locked.pointee.joined?.index(of: t), let callback = locked.pointee.joined?.remove(at: i) {
             // Joined during the running dispatch, which never calls it; still,
             // every removal during a dispatch is released when it ends.
-            s.pointee.joinedLeft.append(callback)
-        } else if let i = s.pointee.table.index(of: t), !s.pointee.leaving.contains(t) {
+            locked.pointee.joinedLeft.append(callback)
+        } else if let i = slots.pointee.index(of: t), !locked.pointee.leaving.contains(t) {
             if claimTable(orSet: Self.dirtyBit) {
-                released = s.pointee.table.remove(at: i)
+                released = slots.pointee.remove(at: i)
                 releaseTable()
             } else {
                 // The table is frozen, so `i` stays right until the dispatch
                 // ends; from here on it skips the callback.
-                s.pointee.leaving.append(t)
-                s.pointee.table.setMark(i, SlotTable<Callback>.removedMark)
+                locked.pointee.leaving.append(t)
+                slots.pointee.setMark(i, SlotTable<Callback>.removedMark)
             }
         } else {
             error = unknownTokenLocked(t)
@@ -245,7 +275,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
             lock.unlock()
             throw FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
         }
-        storage.pointee.table.removeAll { callbacks.append($0) }
+        slots.pointee.removeAll { callbacks.append($0) }
         state.bitwiseOr(Self.closedBit, ordering: .relaxed)
         releaseTable()
         lock.unlock()
@@ -290,28 +320,27 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
             if let error = beginSlow(me) { throw .flux(error) }
         }
         owner.store(me, ordering: .relaxed)
-        let s = storage
-        s.pointee.epoch &+= 1
-        let pending = s.pointee.epoch &* 2
-        s.pointee.payload = payload
-        s.pointee.cursor = -1
-        let table = s.pointee.table
-        s.pointee.end = table.count
+        run.pointee.epoch &+= 1
+        let pending = run.pointee.epoch &* 2
+        run.pointee.payload = payload
+        run.pointee.cursor = -1
+        let table = slots.pointee
+        run.pointee.end = table.count
         var i = 0
         // `end` drops to 0 when a callback fails, here or in a waitFor.
-        while i < s.pointee.end {
+        while i < run.pointee.end {
             // Skip callbacks waitFor already ran (or is running) and removed
             // ones; the cursor stands in for this callback's pending mark.
             if table.mark(i) < pending {
-                s.pointee.cursor = i
+                run.pointee.cursor = i
                 if let error = table.callbacks[i].invoke(payload) { recordFailure(error, token: table.tokens[i]) }
             }
             i &+= 1
         }
-        let failure = s.pointee.failure.take()
-        s.pointee.aborted = false
-        let failedToken = s.pointee.failedToken
-        s.pointee.payload = nil
+        let failure = run.pointee.failure.take()
+        run.pointee.aborted = false
+        let failedToken = run.pointee.failedToken
+        run.pointee.payload = nil
         owner.store(0, ordering: .relaxed)
         if !state.compareExchange(expected: Self.dispatchingBit, desired: 0, ordering: .releasing).exchanged {
             endSlow()
@@ -363,11 +392,10 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     /// callback failed and the dispatch is aborting, which it reports first.
     @inlinable @inline(__always)
     public func tryWaitFor(_ token: DispatchToken) -> Bool {
-        let s = storage
-        guard isDispatchingOnCurrentThread, !s.pointee.aborted, let payload = s.pointee.payload,
-              let i = s.pointee.table.index(of: token.rawValue) else { return false }
-        let table = s.pointee.table
-        let pending = s.pointee.epoch &* 2
+        guard isDispatchingOnCurrentThread, !run.pointee.aborted, let payload = run.pointee.payload,
+              let i = slots.pointee.index(of: token.rawValue) else { return false }
+        let table = slots.pointee
+        let pending = run.pointee.epoch &* 2
         switch phase(table, i, pending) {
         case .handled: return true
         case .notRun: return invoke(table, i, payload, pending)
@@ -396,22 +424,20 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     func beginWait() throws(DispatchError<Callback.Failure>)
         -> (payload: Callback.Payload, table: SlotTable<Callback>, pending: UInt64)
     {
-        let s = storage
-        guard isDispatchingOnCurrentThread, let payload = s.pointee.payload else {
+        guard isDispatchingOnCurrentThread, let payload = run.pointee.payload else {
             throw .flux(notDispatchingError())
         }
-        if s.pointee.aborted { throw currentFailure() }
-        return (payload, s.pointee.table, s.pointee.epoch &* 2)
+        if run.pointee.aborted { throw currentFailure() }
+        return (payload, slots.pointee, run.pointee.epoch &* 2)
     }
 
     /// The failure that is aborting this dispatch (only called when aborted).
     @usableFromInline
     func currentFailure() -> DispatchError<Callback.Failure> {
-        let s = storage
-        guard let failure = s.pointee.failure else {
+        guard let failure = run.pointee.failure else {
             return .flux(FluxError(.callbackFailed, "the dispatch was aborted"))
         }
-        return .callback(failure, DispatchToken(rawValue: s.pointee.failedToken))
+        return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken))
     }
 
     @usableFromInline
@@ -426,7 +452,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         if mark == SlotTable<Callback>.removedMark { return .removed }
         if mark == pending { return .pending }
         if mark == pending | 1 { return .handled }
-        let cursor = storage.pointee.cursor
+        let cursor = run.pointee.cursor
         return i < cursor ? .handled : i == cursor ? .pending : .notRun
     }
 
@@ -440,26 +466,25 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         // The table and the epoch are read again rather than kept across the
         // call (they cannot change during a dispatch): fewer registers to
         // save, so a smaller frame for every link of a chain of waits.
-        let s = storage
-        let table = s.pointee.table
+        let table = slots.pointee
         // Handled, unless the callback was unregistered meanwhile (removedMark
         // is the largest mark, so max keeps it). An unregistration from
         // another thread can slip in between the load and the store and be
         // overwritten; that only loses the skip hint for a callback that has
         // already run, and the end of the dispatch removes it by `leaving`.
-        table.setMark(i, max(table.mark(i), s.pointee.epoch &* 2 | 1))
+        table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
         if let error { recordFailure(error, token: table.tokens[i]) }
-        return !s.pointee.aborted
+        return !run.pointee.aborted
     }
 
     @usableFromInline
     func recordFailure(_ error: Callback.Failure, token: UInt64) {
         // Keep the first failure: a waiter re-reporting it is not the cause.
-        if !storage.pointee.aborted {
-            storage.pointee.aborted = true
-            storage.pointee.end = 0
-            storage.pointee.failure = error
-            storage.pointee.failedToken = token
+        if !run.pointee.aborted {
+            run.pointee.aborted = true
+            run.pointee.end = 0
+            run.pointee.failure = error
+            run.pointee.failedToken = token
         }
     }
 
@@ -470,16 +495,15 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         if owner.load(ordering: .relaxed) == me { return .alreadyDispatching }
         lock.lock()
         defer { lock.unlock() }
-        let s = storage
         if isClosed { return .closed }
-        s.pointee.waiters += 1
-        defer { s.pointee.waiters -= 1 }
+        locked.pointee.waiters += 1
+        defer { locked.pointee.waiters -= 1 }
         while true {
             let current = state.load(ordering: .acquiring)
             if current & Self.dispatchingBit == 0 {
                 // Idle; the mutating bit cannot be set, mutators hold the lock.
                 // Leave the waiters bit up for those still sleeping.
-                let desired = Self.dispatchingBit | (s.pointee.waiters > 1 ? Self.waitersBit : 0)
+                let desired = Self.dispatchingBit | (locked.pointee.waiters > 1 ? Self.waitersBit : 0)
                 if state.compareExchange(expected: current, desired: desired, ordering: .acquiringAndReleasing).exchanged {
                     return nil
                 }
@@ -499,33 +523,32 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     @usableFromInline
     func endSlow() {
         lock.lock()
-        let s = storage
-        var released = s.pointee.joinedLeft
-        s.pointee.joinedLeft = []
-        if !s.pointee.leaving.isEmpty {
+        var released = locked.pointee.joinedLeft
+        locked.pointee.joinedLeft = []
+        if !locked.pointee.leaving.isEmpty {
             // Stamp them again: waitFor may have overwritten a stamp (see invoke).
-            for token in s.pointee.leaving {
-                if let i = s.pointee.table.index(of: token) { s.pointee.table.setMark(i, SlotTable<Callback>.removedMark) }
+            for token in locked.pointee.leaving {
+                if let i = slots.pointee.index(of: token) { slots.pointee.setMark(i, SlotTable<Callback>.removedMark) }
             }
-            s.pointee.table.removeMarked { released.append($0) }
-            s.pointee.leaving.removeAll()
+            slots.pointee.removeMarked { released.append($0) }
+            locked.pointee.leaving.removeAll()
         }
-        if var joined = s.pointee.joined {
-            if s.pointee.table.count + joined.count > s.pointee.table.capacity, var spare = s.pointee.spare {
-                s.pointee.table.moveAll(appendingTo: &spare)
-                s.pointee.table.deallocate()
-                s.pointee.table = spare
-                s.pointee.spare = nil
+        if var joined = locked.pointee.joined {
+            if slots.pointee.count + joined.count > slots.pointee.capacity, var spare = locked.pointee.spare {
+                slots.pointee.moveAll(appendingTo: &spare)
+                slots.pointee.deallocate()
+                slots.pointee = spare
+                locked.pointee.spare = nil
             }
             // reserveJoinedSlot() guaranteed the room.
-            joined.moveAll(appendingTo: &s.pointee.table)
+            joined.moveAll(appendingTo: &slots.pointee)
             joined.deallocate()
-            s.pointee.joined = nil
+            locked.pointee.joined = nil
         }
-        s.pointee.spare?.deallocate()
-        s.pointee.spare = nil
+        locked.pointee.spare?.deallocate()
+        locked.pointee.spare = nil
         state.store(0, ordering: .releasing)
-        if s.pointee.waiters > 0 { lock.broadcast() }
+        if locked.pointee.waiters > 0 { lock.broadcast() }
         lock.unlock()
         for callback in released { callback.release() }
     }
@@ -547,15 +570,14 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     }
 
     private func unknownTokenLocked(_ t: UInt64) -> FluxError {
-        let s = storage
         let why: String
         if t == 0 {
             why = "token 0 is never a valid token"
-        } else if s.pointee.joined?.index(of: t) != nil {
+        } else if locked.pointee.joined?.index(of: t) != nil {
             why = "token \(t) was registered during this dispatch; it is first called by the next dispatch"
-        } else if s.pointee.leaving.contains(t) {
+        } else if locked.pointee.leaving.contains(t) {
             why = "token \(t) was unregistered during this dispatch"
-        } else if t >= s.pointee.nextToken {
+        } else if t >= locked.pointee.nextToken {
             why = "token \(t) was never issued by this dispatcher"
         } else {
             why = "token \(t) does not map to a registered callback (it was unregistered)"
