@@ -61,18 +61,33 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     /// pointer so that an access to one part is never an access to another
     /// (which ThreadSanitizer would rightly call a race):
     ///
-    /// - `run`: the running dispatch's state, touched only by the thread
-    ///   running it;
     /// - `slots`: the registration table, read by the dispatching thread
     ///   without the lock (it is frozen while a dispatch runs), changed only
     ///   by the holder of the lock and the mutating bit, or by the ending
     ///   dispatch under the lock;
+    /// - `run`: the running dispatch's state, touched only by the thread
+    ///   running it; it sits at a fixed offset after `slots`, so the hot
+    ///   paths keep one pointer where they need both;
     /// - `locked`: what mutators and waiting dispatchers share, under the lock.
-    @usableFromInline let run: UnsafeMutablePointer<Run>
     @usableFromInline let slots: UnsafeMutablePointer<SlotTable<Callback>>
     @usableFromInline let locked: UnsafeMutablePointer<Locked>
-    /// The one heap block the three point into.
-    private let storage: UnsafeMutablePointer<Storage>
+
+    @inlinable @inline(__always)
+    var run: UnsafeMutablePointer<Run> {
+        (UnsafeMutableRawPointer(slots) + Self.runOffset).assumingMemoryBound(to: Run.self)
+    }
+
+    /// Where `run` and `locked` sit in the block `slots` starts.
+    @inlinable static var runOffset: Int {
+        roundUp(MemoryLayout<SlotTable<Callback>>.size, MemoryLayout<Run>.alignment)
+    }
+    static var lockedOffset: Int {
+        roundUp(runOffset + MemoryLayout<Run>.size, MemoryLayout<Locked>.alignment)
+    }
+    static var blockSize: Int { lockedOffset + MemoryLayout<Locked>.size }
+    static var blockAlignment: Int {
+        max(MemoryLayout<SlotTable<Callback>>.alignment, MemoryLayout<Run>.alignment, MemoryLayout<Locked>.alignment)
+    }
 
     @usableFromInline
     struct Run {
@@ -102,31 +117,15 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         var waiters = 0
     }
 
-    @usableFromInline
-    struct Storage {
-        var run = Run()
-        var slots: SlotTable<Callback>
-        var locked = Locked()
-    }
-
     /// A dispatcher with no callbacks, or nil when memory runs out.
     public init?() {
         guard let table = SlotTable<Callback>.allocate(capacity: 8) else { return nil }
-        let block = UnsafeMutablePointer<Storage>.allocate(capacity: 1)
-        block.initialize(to: Storage(slots: table))
-        // Stored properties: these key paths are plain offsets and never nil.
-        guard let run = block.pointer(to: \.run), let slots = block.pointer(to: \.slots),
-              let locked = block.pointer(to: \.locked)
-        else {
-            block.deinitialize(count: 1)
-            block.deallocate()
-            table.deallocate()
-            return nil
-        }
-        storage = block
-        self.run = run
-        self.slots = slots
-        self.locked = locked
+        let block = UnsafeMutableRawPointer.allocate(byteCount: Self.blockSize, alignment: Self.blockAlignment)
+        slots = block.bindMemory(to: SlotTable<Callback>.self, capacity: 1)
+        slots.initialize(to: table)
+        (block + Self.runOffset).bindMemory(to: Run.self, capacity: 1).initialize(to: Run())
+        locked = (block + Self.lockedOffset).bindMemory(to: Locked.self, capacity: 1)
+        locked.initialize(to: Locked())
     }
 
     deinit {
@@ -136,8 +135,10 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         slots.pointee.deallocate()
         locked.pointee.joined?.deallocate()
         locked.pointee.spare?.deallocate()
-        storage.deinitialize(count: 1)
-        storage.deallocate()
+        locked.deinitialize(count: 1)
+        run.deinitialize(count: 1)
+        slots.deinitialize(count: 1)
+        UnsafeMutableRawPointer(slots).deallocate()
         for callback in callbacks { callback.release() }
     }
 
@@ -584,6 +585,11 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         }
         return FluxError(.unknownToken, why)
     }
+}
+
+@inlinable
+func roundUp(_ value: Int, _ alignment: Int) -> Int {
+    (value + alignment - 1) / alignment * alignment
 }
 
 /// Growth by half again (amortized O(1) appends with less slack than
