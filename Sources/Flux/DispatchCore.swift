@@ -72,6 +72,9 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     @usableFromInline let slots: UnsafeMutablePointer<SlotTable<Callback>>
     @usableFromInline let locked: UnsafeMutablePointer<Locked>
 
+    /// Bind it to a local before writing through it (`let run = self.run`):
+    /// a write through a computed property is, to ThreadSanitizer, an access
+    /// to the whole engine, which other threads read.
     @inlinable @inline(__always)
     var run: UnsafeMutablePointer<Run> {
         (UnsafeMutableRawPointer(slots) + Self.runOffset).assumingMemoryBound(to: Run.self)
@@ -321,6 +324,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
             if let error = beginSlow(me) { throw .flux(error) }
         }
         owner.store(me, ordering: .relaxed)
+        let run = self.run
         run.pointee.epoch &+= 1
         let pending = run.pointee.epoch &* 2
         run.pointee.payload = payload
@@ -481,6 +485,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     @usableFromInline
     func recordFailure(_ error: Callback.Failure, token: UInt64) {
         // Keep the first failure: a waiter re-reporting it is not the cause.
+        let run = self.run
         if !run.pointee.aborted {
             run.pointee.aborted = true
             run.pointee.end = 0
