@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import re
 import sys
 import threading
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import flux
 from flux import trampoline as tr
@@ -216,3 +219,42 @@ def test_an_i_pp_trampoline_is_a_dispatcher_callback() -> None:
     finally:
         if d is not None:
             lib.flux_dispatcher_destroy(d)
+
+
+# Any bytes at all, as flux_closure_create's signature, straight through the C
+# ABI: libflux either accepts them -- exactly when they are well formed -- or
+# refuses with INVALID_ARGUMENT; it never traps (which would kill this
+# process) and leaves nothing behind.
+_WELL_FORMED_BYTES = re.compile(rb"[vilLIzfdp]\([ilLIzfdp]{0,16}\)")
+_raw_create = flux._native.lib["flux_closure_create"]
+_raw_create.argtypes = (ctypes.c_char_p, tr._HANDLER, ctypes.c_void_p, ctypes.c_void_p,
+                        ctypes.POINTER(ctypes.c_void_p))
+_raw_create.restype = ctypes.c_int
+_raw_destroy = flux._native.lib["flux_closure_destroy"]
+_raw_destroy.argtypes = (ctypes.c_void_p,)
+_raw_destroy.restype = ctypes.c_int
+_NOOP_HANDLER = tr._HANDLER(lambda userdata, ret, args: None)
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=40).filter(lambda b: b"\0" not in b),
+        # Near misses of the grammar are where a parser breaks.
+        st.text(alphabet="vilLIzfdp()x", max_size=24).map(str.encode),
+    )
+)
+@example(b"v(" + b"i" * 16 + b")")  # the most arguments there may be
+@example(b"v(" + b"i" * 17 + b")")  # one too many
+@example(b"\xff(")
+@settings(max_examples=3000, deadline=None)
+def test_any_signature_bytes_are_accepted_exactly_when_well_formed(signature: bytes) -> None:
+    out = ctypes.c_void_p()
+    status = _raw_create(signature, _NOOP_HANDLER, None, None, ctypes.byref(out))
+    if _WELL_FORMED_BYTES.fullmatch(signature):
+        assert status == flux.Status.OK, flux._native.last_error()
+        assert out.value
+        assert _raw_destroy(out.value) == flux.Status.OK
+    else:
+        assert status == flux.Status.ERR_INVALID_ARGUMENT, signature
+        assert not out.value
+        assert flux._native.last_error().startswith("flux_closure_create: ")
