@@ -122,8 +122,12 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
 
     /// A dispatcher with no callbacks, or nil when memory runs out.
     public init?() {
-        guard let table = SlotTable<Callback>.allocate(capacity: 8) else { return nil }
-        let block = UnsafeMutableRawPointer.allocate(byteCount: Self.blockSize, alignment: Self.blockAlignment)
+        // malloc, not Swift's allocator, which traps when memory runs out.
+        guard Self.blockAlignment <= 16, let table = SlotTable<Callback>.allocate(capacity: 8) else { return nil }
+        guard let block = allocateBytes(Self.blockSize) else {
+            table.deallocate()
+            return nil
+        }
         slots = block.bindMemory(to: SlotTable<Callback>.self, capacity: 1)
         slots.initialize(to: table)
         (block + Self.runOffset).bindMemory(to: Run.self, capacity: 1).initialize(to: Run())
@@ -141,7 +145,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         locked.deinitialize(count: 1)
         run.deinitialize(count: 1)
         slots.deinitialize(count: 1)
-        UnsafeMutableRawPointer(slots).deallocate()
+        freeBytes(UnsafeMutableRawPointer(slots))
         for callback in callbacks { callback.release() }
     }
 
