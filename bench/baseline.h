@@ -36,9 +36,9 @@ int baseline_loop_shared(const bench_pair *pairs, size_t n, const void *payload)
 /* The wait_for chain's baseline (baseline-chain.c, in libbaseline.so only):
  * the same contract with the least bookkeeping C can do it with -- marks,
  * a cursor, the dispatching thread, an abort flag; no locks, no
- * registration, no messages. A chain of waits recurses once per link, so its
- * cost is bound by call and return prediction as much as by what the wait
- * does; this says what that costs on the machine at hand. Token k names
+ * registration, no messages. A chain of waits nests two calls per link, so
+ * its cost is bound by call and return prediction as much as by what the
+ * wait does; this says what that costs on the machine at hand. Token k names
  * pairs[k - 1]. */
 typedef struct baseline_chain {
     const bench_pair *pairs;

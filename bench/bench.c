@@ -11,7 +11,8 @@
  *   3. a flux_wait_for() chain of depth 100, 1,000 and 10,000, where callback i
  *      waits for callback i+1 (the deepest recursion), run on a thread with a
  *      256 MiB stack: ns per callback, to show the cost is linear, against
- *      the same chain through a plain C wait_for (baseline-chain.c);
+ *      the same chain through a plain C wait_for and against the bare
+ *      recursion of such a chain (both in baseline-chain.c);
  *   4. heap allocations per dispatch in steady state, and heap bytes per
  *      registration, counted by the malloc interposer below.
  *
