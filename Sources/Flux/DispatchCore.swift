@@ -455,14 +455,20 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     /// Where the callback at `i` stands in this dispatch. Callbacks run by
     /// `waitFor` carry marks; the outer loop marks nothing, so before its
     /// cursor everything is handled and at its cursor the callback is pending.
+    ///
+    /// Every mark this dispatch can find is at least `pending`: its own two
+    /// (`pending`, `pending | 1`) and `removedMark`; marks of earlier
+    /// dispatches are below it. So one compare sends the common case -- no
+    /// mark yet -- to the cursor.
     @inlinable @inline(__always)
     func phase(_ table: SlotTable<Callback>, _ i: Int, _ pending: UInt64) -> Phase {
         let mark = table.mark(i)
-        if mark == SlotTable<Callback>.removedMark { return .removed }
+        if mark < pending {
+            let cursor = run.pointee.cursor
+            return i < cursor ? .handled : i == cursor ? .pending : .notRun
+        }
         if mark == pending { return .pending }
-        if mark == pending | 1 { return .handled }
-        let cursor = run.pointee.cursor
-        return i < cursor ? .handled : i == cursor ? .pending : .notRun
+        return mark == SlotTable<Callback>.removedMark ? .removed : .handled
     }
 
     /// Runs the callback at `i` for `waitFor`, marking it pending, then

@@ -80,7 +80,8 @@ public func flux_dispatch(_ handle: OpaquePointer?, _ payload: UnsafeRawPointer?
 public func flux_wait_for(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt64>?, _ count: Int) -> Int32 {
     // One token is the common case and every link of a wait_for chain: the
     // core's non-throwing single-token wait, inlined into one frame per link.
-    guard count == 1, let handle, let tokens else { return waitForMany(handle, tokens, count) }
+    guard count == 1 else { return waitForMany(handle, tokens, count) }
+    guard let handle, let tokens else { return waitForMany(handle, tokens, count) }
     let token = DispatchToken(rawValue: tokens.pointee)
     return handle.dispatcher.pointee.tryWaitFor(token) ? 0 : waitForFailed(handle, token)
 }
