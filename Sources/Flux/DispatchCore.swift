@@ -381,24 +381,17 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     }
 
     /// `waitFor` of one token (the common case, and every link of a chain):
-    /// one lookup, no second pass. Inlined into its caller: in a chain of
-    /// waits every frame less is a return the CPU's return-stack predictor,
-    /// too shallow for deep recursion, does not have to guess.
+    /// one lookup, no second pass, and the error worked out only on failure.
     @inlinable @inline(__always)
     public func waitFor(_ token: DispatchToken) throws(DispatchError<Callback.Failure>) {
-        let (payload, table, pending) = try beginWait()
-        let (i, phase) = try waitable(token, table, pending)
-        if phase == .notRun && !invoke(table, i, payload, pending) { throw currentFailure() }
+        if !tryWaitFor(token) { throw waitFailure(token) }
     }
 
     /// `waitFor(token)` for hosts that report errors themselves (the C ABI):
     /// true when the callback has run in this dispatch, now or before; false
-    /// when `waitFor(token)` would throw. Nothing is thrown or formatted here,
-    /// so this inlines into one small frame per link of a chain of waits.
-    ///
-    /// After false, calling `waitFor(token)` throws the error without running
-    /// anything: either nothing ran (the checks failed, and fail again), or a
-    /// callback failed and the dispatch is aborting, which it reports first.
+    /// when the wait failed, and then `waitFailure(token)` says why. Nothing
+    /// is thrown or formatted here, so this inlines into one small frame per
+    /// link of a chain of waits.
     @inlinable @inline(__always)
     public func tryWaitFor(_ token: DispatchToken) -> Bool {
         guard isDispatchingOnCurrentThread, !run.pointee.aborted, let payload = run.pointee.payload,
@@ -410,6 +403,23 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
         case .notRun: return invoke(table, i, payload, pending)
         case .pending, .removed: return false
         }
+    }
+
+    /// Why `tryWaitFor(token)` just returned false, found by the checks it
+    /// makes, without running anything: either nothing ran and the same check
+    /// fails again, or a callback failed and the dispatch is aborting, which
+    /// is reported first.
+    public func waitFailure(_ token: DispatchToken) -> DispatchError<Callback.Failure> {
+        do throws(DispatchError<Callback.Failure>) {
+            let (_, table, pending) = try beginWait()
+            _ = try waitable(token, table, pending)
+        } catch {
+            return error
+        }
+        // The checks pass only if the token's state moved on since; an
+        // unregistration from another thread can only make them fail, so
+        // this is not reached. Say something true all the same.
+        return .flux(FluxError(.unknownToken, "token \(token.rawValue) could not be waited for"))
     }
 
     /// Where `token` is and where it stands, when it may be waited for: not

@@ -86,16 +86,10 @@ public func flux_wait_for(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt
     return handle.dispatcher.pointee.tryWaitFor(token) ? 0 : waitForFailed(handle, token)
 }
 
-/// Why a one-token wait failed: the throwing wait finds the same error again
-/// without running anything (see `tryWaitFor`), and formats it.
+/// Why a one-token wait failed, as a status and a message.
 @inline(never)
 private func waitForFailed(_ handle: OpaquePointer, _ token: DispatchToken) -> Int32 {
-    do throws(DispatchError<CallbackFailure>) {
-        try handle.dispatcher.pointee.waitFor(token)
-        return 0
-    } catch {
-        return fail("flux_wait_for", error)
-    }
+    fail("flux_wait_for", handle.dispatcher.pointee.waitFailure(token))
 }
 
 /// flux_wait_for with any count, and its argument errors.

@@ -143,21 +143,16 @@ import Testing
     }
 }
 
-/// `DispatchCore.tryWaitFor` is the C ABI's hot path: it must agree with
-/// `waitFor` on every outcome, and after it returns false, `waitFor` must
-/// report the error without running anything.
+/// `DispatchCore.tryWaitFor` is the C ABI's hot path, and with `waitFailure`
+/// it makes up `waitFor(token)`: after false, `waitFailure` must name the
+/// error without running anything.
 @Suite struct TryWaitForTests {
-    /// What `tryWaitFor` returned, then what `waitFor` threw right after.
+    /// What `tryWaitFor` returned, then what `waitFailure` said right after.
     private static func probe(_ d: Dispatcher<Int>, _ token: DispatchToken) -> String {
         if d.core.tryWaitFor(token) { return "ok" }
-        do throws(DispatchError<any Error>) {
-            try d.core.waitFor(token)
-            return "false, then nothing thrown"
-        } catch {
-            switch error {
-            case .flux(let error): return "false, then \(error.code)"
-            case .callback(let error, let failed): return "false, then \(error) from \(failed.rawValue)"
-            }
+        switch d.core.waitFailure(token) {
+        case .flux(let error): return "false, then \(error.code)"
+        case .callback(let error, let failed): return "false, then \(error) from \(failed.rawValue)"
         }
     }
 
@@ -174,7 +169,7 @@ import Testing
         #expect(log.all == ["later ran", "first: ok", "again: ok"])
     }
 
-    @Test func agreesWithWaitForOnEveryErrorAndRunsNothing() throws {
+    @Test func explainsEveryFailureAndRunsNothingMore() throws {
         let d = Dispatcher<Int>()
         let log = Log()
         let tokens = Box<[DispatchToken]>([])
