@@ -215,7 +215,9 @@ flux_unregister = _declare("flux_unregister", c_int, (c_void_p, c_uint64), True)
 # metaclass and more on every call).
 # No errcheck on these two: callers test the status (see the module docstring).
 flux_dispatch = _declare("flux_dispatch", c_int, (c_void_p, c_void_p))
-flux_wait_for = _declare("flux_wait_for", c_int, (c_void_p, POINTER(c_uint64), c_size_t))
+# The token array as a plain address: callers pass a token's own cell or an
+# array they keep alive across the call (an int converts fastest).
+flux_wait_for = _declare("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
 flux_is_dispatching = _declare("flux_is_dispatching", c_int, (c_void_p,))
 flux_status_name = _declare("flux_status_name", c_char_p, (c_int,))
 flux_version = _declare("flux_version", c_uint, ())

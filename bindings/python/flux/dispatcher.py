@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable, Iterable
-from ctypes import byref, c_uint64
+from ctypes import addressof, byref, c_uint64
 from threading import get_ident
 from types import TracebackType
 from typing import Any, Generic, TypeVar, final
@@ -54,12 +54,17 @@ class Token:
     :class:`~flux.UnknownTokenError`. ``int(token)`` is the C ``flux_token``.
     """
 
-    __slots__ = ("_dispatcher", "_value")
+    __slots__ = ("_dispatcher", "_value", "_cell", "_address")
 
     def __init__(self, dispatcher: int, value: int) -> None:
         # Internal: tokens come from Dispatcher.register.
         self._dispatcher = dispatcher
         self._value = value
+        # The value as a flux_token in memory of the token's own, and its
+        # address: wait_for on one token hands libflux that address, with no
+        # array to build per call. Read-only, so any thread may pass it.
+        self._cell = c_uint64(value)
+        self._address: int = addressof(self._cell)
 
     @property
     def value(self) -> int:
@@ -256,12 +261,26 @@ class Dispatcher(Generic[P]):
         :raises TypeError: ``tokens`` is not an iterable of :class:`Token`.
         :raises InvalidArgumentError: the dispatcher is closed.
         """
-        values = [self._token_value(token) for token in tokens]
-        count = len(values)
-        handle = self._handle
-        if handle is None:
-            raise _closed("wait_for")
-        status = _flux_wait_for(handle, (c_uint64 * count)(*values) if count else None, count)
+        if type(tokens) is not list and type(tokens) is not tuple:
+            tokens = list(tokens)
+        if len(tokens) == 1:
+            # The common case, and every link of a chain of waits: no list,
+            # no array, the token's own memory.
+            token = tokens[0]
+            if type(token) is not Token or token._dispatcher != self._serial:
+                self._token_value(token)  # raises the error for it
+            handle = self._handle
+            if handle is None:
+                raise _closed("wait_for")
+            status = _flux_wait_for(handle, token._address, 1)
+        else:
+            values = [self._token_value(token) for token in tokens]
+            count = len(values)
+            handle = self._handle
+            if handle is None:
+                raise _closed("wait_for")
+            array = (c_uint64 * count)(*values) if count else None
+            status = _flux_wait_for(handle, addressof(array) if array is not None else None, count)
         if status:
             # Not popped: dispatch() re-raises it when the abort reaches it,
             # whether or not this callback lets it propagate.
