@@ -115,7 +115,7 @@ $(B)/bench/libbaseline.so: bench/baseline.c bench/baseline-chain.c bench/baselin
 	$(CC) -O2 -std=c11 -fPIC -shared -pthread -DBASELINE_LOOP=baseline_loop_shared -o $@ \
 	    bench/baseline.c bench/baseline-chain.c
 
-$(B)/bench/bench: bench/bench.c bench/baseline.c bench/baseline-chain.c bench/*.h include/flux.h $(LIB) $(B)/bench/libbaseline.so
+$(B)/bench/bench: bench/bench.c bench/baseline.c bench/*.h include/flux.h $(LIB) $(B)/bench/libbaseline.so
 	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ bench/bench.c bench/baseline.c \
 	    -L$(B)/bench -lbaseline -Wl,-rpath,$(abspath $(B)/bench) $(LINK_FLUX) -ldl
 
