@@ -3,26 +3,35 @@
 // libflux: the Flux dispatcher as a Swift library (`Flux`) and as a C library
 // (`libflux.so`, the dynamic product `flux` built from `FluxC`).
 //
+// Targets, one idea each, so that the C library stays lean while `import Flux`
+// gives Swift users everything:
+//
+//   FluxCore  engine, Dispatcher, tokens, errors, stores' core  (no Dispatch, no Foundation)
+//   FluxC     @_cdecl("flux_...") exports over FluxCore (+ CFFI)   -> libflux.so
+//   Flux      what Swift users import: re-exports FluxCore, adds the Swift-only layers
+//
 // The Makefile builds the shared library with the flags a manifest may not
 // carry (static Swift stdlib, version script, SONAME); see `make lib`.
 import PackageDescription
 
 let package = Package(
-    name: "flux",
+    name: "libflux",
     products: [
         .library(name: "Flux", targets: ["Flux"]),
         .library(name: "flux", type: .dynamic, targets: ["FluxC"]),
     ],
     targets: [
         // Pure Swift core: dispatcher engine, errors. Knows nothing of C.
-        .target(name: "Flux"),
+        .target(name: "FluxCore"),
         // libffi (pkg-config "libffi"), for the trampolines of the C ABI only;
-        // Flux itself never sees it.
+        // FluxCore never sees it.
         .systemLibrary(name: "CFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
-        // The C ABI: @_cdecl("flux_...") exports only, thin, over Flux (and
+        // The C ABI: @_cdecl("flux_...") exports only, thin, over FluxCore (and
         // over libffi for flux_closure_* and flux_call).
-        .target(name: "FluxC", dependencies: ["Flux", "CFFI"]),
-        .testTarget(name: "FluxTests", dependencies: ["Flux"]),
+        .target(name: "FluxC", dependencies: ["FluxCore", "CFFI"]),
+        // Swift users' module: FluxCore re-exported, plus the Swift-only layers.
+        .target(name: "Flux", dependencies: ["FluxCore"]),
+        .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -6,7 +6,7 @@ import Musl
 import Darwin
 #endif
 import CFFI
-import Flux
+import FluxCore
 
 // The libffi half of include/flux.h: trampolines (flux_closure_*) and calls
 // through a signature known only at run time (flux_call). The header

@@ -1,4 +1,4 @@
-import Flux
+import FluxCore
 
 // Keep in step with FLUX_VERSION_* in include/flux.h; the C harness checks
 // flux_version() == FLUX_VERSION_NUMBER.

@@ -1,5 +1,5 @@
 import Testing
-@testable import Flux
+@testable import FluxCore
 
 @Suite struct FailureTests {
     @Test func aThrowingCallbackAbortsTheDispatchAndItsErrorIsRethrown() throws {

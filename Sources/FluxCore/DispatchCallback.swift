@@ -4,7 +4,7 @@
 /// cheapest form: the C ABI keeps raw (function pointer, context) pairs, Swift
 /// keeps closures. Conformers should be small values; `invoke` sits on the
 /// hottest path of the library.
-public protocol DispatchCallback {
+package protocol DispatchCallback {
     associatedtype Payload
     associatedtype Failure: Error
 
@@ -21,7 +21,7 @@ public protocol DispatchCallback {
 
 /// What a dispatch or `waitFor` can fail with: the engine's own error, or the
 /// failure of a callback (with its token), which aborted the dispatch.
-public enum DispatchError<Failure: Error>: Error {
+package enum DispatchError<Failure: Error>: Error {
     case flux(FluxError)
     case callback(Failure, DispatchToken)
 }

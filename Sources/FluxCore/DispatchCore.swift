@@ -41,7 +41,7 @@ import Synchronization
 /// Hosts reach it through that place by borrowing, with no reference counting
 /// and no closure on the hot paths -- which a class reference behind a C
 /// handle cannot avoid.
-public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Sendable {
+package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Sendable {
     @usableFromInline static var dispatchingBit: UInt { 1 }
     @usableFromInline static var mutatingBit: UInt { 2 }
     @usableFromInline static var waitersBit: UInt { 4 }
@@ -121,7 +121,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     }
 
     /// A dispatcher with no callbacks, or nil when memory runs out.
-    public init?() {
+    package init?() {
         // malloc, not Swift's allocator, which traps when memory runs out.
         guard Self.blockAlignment <= 16, let table = SlotTable<Callback>.allocate(capacity: 8) else { return nil }
         guard let block = allocateBytes(Self.blockSize) else {
@@ -152,13 +152,13 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     // MARK: - Queries
 
     /// True while a dispatch runs, on any thread. Never waits.
-    public var isDispatching: Bool {
+    package var isDispatching: Bool {
         state.load(ordering: .acquiring) & Self.dispatchingBit != 0
     }
 
     /// True while the calling thread is running a dispatch of this dispatcher.
     @inlinable
-    public var isDispatchingOnCurrentThread: Bool {
+    package var isDispatchingOnCurrentThread: Bool {
         owner.load(ordering: .relaxed) == currentThreadID()
     }
 
@@ -169,7 +169,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     ///
     /// - Throws: `noMemory`; `invalidArgument` once the dispatcher is closed.
     ///   On error `callback.release()` has run: the registration is never half made.
-    public func register(_ callback: Callback) throws(FluxError) -> DispatchToken {
+    package func register(_ callback: Callback) throws(FluxError) -> DispatchToken {
         lock.lock()
         let result = insertLocked(callback)
         lock.unlock()
@@ -234,7 +234,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     ///
     /// - Throws: `unknownToken` when the token was never issued or is already
     ///   unregistered.
-    public func unregister(_ token: DispatchToken) throws(FluxError) {
+    package func unregister(_ token: DispatchToken) throws(FluxError) {
         lock.lock()
         let t = token.rawValue
         var released: Callback?
@@ -272,7 +272,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     ///   `invalidArgument` when already closed -- say, by a release function
     ///   run by this very close, which must not free the engine under it.
     ///   Either way nothing changes.
-    public func close() throws(FluxError) {
+    package func close() throws(FluxError) {
         var callbacks: [Callback] = []
         lock.lock()
         if isClosed {
@@ -322,7 +322,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     ///   `.callback(failure, token)` when a callback failed: the dispatch was
     ///   aborted and the dispatcher is idle again.
     @inlinable @inline(__always)
-    public func dispatch(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
+    package func dispatch(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
         let me = currentThreadID()
         if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
             if let error = beginSlow(me) { throw .flux(error) }
@@ -365,7 +365,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     ///   running further up the stack); `.callback(failure, token)` when a
     ///   callback failed in this dispatch, now or earlier.
     @inlinable
-    public func waitFor<Tokens: Collection<DispatchToken>>(
+    package func waitFor<Tokens: Collection<DispatchToken>>(
         _ tokens: Tokens
     ) throws(DispatchError<Callback.Failure>) {
         if tokens.count == 1, let token = tokens.first { return try waitFor(token) }
@@ -383,7 +383,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     /// `waitFor` of one token (the common case, and every link of a chain):
     /// one lookup, no second pass, and the error worked out only on failure.
     @inlinable @inline(__always)
-    public func waitFor(_ token: DispatchToken) throws(DispatchError<Callback.Failure>) {
+    package func waitFor(_ token: DispatchToken) throws(DispatchError<Callback.Failure>) {
         if !tryWaitFor(token) { throw waitFailure(token) }
     }
 
@@ -393,7 +393,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     /// is thrown or formatted here, so this inlines into one small frame per
     /// link of a chain of waits.
     @inlinable @inline(__always)
-    public func tryWaitFor(_ token: DispatchToken) -> Bool {
+    package func tryWaitFor(_ token: DispatchToken) -> Bool {
         guard isDispatchingOnCurrentThread, !run.pointee.aborted, let payload = run.pointee.payload,
               let i = slots.pointee.index(of: token.rawValue) else { return false }
         let table = slots.pointee
@@ -409,7 +409,7 @@ public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Se
     /// makes, without running anything: either nothing ran and the same check
     /// fails again, or a callback failed and the dispatch is aborting, which
     /// is reported first.
-    public func waitFailure(_ token: DispatchToken) -> DispatchError<Callback.Failure> {
+    package func waitFailure(_ token: DispatchToken) -> DispatchError<Callback.Failure> {
         do throws(DispatchError<Callback.Failure>) {
             let (_, table, pending) = try beginWait()
             _ = try waitable(token, table, pending)

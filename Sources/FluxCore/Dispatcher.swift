@@ -19,7 +19,7 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     // dispatching thread.
     public typealias Callback = @Sendable (Payload) throws -> Void
 
-    @usableFromInline let core: DispatchCore<ClosureCallback<Payload>>
+    let core: DispatchCore<ClosureCallback<Payload>>
 
     public init() {
         // Swift's own allocations trap when memory runs out; so does this.
@@ -84,11 +84,11 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
 }
 
 /// A Swift closure as a dispatcher callback.
-public struct ClosureCallback<Payload>: DispatchCallback {
-    public let body: @Sendable (Payload) throws -> Void
+package struct ClosureCallback<Payload>: DispatchCallback {
+    package let body: @Sendable (Payload) throws -> Void
 
-    @inlinable public init(body: @escaping @Sendable (Payload) throws -> Void) { self.body = body }
-    @inlinable public func invoke(_ payload: Payload) -> (any Error)? {
+    @inlinable package init(body: @escaping @Sendable (Payload) throws -> Void) { self.body = body }
+    @inlinable package func invoke(_ payload: Payload) -> (any Error)? {
         do {
             try body(payload)
             return nil
@@ -96,7 +96,7 @@ public struct ClosureCallback<Payload>: DispatchCallback {
             return error
         }
     }
-    @inlinable public func release() {}
+    @inlinable package func release() {}
 }
 
 extension DispatchError where Failure == any Error {

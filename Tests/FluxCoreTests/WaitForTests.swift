@@ -1,5 +1,5 @@
 import Testing
-@testable import Flux
+@testable import FluxCore
 
 /// Facebook's Dispatcher tests (src/__tests__/Dispatcher-test.js) and the rest
 /// of DESIGN.md section 2 on waitFor.
