@@ -21,14 +21,18 @@ let package = Package(
         .library(name: "flux", type: .dynamic, targets: ["FluxC"]),
     ],
     targets: [
-        // Pure Swift core: dispatcher engine, errors. Knows nothing of C.
-        .target(name: "FluxCore"),
+        // include/flux.h as a Clang module: the header's status codes, version
+        // and types, for the targets below (never re-exported to Swift users).
+        .systemLibrary(name: "CFlux"),
+        // Pure Swift core: dispatcher engine, errors. Its only C is the
+        // header's status codes (FluxError.Code's raw values).
+        .target(name: "FluxCore", dependencies: ["CFlux"]),
         // libffi (pkg-config "libffi"), for the trampolines of the C ABI only;
         // FluxCore never sees it.
         .systemLibrary(name: "CFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
         // The C ABI: @_cdecl("flux_...") exports only, thin, over FluxCore (and
         // over libffi for flux_closure_* and flux_call).
-        .target(name: "FluxC", dependencies: ["FluxCore", "CFFI"]),
+        .target(name: "FluxC", dependencies: ["FluxCore", "CFlux", "CFFI"]),
         // Swift users' module: FluxCore re-exported, plus the Swift-only layers.
         .target(name: "Flux", dependencies: ["FluxCore"]),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"]),

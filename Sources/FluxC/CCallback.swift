@@ -5,12 +5,14 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import CFlux
 import FluxCore
 
-/// `flux_callback`: `int (*)(void *context, const void *payload)`.
-public typealias FluxCallbackFunction = @convention(c) (UnsafeMutableRawPointer?, UnsafeRawPointer?) -> Int32
-/// `flux_destroy`: `void (*)(void *context)`.
-public typealias FluxDestroyFunction = @convention(c) (UnsafeMutableRawPointer?) -> Void
+/// `flux_callback`: `int (*)(void *context, const void *payload)`, as the
+/// header declares it.
+public typealias FluxCallbackFunction = flux_callback
+/// `flux_destroy`: `void (*)(void *context)`, as the header declares it.
+public typealias FluxDestroyFunction = flux_destroy
 
 /// A C callback as the engine stores it: the raw (function, context) pair and
 /// the context's destroy function, 24 bytes, called with no Swift closure in

@@ -6,19 +6,16 @@ import Musl
 import Darwin
 #endif
 import CFFI
+import CFlux
 import FluxCore
 
 // The libffi half of include/flux.h: trampolines (flux_closure_*) and calls
 // through a signature known only at run time (flux_call). The header
 // documents the semantics; none of these functions can trap.
 
-/// `flux_closure_handler`: `void (*)(void *userdata, void *ret, void **args)`.
-public typealias FluxClosureHandler = @convention(c) (
-    UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> Void
-
-/// Bytes the handler may write through `ret` (FLUX_CLOSURE_RET_SIZE).
-private let handlerReturnSize = 8
+/// `flux_closure_handler`: `void (*)(void *userdata, void *ret, void **args)`,
+/// as the header declares it.
+public typealias FluxClosureHandler = flux_closure_handler
 
 /// Written to `ClosureState.tag` while a closure lives ("fluxclos").
 private let liveTag: UInt64 = 0x666c_7578_636c_6f73
@@ -79,7 +76,8 @@ private func closureEntry(
         handler(context, nil, args)
         return
     }
-    // The handler writes the natural C type into 8 zeroed bytes of our own,
+    // The handler writes the natural C type into 8 zeroed bytes of our own
+    // (FLUX_CLOSURE_RET_SIZE; a compile-time check in cflux.h keeps them equal),
     // so it cannot overrun libffi's slot (4 bytes for a float) and returns 0
     // when it writes nothing.
     var slot: UInt64 = 0

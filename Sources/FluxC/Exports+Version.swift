@@ -1,35 +1,23 @@
+import CFlux
 import FluxCore
 
-// Keep in step with FLUX_VERSION_* in include/flux.h; the C harness checks
-// flux_version() == FLUX_VERSION_NUMBER.
-private let versionMajor: UInt32 = 0
-private let versionMinor: UInt32 = 1
-private let versionPatch: UInt32 = 0
-private let versionString: StaticString = "0.1.0"
+// Version and status names come from include/flux.h itself (the CFlux
+// module): FLUX_VERSION_NUMBER, FLUX_VERSION_STRING and the enumerators'
+// spelling, through cflux.h's static inline accessors.
+
+private let unknownStatusName: StaticString = "FLUX_ERR_UNKNOWN"
 
 @_cdecl("flux_version")
 public func flux_version() -> UInt32 {
-    versionMajor * 10000 + versionMinor * 100 + versionPatch
+    cflux_version_number()
 }
 
 @_cdecl("flux_version_string")
 public func flux_version_string() -> UnsafePointer<CChar> {
-    versionString.cString
+    cflux_version_string()
 }
 
 @_cdecl("flux_status_name")
 public func flux_status_name(_ status: Int32) -> UnsafePointer<CChar> {
-    let name: StaticString =
-        switch status {
-        case 0: "FLUX_OK"
-        case 1: "FLUX_ERR_INVALID_ARGUMENT"
-        case 2: "FLUX_ERR_UNKNOWN_TOKEN"
-        case 3: "FLUX_ERR_ALREADY_DISPATCHING"
-        case 4: "FLUX_ERR_NOT_DISPATCHING"
-        case 5: "FLUX_ERR_CIRCULAR"
-        case 6: "FLUX_ERR_CALLBACK_FAILED"
-        case 7: "FLUX_ERR_NO_MEMORY"
-        default: "FLUX_ERR_UNKNOWN"
-        }
-    return name.cString
+    cflux_status_name(status) ?? unknownStatusName.cString
 }

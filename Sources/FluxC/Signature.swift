@@ -1,11 +1,12 @@
 import CFFI
+import CFlux
 
 // The signature language of flux_closure_create() and flux_call():
 // "R(A...)", one letter a type. The header documents it; this file parses it
 // strictly and says where a malformed one goes wrong.
 
-/// At most this many arguments (FLUX_SIGNATURE_MAX_ARGS in include/flux.h).
-let maxSignatureArguments = 16
+/// At most this many arguments: the header's FLUX_SIGNATURE_MAX_ARGS.
+let maxSignatureArguments = Int(FLUX_SIGNATURE_MAX_ARGS)
 
 /// One letter of the signature language.
 enum FFIKind: UInt8 {

@@ -1,3 +1,7 @@
+// The codes are include/flux.h's flux_status enumerators (the CFlux module),
+// so Swift and C cannot disagree; nothing of the header is re-exported.
+internal import CFlux
+
 /// An error the dispatcher itself reports, modelled on swift-system's `Errno`:
 /// a stable code, the same number the C ABI returns as `flux_status`, plus a
 /// message for people that names the tokens involved.
@@ -11,37 +15,39 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
     public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
         public let rawValue: Int32
         @inlinable public init(rawValue: Int32) { self.rawValue = rawValue }
+        /// The raw values are the header's own enumerators, never copies.
+        init(_ status: flux_status) { self.init(rawValue: Int32(truncatingIfNeeded: status.rawValue)) }
 
         /// A missing or malformed argument. The corresponding C status is
         /// `FLUX_ERR_INVALID_ARGUMENT`.
-        public static var invalidArgument: Code { Code(rawValue: 1) }
+        public static var invalidArgument: Code { Code(FLUX_ERR_INVALID_ARGUMENT) }
         /// A token never issued, already unregistered, or registered during the
         /// running dispatch. The corresponding C status is `FLUX_ERR_UNKNOWN_TOKEN`.
-        public static var unknownToken: Code { Code(rawValue: 2) }
+        public static var unknownToken: Code { Code(FLUX_ERR_UNKNOWN_TOKEN) }
         /// Dispatch from inside a dispatch, or teardown while dispatching. The
         /// corresponding C status is `FLUX_ERR_ALREADY_DISPATCHING`.
-        public static var alreadyDispatching: Code { Code(rawValue: 3) }
+        public static var alreadyDispatching: Code { Code(FLUX_ERR_ALREADY_DISPATCHING) }
         /// `waitFor` while this thread is not dispatching. The corresponding C
         /// status is `FLUX_ERR_NOT_DISPATCHING`.
-        public static var notDispatching: Code { Code(rawValue: 4) }
+        public static var notDispatching: Code { Code(FLUX_ERR_NOT_DISPATCHING) }
         /// `waitFor` on a callback that is running further up the stack. The
         /// corresponding C status is `FLUX_ERR_CIRCULAR`.
-        public static var circularDependency: Code { Code(rawValue: 5) }
+        public static var circularDependency: Code { Code(FLUX_ERR_CIRCULAR) }
         /// A callback failed and the dispatch was aborted. Swift callers see the
         /// callback's own error instead; the C status is `FLUX_ERR_CALLBACK_FAILED`.
-        public static var callbackFailed: Code { Code(rawValue: 6) }
+        public static var callbackFailed: Code { Code(FLUX_ERR_CALLBACK_FAILED) }
         /// An allocation failed. The corresponding C status is `FLUX_ERR_NO_MEMORY`.
-        public static var noMemory: Code { Code(rawValue: 7) }
+        public static var noMemory: Code { Code(FLUX_ERR_NO_MEMORY) }
 
         public var description: String {
-            switch rawValue {
-            case 1: "invalidArgument"
-            case 2: "unknownToken"
-            case 3: "alreadyDispatching"
-            case 4: "notDispatching"
-            case 5: "circularDependency"
-            case 6: "callbackFailed"
-            case 7: "noMemory"
+            switch self {
+            case .invalidArgument: "invalidArgument"
+            case .unknownToken: "unknownToken"
+            case .alreadyDispatching: "alreadyDispatching"
+            case .notDispatching: "notDispatching"
+            case .circularDependency: "circularDependency"
+            case .callbackFailed: "callbackFailed"
+            case .noMemory: "noMemory"
             default: "Code(\(rawValue))"
             }
         }
