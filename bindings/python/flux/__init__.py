@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from . import _native
 from .dispatcher import Dispatcher, Token
-from .trampoline import Trampoline, call
 from .errors import (
     AlreadyDispatchingError,
     CallbackFailedError,
@@ -35,25 +34,26 @@ from .errors import (
     Status,
     UnknownTokenError,
 )
+from .trampoline import Trampoline, call
 
 __all__ = [
+    "AlreadyDispatchingError",
+    "CallbackFailedError",
+    "CircularDependencyError",
     "Dispatcher",
-    "Token",
-    "Trampoline",
-    "call",
-    "Status",
     "FluxError",
     "InvalidArgumentError",
-    "UnknownTokenError",
-    "AlreadyDispatchingError",
-    "NotDispatchingError",
-    "CircularDependencyError",
-    "CallbackFailedError",
     "NoMemoryError",
+    "NotDispatchingError",
+    "Status",
+    "Token",
+    "Trampoline",
+    "UnknownTokenError",
+    "__version__",
+    "call",
     "library_path",
     "library_version",
     "library_version_string",
-    "__version__",
 ]
 
 #: The version of this binding; its major number is the libflux major it needs.

@@ -32,9 +32,18 @@ import ctypes
 import ctypes.util
 import glob
 import os
-from collections.abc import Callable
-from ctypes import CFUNCTYPE, POINTER, c_char_p, c_int, c_size_t, c_uint, c_uint64, c_void_p
 import threading
+from collections.abc import Callable
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    c_char_p,
+    c_int,
+    c_size_t,
+    c_uint,
+    c_uint64,
+    c_void_p,
+)
 from threading import get_ident
 from typing import Any
 
@@ -194,7 +203,7 @@ def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
     return status
 
 
-def _declare(name: str, restype: Any, argtypes: tuple[Any, ...], errcheck: bool = False) -> Any:
+def declare(name: str, restype: Any, argtypes: tuple[Any, ...], errcheck: bool = False) -> Any:
     fn = getattr(lib, name)
     fn.argtypes = argtypes
     fn.restype = restype
@@ -203,25 +212,25 @@ def _declare(name: str, restype: Any, argtypes: tuple[Any, ...], errcheck: bool 
     return fn
 
 
-flux_dispatcher_create = _declare("flux_dispatcher_create", c_void_p, ())
-flux_dispatcher_destroy = _declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
-flux_register = _declare(
+flux_dispatcher_create = declare("flux_dispatcher_create", c_void_p, ())
+flux_dispatcher_destroy = declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
+flux_register = declare(
     "flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)), True
 )
-flux_unregister = _declare("flux_unregister", c_int, (c_void_p, c_uint64), True)
+flux_unregister = declare("flux_unregister", c_int, (c_void_p, c_uint64), True)
 # The payload is declared void* and passed as id(payload): in CPython that is
 # the object's address, and c_void_p's int conversion is the cheapest path
 # ctypes has (py_object's from_param costs an isinstance check through the
 # metaclass and more on every call).
 # No errcheck on these two: callers test the status (see the module docstring).
-flux_dispatch = _declare("flux_dispatch", c_int, (c_void_p, c_void_p))
+flux_dispatch = declare("flux_dispatch", c_int, (c_void_p, c_void_p))
 # The token array as a plain address: callers pass a token's own cell or an
 # array they keep alive across the call (an int converts fastest).
-flux_wait_for = _declare("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
-flux_is_dispatching = _declare("flux_is_dispatching", c_int, (c_void_p,))
-flux_status_name = _declare("flux_status_name", c_char_p, (c_int,))
-flux_version = _declare("flux_version", c_uint, ())
-flux_version_string = _declare("flux_version_string", c_char_p, ())
+flux_wait_for = declare("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
+flux_is_dispatching = declare("flux_is_dispatching", c_int, (c_void_p,))
+flux_status_name = declare("flux_status_name", c_char_p, (c_int,))
+flux_version = declare("flux_version", c_uint, ())
+flux_version_string = declare("flux_version_string", c_char_p, ())
 
 
 # --------------------------------------------------------------------------
@@ -268,7 +277,7 @@ def _on_callback(context: int, payload: object) -> int:
     # runs the dispatch and turned into a non-zero return, which aborts it.
     try:
         callbacks[context](payload)  # type: ignore[misc]
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 -- every exception aborts the dispatch
         try:
             table = pending_tables[context]
         except (IndexError, TypeError):  # not a context of ours (NULL: None)

@@ -13,15 +13,35 @@ from typing import Any, Generic, TypeVar, final
 from . import _native
 from ._native import (
     add_registration as _add_registration,
+)
+from ._native import (
     callback_trampoline as _CALLBACK,
+)
+from ._native import (
     destroy_trampoline as _DESTROY,
+)
+from ._native import (
     flux_dispatch as _flux_dispatch,
+)
+from ._native import (
     flux_dispatcher_create as _flux_dispatcher_create,
+)
+from ._native import (
     flux_dispatcher_destroy as _flux_dispatcher_destroy,
+)
+from ._native import (
     flux_is_dispatching as _flux_is_dispatching,
+)
+from ._native import (
     flux_register as _flux_register,
+)
+from ._native import (
     flux_unregister as _flux_unregister,
+)
+from ._native import (
     flux_wait_for as _flux_wait_for,
+)
+from ._native import (
     status_error as _status_error,
 )
 from .errors import (
@@ -54,7 +74,7 @@ class Token:
     :class:`~flux.UnknownTokenError`. ``int(token)`` is the C ``flux_token``.
     """
 
-    __slots__ = ("_dispatcher", "_value", "_cell", "_address")
+    __slots__ = ("_address", "_cell", "_dispatcher", "_value")
 
     def __init__(self, dispatcher: int, value: int) -> None:
         # Internal: tokens come from Dispatcher.register.
@@ -133,7 +153,7 @@ class Dispatcher(Generic[P]):
     it alive while registered, so close dispatchers you are done with.
     """
 
-    __slots__ = ("_handle", "_serial", "_pending", "_tokens", "_finalizer", "__weakref__")
+    __slots__ = ("__weakref__", "_finalizer", "_handle", "_pending", "_serial", "_tokens")
 
     def __init__(self) -> None:
         handle = _flux_dispatcher_create()

@@ -16,15 +16,15 @@ from __future__ import annotations
 import enum
 
 __all__ = [
-    "Status",
+    "AlreadyDispatchingError",
+    "CallbackFailedError",
+    "CircularDependencyError",
     "FluxError",
     "InvalidArgumentError",
-    "UnknownTokenError",
-    "AlreadyDispatchingError",
-    "NotDispatchingError",
-    "CircularDependencyError",
-    "CallbackFailedError",
     "NoMemoryError",
+    "NotDispatchingError",
+    "Status",
+    "UnknownTokenError",
     "error_for_status",
 ]
 

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable
 from ctypes import CFUNCTYPE, POINTER, byref, c_char_p, c_int, c_void_p
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, final
 
 from . import _native
 
@@ -59,21 +59,13 @@ class _Signature(NamedTuple):
 # flux_closure_handler: void (*)(void *userdata, void *ret, void **args)
 _HANDLER = CFUNCTYPE(None, c_void_p, c_void_p, POINTER(c_void_p))
 
-_closure_create = _native.lib.flux_closure_create
-_closure_create.argtypes = (c_char_p, _HANDLER, c_void_p, _native.DESTROY, POINTER(c_void_p))
-_closure_create.restype = c_int
-_closure_create.errcheck = _native._check
-_closure_code = _native.lib.flux_closure_code
-_closure_code.argtypes = (c_void_p,)
-_closure_code.restype = c_void_p
-_closure_destroy = _native.lib.flux_closure_destroy
-_closure_destroy.argtypes = (c_void_p,)
-_closure_destroy.restype = c_int
-_closure_destroy.errcheck = _native._check
-_call = _native.lib.flux_call
-_call.argtypes = (c_void_p, c_char_p, c_void_p, POINTER(c_void_p))
-_call.restype = c_int
-_call.errcheck = _native._check
+_closure_create = _native.declare(
+    "flux_closure_create", c_int, (c_char_p, _HANDLER, c_void_p, _native.DESTROY, POINTER(c_void_p)),
+    errcheck=True,
+)
+_closure_code = _native.declare("flux_closure_code", c_void_p, (c_void_p,))
+_closure_destroy = _native.declare("flux_closure_destroy", c_int, (c_void_p,), errcheck=True)
+_call = _native.declare("flux_call", c_int, (c_void_p, c_char_p, c_void_p, POINTER(c_void_p)), errcheck=True)
 
 
 def _parse(signature: str) -> _Signature:
@@ -152,7 +144,7 @@ def _on_destroy(userdata: int) -> None:
 
 _handler_trampoline = _HANDLER(_on_call)
 _destroy_trampoline = _native.DESTROY(_on_destroy)
-_NO_DESTROY = ctypes.cast(None, _native.DESTROY)
+_NO_DESTROY = _native.DESTROY()  # a NULL flux_destroy
 _destroy_lock = threading.Lock()
 
 
@@ -164,6 +156,7 @@ def _destroy(handle: list[int | None]) -> None:
         _closure_destroy(closure)
 
 
+@final
 class Trampoline:
     """A C function pointer of a run-time signature whose calls run ``handler``.
 

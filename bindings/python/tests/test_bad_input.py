@@ -69,7 +69,7 @@ def test_wait_for_rejects_non_tokens_inside_a_dispatch_before_running_any(
 
 def test_tokens_of_another_dispatcher_are_rejected(d: flux.Dispatcher[Any]) -> None:
     calls: list[str] = []
-    with flux.Dispatcher() as other:
+    with flux.Dispatcher[Any]() as other:
         foreign = other.register(lambda p: calls.append("other's"))
         mine = d.register(lambda p: calls.append("mine"))
         assert foreign.value == mine.value  # the same number, but not the same token

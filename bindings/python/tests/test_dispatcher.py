@@ -9,7 +9,6 @@ import pytest
 
 import flux
 
-
 # -- register / tokens ----------------------------------------------------------
 
 
@@ -29,7 +28,7 @@ def test_tokens_are_hashable_and_equal_only_within_one_dispatcher(d: flux.Dispat
     same = flux.Token(d._serial, token.value)
     assert token == same and hash(token) == hash(same)
     assert {token: "x"}[same] == "x"
-    with flux.Dispatcher() as other:
+    with flux.Dispatcher[Any]() as other:
         foreign = other.register(lambda p: None)
         assert foreign.value == token.value
         assert foreign != token
@@ -42,7 +41,10 @@ def test_every_payload_goes_to_every_callback_in_registration_order(
 ) -> None:
     calls: list[tuple[int, Any]] = []
     for i in range(10):
-        d.register(lambda p, i=i: calls.append((i, p)))
+        def record(p: Any, i: int = i) -> None:
+            calls.append((i, p))
+
+        d.register(record)
     d.dispatch("x")
     d.dispatch("y")
     assert calls == [(i, "x") for i in range(10)] + [(i, "y") for i in range(10)]
@@ -65,7 +67,12 @@ def test_the_payload_is_passed_by_identity(d: flux.Dispatcher[Any], payload: Any
 def test_the_callback_return_value_is_ignored(d: flux.Dispatcher[Any]) -> None:
     calls: list[int] = []
     d.register(lambda p: 1)  # a non-zero int must not abort anything
-    d.register(lambda p: calls.append(1) or "whatever")
+
+    def returns_a_string(p: Any) -> str:
+        calls.append(1)
+        return "whatever"
+
+    d.register(returns_a_string)
     d.register(lambda p: calls.append(2))
     d.dispatch(None)
     assert calls == [1, 2]
@@ -118,7 +125,7 @@ def test_is_dispatching_is_true_exactly_while_a_dispatch_runs(d: flux.Dispatcher
 
 def test_dispatching_another_dispatcher_from_a_callback_is_fine(d: flux.Dispatcher[Any]) -> None:
     calls: list[str] = []
-    with flux.Dispatcher() as inner:
+    with flux.Dispatcher[Any]() as inner:
         inner_token = inner.register(lambda p: calls.append(f"inner {p}"))
 
         def inner_waiter(p: Any) -> None:
@@ -142,7 +149,7 @@ def test_dispatching_another_dispatcher_from_a_callback_is_fine(d: flux.Dispatch
 def test_wait_for_on_another_dispatcher_from_a_callback_is_not_dispatching(
     d: flux.Dispatcher[Any],
 ) -> None:
-    with flux.Dispatcher() as other:
+    with flux.Dispatcher[Any]() as other:
         other_token = other.register(lambda p: None)
         errors: list[BaseException] = []
 
@@ -205,7 +212,10 @@ def test_wait_for_accepts_any_iterable(d: flux.Dispatcher[Any]) -> None:
 
     tokens.append(d.register(waiter))
     for i in range(1, 6):
-        tokens.append(d.register(lambda p, i=i: calls.append(str(i))))
+        def record(p: Any, i: int = i) -> None:
+            calls.append(str(i))
+
+        tokens.append(d.register(record))
     d.dispatch(None)
     assert calls == ["1", "2", "3", "4", "5", "waiter"]
 
@@ -302,8 +312,12 @@ def test_a_circular_wait_that_is_swallowed_leaves_the_callback_pending(
             calls.append("a: circular")
         calls.append("a")
 
+    def b(p: Any) -> None:
+        d.wait_for([tokens["a"]])
+        calls.append("b")
+
     tokens["a"] = d.register(a)
-    d.register(lambda p: d.wait_for([tokens["a"]]) or calls.append("b"))
+    d.register(b)
     d.dispatch(None)
     assert calls == ["a: circular", "a", "b"]
 
@@ -513,7 +527,7 @@ def test_a_failure_in_a_nested_dispatcher_propagates_through_the_outer_one(
 ) -> None:
     boom = Boom()
     calls: list[str] = []
-    with flux.Dispatcher() as inner:
+    with flux.Dispatcher[Any]() as inner:
         inner.register(lambda p: (_ for _ in ()).throw(boom))
         d.register(lambda p: inner.dispatch(p))
         d.register(lambda p: calls.append("after"))
@@ -528,7 +542,7 @@ def test_a_swallowed_nested_failure_does_not_leak_into_the_outer_dispatch(
     d: flux.Dispatcher[Any],
 ) -> None:
     calls: list[str] = []
-    with flux.Dispatcher() as inner:
+    with flux.Dispatcher[Any]() as inner:
         inner.register(lambda p: (_ for _ in ()).throw(Boom()))
 
         def outer(p: Any) -> None:
@@ -553,7 +567,7 @@ def test_native_failures_without_a_python_exception_raise_callback_failed(
 
     native = _native.CALLBACK(lambda context, payload: 7)
     token = c_uint64()
-    _native.flux_register(d._handle, native, None, ctypes.cast(None, _native.DESTROY), byref(token))
+    _native.flux_register(d._handle, native, None, _native.DESTROY(), byref(token))
     with pytest.raises(flux.CallbackFailedError) as info:
         d.dispatch(None)
     assert info.value.status == flux.Status.ERR_CALLBACK_FAILED

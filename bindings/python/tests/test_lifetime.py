@@ -102,7 +102,7 @@ def test_close_releases_every_callback() -> None:
 
 
 def test_the_with_statement_closes() -> None:
-    with flux.Dispatcher() as d:
+    with flux.Dispatcher[Any]() as d:
         d.register(Callback([]))
         assert not d.closed
     assert d.closed and live_callbacks(d) == 0

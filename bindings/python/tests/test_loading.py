@@ -23,7 +23,7 @@ def run(code: str, pythonpath: Path, **env: str) -> subprocess.CompletedProcess[
     environ = {k: v for k, v in os.environ.items() if k not in ("FLUX_LIBRARY", "PYTHONPATH")}
     environ.update(env, PYTHONPATH=str(pythonpath))
     return subprocess.run(
-        [sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60, check=False
     )
 
 

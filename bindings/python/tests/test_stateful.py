@@ -13,6 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from flux_model import (
+    ALREADY,
+    CIRCULAR,
+    NOT_DISPATCHING,
+    UNKNOWN,
+    Model,
+    Step,
+    boom_tag,
+    log_matches,
+)
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -20,8 +30,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import flux
 from flux import _native
 from flux.dispatcher import live_callbacks
-
-from flux_model import ALREADY, CIRCULAR, NOT_DISPATCHING, UNKNOWN, Model, Step, boom_tag, log_matches
 
 MAX_TARGET = 5  # target indices 0..5; most name issued tokens, some never issued
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 import flux
-from flux import _native
 from flux.dispatcher import live_callbacks
 
 TIMEOUT = 20.0
@@ -187,7 +186,7 @@ def test_different_dispatchers_dispatch_concurrently() -> None:
     # Each callback waits until the other dispatcher's callback is running too:
     # this only finishes if the two dispatches really overlap.
     barrier = threading.Barrier(2)
-    with flux.Dispatcher() as one, flux.Dispatcher() as two:
+    with flux.Dispatcher[Any]() as one, flux.Dispatcher[Any]() as two:
         one.register(lambda p: barrier.wait(TIMEOUT))
         two.register(lambda p: barrier.wait(TIMEOUT))
         run_threads([lambda: one.dispatch(None), lambda: two.dispatch(None)])
@@ -199,7 +198,7 @@ def test_each_dispatch_reraises_its_own_exception_across_dispatchers() -> None:
 
     rounds = 100
     barrier = threading.Barrier(2)
-    with flux.Dispatcher() as one, flux.Dispatcher() as two:
+    with flux.Dispatcher[Any]() as one, flux.Dispatcher[Any]() as two:
 
         def raiser(p: Tagged) -> None:
             barrier.wait(TIMEOUT)  # both are inside a callback now
@@ -313,9 +312,13 @@ def test_many_threads_with_their_own_dispatchers() -> None:
         def run() -> None:
             rng = random.Random(seed)
             for _ in range(20):
-                with flux.Dispatcher() as d:
+                with flux.Dispatcher[Any]() as d:
                     calls: list[int] = []
-                    tokens = [d.register(lambda p, i=i: calls.append(i)) for i in range(5)]
+
+                    def recorder(i: int, calls: list[int] = calls) -> Callable[[Any], None]:
+                        return lambda p: calls.append(i)
+
+                    tokens = [d.register(recorder(i)) for i in range(5)]
                     victim = rng.choice(tokens)
                     d.unregister(victim)
                     d.dispatch(None)
@@ -332,32 +335,36 @@ def test_closing_while_other_threads_hammer_the_dispatcher_never_crashes() -> No
     # dispatcher is only freed once the Dispatcher object is gone, so those
     # calls either work or see a closed dispatcher.
     for _ in range(5):
-        d: flux.Dispatcher[Any] = flux.Dispatcher()
-        calls = [0]
-        d.register(lambda p: calls.__setitem__(0, calls[0] + 1))
-        started = threading.Event()
+        close_while_hammered()
 
-        def hammer() -> None:
-            started.set()
-            while True:
-                try:
-                    d.dispatch(None)
-                    token = d.register(lambda p: None)
-                    d.unregister(token)
-                except flux.InvalidArgumentError:
-                    return  # closed
-                except flux.UnknownTokenError:
-                    pass  # close() unregistered it first
 
-        def closer() -> None:
-            assert started.wait(TIMEOUT)
-            time.sleep(0.005)
-            while True:
-                try:
-                    d.close()
-                    return
-                except flux.AlreadyDispatchingError:
-                    time.sleep(0)
+def close_while_hammered() -> None:
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    calls = [0]
+    d.register(lambda p: calls.__setitem__(0, calls[0] + 1))
+    started = threading.Event()
 
-        run_threads([hammer, hammer, hammer, closer])
-        assert d.closed and live_callbacks(d) == 0 and calls[0] > 0
+    def hammer() -> None:
+        started.set()
+        while True:
+            try:
+                d.dispatch(None)
+                token = d.register(lambda p: None)
+                d.unregister(token)
+            except flux.InvalidArgumentError:
+                return  # closed
+            except flux.UnknownTokenError:
+                pass  # close() unregistered it first
+
+    def closer() -> None:
+        assert started.wait(TIMEOUT)
+        time.sleep(0.005)
+        while True:
+            try:
+                d.close()
+                return
+            except flux.AlreadyDispatchingError:
+                time.sleep(0)
+
+    run_threads([hammer, hammer, hammer, closer])
+    assert d.closed and live_callbacks(d) == 0 and calls[0] > 0

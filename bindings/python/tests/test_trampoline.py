@@ -8,6 +8,7 @@ import gc
 import re
 import sys
 import threading
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 import flux
 from flux import trampoline as tr
 
-LETTER_VALUES = {
+LETTER_VALUES: dict[str, list[float]] = {
     "i": [-(2**31), -1, 0, 2**31 - 1],
     "I": [0, 1, 2**32 - 1],
     "l": [-(2**63), -5, 2**63 - 1],
@@ -30,9 +31,9 @@ LETTER_VALUES = {
 
 @pytest.mark.parametrize("letter", sorted(LETTER_VALUES))
 def test_every_type_round_trips_as_argument_and_as_return(letter: str) -> None:
-    seen = []
+    seen: list[object] = []
 
-    def handler(value):
+    def handler(value: object) -> object:
         seen.append(value)
         return value
 
@@ -43,7 +44,7 @@ def test_every_type_round_trips_as_argument_and_as_return(letter: str) -> None:
 
 
 def test_mixed_signature_of_eight_arguments() -> None:
-    def handler(i, f, d, l, p, z, I, L):
+    def handler(i: int, f: float, d: float, l: int, p: int, z: int, I: int, L: int) -> float:
         return i + f + d + l + p + z + I + L
 
     sig = "d(ifdlpzIL)"
@@ -54,7 +55,7 @@ def test_mixed_signature_of_eight_arguments() -> None:
 
 
 def test_void_return_and_no_arguments() -> None:
-    calls = []
+    calls: list[str] = []
     with flux.Trampoline("v()", lambda: calls.append("called")) as t:
         assert flux.call(t.address, "v()") is None
         assert t() is None
@@ -65,6 +66,7 @@ def test_calls_a_c_function_by_run_time_signature() -> None:
     libc = ctypes.CDLL(None)
     labs = ctypes.cast(libc.labs, ctypes.c_void_p).value
     strlen = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+    assert labs is not None and strlen is not None
     assert flux.call(labs, "l(l)", -42) == 42
     text = ctypes.create_string_buffer(b"flux dispatcher")
     assert flux.call(strlen, "z(p)", ctypes.addressof(text)) == 15
@@ -121,11 +123,11 @@ def test_bad_arguments_are_refused_before_reaching_c() -> None:
         flux.call(0, "i()")
 
 
-def test_an_exception_in_a_handler_is_unraisable_and_c_gets_zero(monkeypatch) -> None:
-    reported = []
+def test_an_exception_in_a_handler_is_unraisable_and_c_gets_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    reported: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
 
-    def handler(x):
+    def handler(x: int) -> float:
         raise ValueError(f"bad {x}")
 
     with flux.Trampoline("d(i)", handler) as t:
@@ -136,8 +138,8 @@ def test_an_exception_in_a_handler_is_unraisable_and_c_gets_zero(monkeypatch) ->
     assert any(repr(handler) in note for note in reported[0].exc_value.__notes__)
 
 
-def test_a_result_that_does_not_fit_is_reported_and_c_gets_zero(monkeypatch) -> None:
-    reported = []
+def test_a_result_that_does_not_fit_is_reported_and_c_gets_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    reported: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
     with flux.Trampoline("i()", lambda: 2**40) as t:
         assert flux.call(t.address, "i()") == 0
@@ -155,7 +157,7 @@ def test_close_is_idempotent_and_releases_the_handler() -> None:
     assert t.closed
     assert len(tr._closures) == before
     with pytest.raises(ValueError, match="closed"):
-        t.address
+        _ = t.address
 
 
 def test_an_unclosed_trampoline_is_freed_when_collected() -> None:
@@ -166,16 +168,16 @@ def test_an_unclosed_trampoline_is_freed_when_collected() -> None:
 
 
 def test_handlers_run_on_the_calling_thread_from_many_threads_at_once() -> None:
-    ran_on = {}
+    ran_on: dict[int, int] = {}
 
-    def handler(x):
+    def handler(x: int) -> int:
         ran_on[x] = threading.get_ident()
         return x * 2
 
-    callers = {}
-    results = []
+    callers: dict[int, int] = {}
+    results: list[int] = []
 
-    def worker(w):
+    def worker(w: int) -> None:
         callers[w] = threading.get_ident()
         results.extend(flux.call(t.address, "l(l)", w * 1000 + k) for k in range(100))
 
@@ -194,17 +196,22 @@ def test_an_i_pp_trampoline_is_a_dispatcher_callback() -> None:
     # A host with no context of its own: the trampoline's own data carries it.
     # A separate CDLL object, so that these declarations do not touch the
     # package's own (which take Python callbacks).
-    lib = ctypes.CDLL(tr._native.library_path)
+    lib = ctypes.CDLL(flux.library_path)
     lib.flux_dispatcher_create.restype = ctypes.c_void_p
     lib.flux_dispatcher_destroy.argtypes = (ctypes.c_void_p,)
     lib.flux_register.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                   ctypes.POINTER(ctypes.c_uint64))
     lib.flux_dispatch.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
     lib.flux_last_error.restype = ctypes.c_char_p
-    order = []
+    order: list[tuple[int, int]] = []
+
+    def record(ctx: int, payload: int) -> int:
+        order.append((ctx, payload))
+        return 0
+
     d = lib.flux_dispatcher_create()
     try:
-        with flux.Trampoline("i(pp)", lambda ctx, payload: order.append((ctx, payload)) or 0) as a, \
+        with flux.Trampoline("i(pp)", record) as a, \
                 flux.Trampoline("i(pp)", lambda ctx, payload: 7) as failing:
             token = ctypes.c_uint64()
             assert lib.flux_register(d, a.address, None, None, ctypes.byref(token)) == 0
