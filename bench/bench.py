@@ -307,7 +307,7 @@ def measure(variants: dict[str, Callable[[], None]], loops: int, units: int) -> 
 
 
 def main() -> int:
-    print(f"python bench: libflux {flux.library_version_string()} at {flux.library_path}")
+    print(f"python bench: libflux {flux.library_version_string} at {flux.library_path}")
     print(
         f"  Python {sys.version.split()[0]}; {REPEATS} rounds of ~{CALLBACKS_PER_RUN} callbacks"
         " per variant, interleaved"

@@ -22,6 +22,7 @@ The package loads ``libflux.so`` at import, from the first of: the path in
 from __future__ import annotations
 
 from . import _native
+from ._version import __version__
 from .dispatcher import Dispatcher, Token
 from .errors import (
     AlreadyDispatchingError,
@@ -56,19 +57,9 @@ __all__ = [
     "library_version_string",
 ]
 
-#: The version of this binding; its major number is the libflux major it needs.
-__version__ = "0.1.0"
-
-#: Where libflux was loaded from.
+#: Where the libflux this process loaded is.
 library_path: str = _native.library_path
-
-
-def library_version() -> int:
-    """libflux's ``flux_version()``: MAJOR*10000 + MINOR*100 + PATCH."""
-    return int(_native.flux_version())
-
-
-def library_version_string() -> str:
-    """libflux's ``flux_version_string()``, e.g. ``"0.1.0"``."""
-    raw = _native.flux_version_string()
-    return raw.decode("ascii", "replace") if raw else ""
+#: Its ``flux_version()``: MAJOR*10000 + MINOR*100 + PATCH.
+library_version: int = _native.library_version
+#: Its ``flux_version_string()``, e.g. ``"0.1.0"``.
+library_version_string: str = _native.library_version_string

@@ -47,13 +47,14 @@ from ctypes import (
 from threading import get_ident
 from typing import Any
 
+from ._version import __version__
 from .errors import FluxError, error_for_status
 
 __all__ = ["BINDING_MAJOR", "LIBRARY_ENV", "load"]
 
 #: The libflux major version this binding is written against (flux.h's
 #: FLUX_VERSION_MAJOR). Same major means ABI compatible.
-BINDING_MAJOR = 0
+BINDING_MAJOR = int(__version__.split(".")[0])
 
 #: The environment variable that names the library to load.
 LIBRARY_ENV = "FLUX_LIBRARY"
@@ -231,6 +232,11 @@ flux_is_dispatching = declare("flux_is_dispatching", c_int, (c_void_p,))
 flux_status_name = declare("flux_status_name", c_char_p, (c_int,))
 flux_version = declare("flux_version", c_uint, ())
 flux_version_string = declare("flux_version_string", c_char_p, ())
+
+#: The loaded library's flux_version() and flux_version_string(), read once:
+#: like library_path, facts about the library this process loaded.
+library_version: int = int(flux_version())
+library_version_string: str = (flux_version_string() or b"").decode("ascii", "replace")
 
 
 # --------------------------------------------------------------------------
