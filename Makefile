@@ -6,6 +6,10 @@
 #   make check-memory   the C harness under valgrind memcheck
 #   make bench      benchmarks, with ratios against baselines measured in the same run
 #   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc
+#   make venv       pytest, hypothesis, mypy, ruff in build/venv (for an
+#                   externally managed python3); used by every target below
+#   make check-types check-abi check-install check-pip check-swift-client
+#   make check-readme bench-smoke   what CI adds to check (see .ci/run)
 #
 # The library is built in its own scratch path (.build-lib) with the Swift
 # standard library linked statically, so it loads with no LD_LIBRARY_PATH and
@@ -15,7 +19,16 @@
 SWIFT   ?= swift
 CC      ?= cc
 CXX     ?= c++
-PYTHON  ?= python3
+B        := build
+# The project's own virtual environment once `make venv` made it (a stock
+# Debian/Ubuntu python3 refuses pip install: PEP 668), else python3.
+VENV    := $(B)/venv
+PYTHON  ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
+# pip: no "running as root" warning, no version nag.
+export PIP_ROOT_USER_ACTION := ignore
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# PYTHON usable from another directory (a relative path made absolute).
+PYTHON_ABS = $(if $(findstring /,$(PYTHON)),$(abspath $(PYTHON)),$(PYTHON))
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
@@ -27,7 +40,6 @@ MINOR   := $(call field,MINOR)
 PATCH   := $(call field,PATCH)
 VERSION := $(MAJOR).$(MINOR).$(PATCH)
 
-B        := build
 SONAME   := libflux.so.$(MAJOR)
 REALNAME := libflux.so.$(VERSION)
 LIB      := $(B)/lib/libflux.so
@@ -39,13 +51,14 @@ TEST_CFLAGS := $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Iinclude -pthread
 LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 
 .PHONY: all lib demo check check-swift check-thread check-c check-header check-python check-memory \
-        bench install uninstall clean
+        check-types check-abi check-install check-pip check-swift-client check-readme venv \
+        bench bench-smoke install uninstall clean
 
 all: lib
 lib: $(LIB)
 
 $(B)/lib/$(REALNAME): $(SWIFT_SOURCES) include/flux.h Makefile
-	$(SWIFT) build -c release --product flux --scratch-path .build-lib \
+	$(SWIFT) build -c release --product flux --scratch-path .build-lib --disable-local-rpath \
 	    -Xswiftc -static-stdlib -Xswiftc -use-ld=lld -Xswiftc -cross-module-optimization \
 	    -Xlinker --version-script=$(CURDIR)/support/flux.map \
 	    -Xlinker -soname=$(SONAME)
@@ -79,14 +92,18 @@ demo: $(B)/examples/flight
 # --- tests -----------------------------------------------------------------
 check: check-swift check-c check-header check-python
 
+# Without XCTest tests, swift test's XCTest runner only prints "Executed 0
+# tests" (twice): leave it out until a test target imports XCTest.
+SWIFT_TEST := $(SWIFT) test $(if $(shell grep -rl --include='*.swift' 'import XCTest' Tests),,--disable-xctest)
+
 # Warnings are errors here: the package promises Swift 6 mode with none.
 check-swift:
-	$(SWIFT) test -Xswiftc -warnings-as-errors
+	$(SWIFT_TEST) -Xswiftc -warnings-as-errors
 
 # The Swift tests (threads included) under ThreadSanitizer, in a build
 # directory of their own; the first report fails the run.
 check-thread:
-	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT_TEST) --sanitize=thread --scratch-path .build-tsan
 
 check-c: $(C_TESTS)
 	$(PYTHON) Tests/c/run.py $(C_TESTS)
@@ -99,6 +116,48 @@ check-header: include/flux.h
 
 check-python: $(LIB)
 	PYTHONPATH=bindings/python $(PYTHON) -m pytest -q bindings/python/tests
+
+# mypy --strict and ruff on the Python package and its tests (configured in
+# bindings/python/pyproject.toml), and on the README's Python example.
+check-types:
+	cd bindings/python && $(PYTHON_ABS) -m mypy
+	$(PYTHON) -m ruff check bindings/python examples/readme.py
+	MYPYPATH=bindings/python $(PYTHON) -m mypy --strict examples/readme.py
+
+# Exported symbols are exactly the header's FLUX_API functions; SONAME
+# libflux.so.MAJOR; no RPATH/RUNPATH.
+check-abi: $(LIB)
+	support/check-abi.sh $(B)/lib/$(REALNAME) include/flux.h $(SONAME)
+
+# make install into a scratch DESTDIR, then the README's C example built
+# through pkg-config against that copy and run.
+check-install: $(LIB)
+	support/check-install.sh
+
+# pip install ./bindings/python into a fresh virtual environment from a copy
+# of the tree with no library built: the install builds it, or fails clearly.
+check-pip:
+	support/check-pip.sh
+
+# A user's SwiftPM package depending on this checkout by path (the README's
+# Swift example), built in build/ and run.
+check-swift-client:
+	$(SWIFT) build -q --package-path support/swift-client --scratch-path $(B)/swift-client
+	test "$$($(B)/swift-client/debug/FluxClient)" = "city for australia"
+	@echo "swift-client: builds against the checkout, prints city for australia"
+
+# The README's code blocks are the files CI compiles and runs.
+check-readme:
+	support/check-readme.sh
+	PYTHONPATH=bindings/python $(PYTHON) examples/readme.py
+
+# SYSTEM_PYTHON: the python3 that makes it (needs python3-venv on Debian/Ubuntu).
+SYSTEM_PYTHON ?= python3
+venv: $(VENV)/.ready
+$(VENV)/.ready: support/requirements-dev.txt
+	$(SYSTEM_PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q -r support/requirements-dev.txt
+	touch $@
 
 # --fair-sched=yes: valgrind runs one thread at a time, and its default lock
 # lets a thread that never blocks (a dispatch loop) starve the others forever.
@@ -127,6 +186,15 @@ bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/pydeps
 	$(B)/bench/bench
 	$(B)/bench/trampoline
 	PYTHONPATH=bindings/python:$(B)/bench/pydeps $(PYTHON) bench/bench.py
+
+# Every bench built and run once, briefly (CI): a broken bench cannot land.
+# The figures are meaningless; the output goes to build/bench/smoke.log.
+bench-smoke: $(B)/bench/bench $(B)/bench/trampoline
+	@{ FLUX_BENCH_SECONDS=0.002 FLUX_BENCH_REPEATS=1 $(B)/bench/bench && \
+	   $(B)/bench/trampoline 20000 && \
+	   FLUX_BENCH_REPEATS=1 FLUX_BENCH_CALLBACKS=2000 PYTHONPATH=bindings/python $(PYTHON) bench/bench.py; \
+	 } > $(B)/bench/smoke.log 2>&1 || { cat $(B)/bench/smoke.log; echo "bench-smoke: FAILED"; exit 1; }
+	@echo "bench-smoke: bench, trampoline and bench.py ran (build/bench/smoke.log)"
 
 # blinker, the Python bench's signal-library yardstick, installed for the
 # bench only (never imported by the package or its tests). Offline, the bench

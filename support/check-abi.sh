@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# check-abi.sh LIBRARY HEADER SONAME
+#
+# The ABI of libflux.so is exactly what include/flux.h declares:
+#   - the dynamic symbols it defines are exactly the header's FLUX_API
+#     functions (the list is read from the header, so new API needs no edit here);
+#   - its SONAME is the one given (libflux.so.MAJOR);
+#   - it carries no RPATH/RUNPATH (an installed system library must not).
+set -euo pipefail
+lib=$1 header=$2 soname=$3
+fail=0
+
+# Declarations: "FLUX_API <type> name(", possibly across lines. The C
+# preprocessor drops comments and directives and turns FLUX_API into a marker.
+declared=$(${CC:-cc} -E -P -DFLUX_API=flux_api_marker_ -x c "$header" | tr '\n' ' ' |
+    grep -o 'flux_api_marker_[^;{]*(' | grep -o '[A-Za-z_][A-Za-z0-9_]*[[:space:]]*($' | tr -d '( ' | sort -u)
+[ -n "$declared" ] || { echo "check-abi: no FLUX_API declarations found in $header" >&2; exit 1; }
+
+# Defined dynamic symbols (functions and data alike: anything exported counts).
+exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | sort -u)
+
+extra=$(comm -13 <(echo "$declared") <(echo "$exported"))
+missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
+if [ -n "$extra" ]; then echo "check-abi: exported but not declared in $header:" $extra >&2; fail=1; fi
+if [ -n "$missing" ]; then echo "check-abi: declared in $header but not exported:" $missing >&2; fail=1; fi
+
+dynamic=$(readelf -d "$lib")
+actual_soname=$(sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p' <<<"$dynamic")
+if [ "$actual_soname" != "$soname" ]; then
+    echo "check-abi: SONAME is '$actual_soname', expected '$soname'" >&2; fail=1
+fi
+if grep -qE '\((RPATH|RUNPATH)\)' <<<"$dynamic"; then
+    echo "check-abi: carries $(grep -E '\((RPATH|RUNPATH)\)' <<<"$dynamic" | sed 's/^ *//')" >&2; fail=1
+fi
+
+[ $fail -eq 0 ] || exit 1
+echo "check-abi: $(wc -l <<<"$declared") functions, exactly the header's FLUX_API declarations; SONAME $soname; no RPATH/RUNPATH"
