@@ -6,7 +6,7 @@ import Musl
 import Darwin
 #endif
 import CFlux
-import FluxCore
+@_spi(Engine) import FluxCore
 
 /// `flux_callback`: `int (*)(void *context, const void *payload)`, as the
 /// header declares it.

@@ -1,4 +1,4 @@
-import FluxCore
+@_spi(Engine) import FluxCore
 
 // The dispatcher half of include/flux.h. Each function validates its
 // arguments, calls the engine, and turns errors into a status plus

@@ -5,7 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import FluxCore
+@_spi(Engine) import FluxCore
 
 // flux_last_error(): one malloc'd, NUL-terminated message per thread, freed by
 // the key's destructor when the thread exits.

@@ -4,7 +4,7 @@
 /// cheapest form: the C ABI keeps raw (function pointer, context) pairs, Swift
 /// keeps closures. Conformers should be small values; `invoke` sits on the
 /// hottest path of the library.
-package protocol DispatchCallback {
+@_spi(Engine) public protocol DispatchCallback {
     associatedtype Payload
     associatedtype Failure: Error
 
@@ -21,7 +21,7 @@ package protocol DispatchCallback {
 
 /// What a dispatch or `waitFor` can fail with: the engine's own error, or the
 /// failure of a callback (with its token), which aborted the dispatch.
-package enum DispatchError<Failure: Error>: Error {
+@_spi(Engine) public enum DispatchError<Failure: Error>: Error {
     case flux(FluxError)
     case callback(Failure, DispatchToken)
 }

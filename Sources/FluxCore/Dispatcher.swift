@@ -84,11 +84,11 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
 }
 
 /// A Swift closure as a dispatcher callback.
-package struct ClosureCallback<Payload>: DispatchCallback {
-    package let body: @Sendable (Payload) throws -> Void
+@_spi(Engine) public struct ClosureCallback<Payload>: DispatchCallback {
+    @_spi(Engine) public let body: @Sendable (Payload) throws -> Void
 
-    @inlinable package init(body: @escaping @Sendable (Payload) throws -> Void) { self.body = body }
-    @inlinable package func invoke(_ payload: Payload) -> (any Error)? {
+    @inlinable @_spi(Engine) public init(body: @escaping @Sendable (Payload) throws -> Void) { self.body = body }
+    @inlinable @_spi(Engine) public func invoke(_ payload: Payload) -> (any Error)? {
         do {
             try body(payload)
             return nil
@@ -96,7 +96,7 @@ package struct ClosureCallback<Payload>: DispatchCallback {
             return error
         }
     }
-    @inlinable package func release() {}
+    @inlinable @_spi(Engine) public func release() {}
 }
 
 extension DispatchError where Failure == any Error {

@@ -1,5 +1,5 @@
 import Testing
-@testable import FluxCore
+@_spi(Engine) @testable import FluxCore
 
 /// Facebook's Dispatcher tests (src/__tests__/Dispatcher-test.js) and the rest
 /// of DESIGN.md section 2 on waitFor.
