@@ -32,6 +32,12 @@ let package = Package(
         // Swift users' module: FluxCore re-exported, plus the Swift-only layers.
         .target(name: "Flux", dependencies: ["FluxCore"]),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"]),
+        // The VueFlux layer's tests: VueFlux's own suite, ported, and more.
+        // Swift 5 mode, as VueFlux's: in Swift 6 XCTest's waitForExpectations
+        // is main-actor isolated, and the tests' non-Sendable observers would
+        // then be inferred @MainActor while being called on other threads.
+        .testTarget(name: "FluxTests", dependencies: ["Flux"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
     ],
     swiftLanguageModes: [.v6]
 )

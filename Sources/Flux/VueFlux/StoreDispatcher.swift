@@ -1,0 +1,65 @@
+/// What a store subscribes to: a list of commit functions, called in
+/// subscription order. Dispatches are serialized across threads by a
+/// recursive lock, so a commit may dispatch again on the same thread
+/// (VueFlux's recursive dispatch); each dispatch reaches the subscribers
+/// present when it started. Not FluxCore's `Dispatcher`: that one refuses a
+/// dispatch from inside a callback, and its callbacks are @Sendable.
+final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
+    typealias Observer = (State.Action) -> Void
+    typealias Key = ObserverList<Observer>.Key
+
+    /// The dispatcher every `Store<State>` also subscribes to.
+    static var shared: StoreDispatcher<State> {
+        StoreDispatcherRegistry.shared.dispatcher(for: State.self)
+    }
+
+    private let dispatchLock = PosixLock(recursive: true)
+    private let observersLock = PosixLock()
+    private var observers = ObserverList<Observer>()
+
+    init() {}
+
+    func dispatch(action: State.Action) {
+        dispatchLock.lock()
+        defer { dispatchLock.unlock() }
+        let current = observersLock.withLock { observers.elements }
+        for observer in current {
+            observer(action)
+        }
+    }
+
+    @discardableResult
+    func subscribe(_ observer: @escaping Observer) -> Key {
+        observersLock.withLock { observers.add(observer) }
+    }
+
+    func unsubscribe(for key: Key) {
+        // The removed closure is released outside the lock: it may hold the
+        // last reference to something whose deinit comes back here.
+        let removed = observersLock.withLock { observers.remove(for: key) }
+        _ = removed
+    }
+}
+
+/// One shared dispatcher per State type, keyed by the exact type. Lives as
+/// long as the process (VueFlux's DispatcherContext).
+final class StoreDispatcherRegistry: @unchecked Sendable {
+    static let shared = StoreDispatcherRegistry()
+
+    private let lock = PosixLock()
+    private var dispatchers: [ObjectIdentifier: AnyObject] = [:]
+
+    private init() {}
+
+    func dispatcher<State: Flux.State>(for stateType: State.Type) -> StoreDispatcher<State> {
+        lock.withLock {
+            let identifier = ObjectIdentifier(stateType)
+            if let dispatcher = dispatchers[identifier] as? StoreDispatcher<State> {
+                return dispatcher
+            }
+            let dispatcher = StoreDispatcher<State>()
+            dispatchers[identifier] = dispatcher
+            return dispatcher
+        }
+    }
+}
