@@ -31,6 +31,8 @@ let package = Package(
         .target(name: "FluxC", dependencies: ["FluxCore", "CFFI"]),
         // Swift users' module: FluxCore re-exported, plus the Swift-only layers.
         .target(name: "Flux", dependencies: ["FluxCore"]),
+        // The Swift counter example (make demo).
+        .executableTarget(name: "counter", dependencies: ["Flux"], path: "examples/counter"),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"]),
         // The VueFlux layer's tests: VueFlux's own suite, ported, and more.
         // Swift 5 mode, as VueFlux's: in Swift 6 XCTest's waitForExpectations
