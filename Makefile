@@ -129,6 +129,7 @@ bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/pydeps
 	$(B)/bench/bench
 	$(B)/bench/trampoline
 	PYTHONPATH=bindings/python:$(B)/bench/pydeps $(PYTHON) bench/bench.py
+	$(SWIFT) run -c release --quiet flux-bench-swift
 
 # blinker, the Python bench's signal-library yardstick, installed for the
 # bench only (never imported by the package or its tests). Offline, the bench

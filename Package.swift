@@ -33,6 +33,8 @@ let package = Package(
         .target(name: "Flux", dependencies: ["FluxCore"]),
         // The Swift counter example (make demo).
         .executableTarget(name: "counter", dependencies: ["Flux"], path: "examples/counter"),
+        // The Swift layer's benchmark (make bench, release build).
+        .executableTarget(name: "flux-bench-swift", dependencies: ["Flux"], path: "bench/swift"),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"]),
         // The VueFlux layer's tests: VueFlux's own suite, ported, and more.
         // Swift 5 mode, as VueFlux's: in Swift 6 XCTest's waitForExpectations

@@ -10,8 +10,12 @@ import Musl
 import Darwin
 #endif
 
+// @usableFromInline and @inlinable here and in the other hot paths (send,
+// dispatch): so that clients' release builds specialize the generic layer;
+// unspecialized, a send spends most of its time looking up generic metadata.
+@usableFromInline
 final class PosixLock: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
     init(recursive: Bool = false) {
         mutex = .allocate(capacity: 1)
@@ -33,10 +37,10 @@ final class PosixLock: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    @inline(__always) func lock() { pthread_mutex_lock(mutex) }
-    @inline(__always) func unlock() { pthread_mutex_unlock(mutex) }
+    @inlinable func lock() { pthread_mutex_lock(mutex) }
+    @inlinable func unlock() { pthread_mutex_unlock(mutex) }
 
-    @inline(__always)
+    @inlinable
     func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
@@ -45,7 +49,7 @@ final class PosixLock: @unchecked Sendable {
 }
 
 /// A number unique to the calling thread while it lives (never 0).
-@inline(__always)
+@inlinable
 func currentThreadToken() -> UInt {
     #if canImport(Darwin)
     UInt(bitPattern: pthread_self())

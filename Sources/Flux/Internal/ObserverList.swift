@@ -1,12 +1,14 @@
 // Observers in subscription order, each with a key for removal. Removal is
 // by linear search (lists are short, and sends, which only read, must stay
 // cheap: a send copies `elements`, a reference-count increment).
+@usableFromInline
 struct ObserverList<Element> {
+    @usableFromInline
     struct Key: Hashable {
         fileprivate let rawValue: UInt64
     }
 
-    private(set) var elements = ContiguousArray<Element>()
+    @usableFromInline private(set) var elements = ContiguousArray<Element>()
     private var keys = ContiguousArray<UInt64>()
     private var nextKey: UInt64 = 0
 

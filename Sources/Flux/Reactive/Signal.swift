@@ -3,24 +3,45 @@
 public struct Signal<Value> {
     public typealias Producer = (@escaping (Value) -> Void) -> any Disposable
 
-    private let producer: Producer
+    @usableFromInline
+    enum Source {
+        case producer(Producer)
+        // A sink's signal: observing registers with the sink directly.
+        case sink(Sink<Value>)
+    }
+
+    @usableFromInline let source: Source
 
     public init(_ producer: @escaping Producer) {
-        self.producer = producer
+        source = .producer(producer)
+    }
+
+    @inlinable
+    init(sink: Sink<Value>) {
+        source = .sink(sink)
     }
 
     /// Calls `observer` with every value until the result is disposed. Once
     /// `dispose()` has returned, the observer is not called again, even for
     /// values an executor had already queued.
-    @discardableResult
+    @inlinable @discardableResult
     public func observe(_ observer: @escaping (Value) -> Void) -> any Disposable {
         let procedure = CancelableProcedure<Value>(observer)
-        let disposable = producer { value in
-            procedure.execute(with: value)
-        }
-        return AnyDisposable {
-            procedure.cancel()
-            disposable.dispose()
+        switch source {
+        case .sink(let sink):
+            let key = sink.subscribe(procedure)
+            return AnyDisposable { [weak sink] in
+                procedure.cancel()
+                sink?.unsubscribe(key)
+            }
+        case .producer(let producer):
+            let disposable = producer { value in
+                procedure.execute(with: value)
+            }
+            return AnyDisposable {
+                procedure.cancel()
+                disposable.dispose()
+            }
         }
     }
 

@@ -9,36 +9,37 @@ import Synchronization
 /// there), so every observer sees the values in the same order.
 public final class Sink<Value>: @unchecked Sendable {
     /// A new signal each time; each observation of it adds an observer.
+    @inlinable
     public var signal: Signal<Value> {
-        .init { send in
-            let key = self.subscribe(send)
-            return AnyDisposable { [weak self] in
-                self?.unsubscribe(key)
-            }
-        }
+        .init(sink: self)
     }
 
-    typealias Observer = (Value) -> Void
-    typealias Key = ObserverList<Observer>.Key
+    // Observers are the procedures Signal.observe makes, stored as they are:
+    // a delivery then calls each through one final-class method, not through
+    // a chain of closures.
+    @usableFromInline typealias Observer = CancelableProcedure<Value>
+    @usableFromInline typealias Key = ObserverList<Observer>.Key
 
-    private enum Pending {
+    @usableFromInline
+    enum Pending {
         case value(Value)
         case action(() -> Void)
     }
 
-    private let observersLock = PosixLock()
-    private var observers = ObserverList<Observer>()
+    @usableFromInline let observersLock = PosixLock()
+    @usableFromInline var observers = ObserverList<Observer>()
 
     // Held for a whole delivery, including the queued sends it drains.
-    private let sendLock = PosixLock()
+    @usableFromInline let sendLock = PosixLock()
     // The thread inside a delivery, or 0. Only that thread ever finds its own
     // token here, so a relaxed load answers "am I delivering?" exactly.
-    private let deliveringThread = Atomic<UInt>(0)
+    @usableFromInline let deliveringThread = Atomic<UInt>(0)
     // Sends made during a delivery by the delivering thread; under sendLock.
-    private var pending: [Pending] = []
+    @usableFromInline var pending: [Pending] = []
 
     public init() {}
 
+    @inlinable
     public func send(value: Value) {
         if isDeliveringOnCurrentThread {
             pending.append(.value(value))
@@ -49,12 +50,14 @@ public final class Sink<Value>: @unchecked Sendable {
 
     // MARK: Internal, for Variable
 
+    @inlinable
     var isDeliveringOnCurrentThread: Bool {
         deliveringThread.load(ordering: .relaxed) == currentThreadToken()
     }
 
     /// Runs `body` as a delivery: holding the send lock, then delivers what
     /// was queued meanwhile. Not to be called while delivering on this thread.
+    @inlinable
     func serialized<Result>(_ body: () -> Result) -> Result {
         sendLock.lock()
         deliveringThread.store(currentThreadToken(), ordering: .relaxed)
@@ -69,29 +72,34 @@ public final class Sink<Value>: @unchecked Sendable {
 
     /// Queues `action` behind the current delivery. Only while delivering on
     /// this thread.
+    @inlinable
     func enqueue(_ action: @escaping () -> Void) {
         pending.append(.action(action))
     }
 
     /// Calls the current observers with `value`. Only inside `serialized`.
+    @inlinable
     func deliver(_ value: Value) {
         let current = observersLock.withLock { observers.elements }
         for observer in current {
-            observer(value)
+            observer.execute(with: value)
         }
     }
 
-    func subscribe(_ observer: @escaping Observer) -> Key {
+    @usableFromInline
+    func subscribe(_ observer: Observer) -> Key {
         observersLock.withLock { observers.add(observer) }
     }
 
+    @usableFromInline
     func unsubscribe(_ key: Key) {
         // Released outside the lock: the closure's deinit may come back here.
         let removed = observersLock.withLock { observers.remove(for: key) }
         _ = removed
     }
 
-    private func drainPending() {
+    @usableFromInline
+    func drainPending() {
         var index = 0
         // Items run here may queue more; they go to the end and run in turn.
         while index < pending.count {

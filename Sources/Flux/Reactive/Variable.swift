@@ -54,7 +54,7 @@ public final class Variable<Value>: @unchecked Sendable {
         if !changes.isDeliveringOnCurrentThread {
             return changes.serialized {
                 send(delivered)
-                return subscription(changes.subscribe(send))
+                return subscription(changes.subscribe(CancelableProcedure(send)))
             }
         }
         // Observed from inside an observer: join after the queued deliveries,
@@ -63,7 +63,7 @@ public final class Variable<Value>: @unchecked Sendable {
         changes.enqueue { [self] in
             guard registration.begin() else { return }
             send(delivered)
-            registration.finish(key: changes.subscribe(send), sink: changes)
+            registration.finish(key: changes.subscribe(CancelableProcedure(send)), sink: changes)
         }
         return AnyDisposable { registration.cancel() }
     }

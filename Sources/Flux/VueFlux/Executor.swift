@@ -10,7 +10,7 @@ public struct Executor: @unchecked Sendable {
 
     /// Runs the function inline, before `execute` returns.
     public static var immediate: Executor {
-        .init { function in function() }
+        .init(runsInline: true) { function in function() }
     }
 
     /// Runs the function inline when called on the main thread with nothing
@@ -32,9 +32,18 @@ public struct Executor: @unchecked Sendable {
     }
 
     private let context: Context
+    /// True for `.immediate`: lets a store commit without wrapping the
+    /// commit in a closure for `execute`.
+    @usableFromInline let runsInline: Bool
 
     public init(_ context: @escaping Context) {
         self.context = context
+        runsInline = false
+    }
+
+    private init(runsInline: Bool, _ context: @escaping Context) {
+        self.context = context
+        self.runsInline = runsInline
     }
 
     public func execute(_ function: @escaping () -> Void) {

@@ -4,14 +4,15 @@
 /// A subclass restates the conformance in Swift 6:
 /// `final class CounterStore: Store<CounterState>, @unchecked Sendable`.
 open class Store<State: Flux.State>: @unchecked Sendable {
-    private let dispatcher = StoreDispatcher<State>()
-    private let sharedDispatcher = StoreDispatcher<State>.shared
+    @usableFromInline let dispatcher = StoreDispatcher<State>()
+    @usableFromInline let sharedDispatcher = StoreDispatcher<State>.shared
 
-    private let commitProcedure: CancelableProcedure<State.Action>
-    private let dispatcherKey: StoreDispatcher<State>.Key
-    private let sharedDispatcherKey: StoreDispatcher<State>.Key
+    @usableFromInline let commitProcedure: CancelableProcedure<State.Action>
+    @usableFromInline let dispatcherKey: StoreDispatcher<State>.Key
+    @usableFromInline let sharedDispatcherKey: StoreDispatcher<State>.Key
 
     /// Dispatches to every live store whose State is exactly `State`.
+    @inlinable
     public static var actions: Actions<State> {
         .init(dispatcher: StoreDispatcher<State>.shared)
     }
@@ -21,14 +22,21 @@ open class Store<State: Flux.State>: @unchecked Sendable {
 
     public let computed: Computed<State>
 
+    @inlinable
     public init(state: State, mutations: State.Mutations, executor: Executor) {
         let commitProcedure = CancelableProcedure<State.Action> { action in
             mutations.commit(action: action, state: state)
         }
         // The cancel check runs when the executor gets to the commit, so a
         // commit queued before the store went away is dropped too.
-        let commit: (State.Action) -> Void = { action in
-            executor.execute { commitProcedure.execute(with: action) }
+        let commit: (State.Action) -> Void
+        if executor.runsInline {
+            // .immediate: no closure to allocate per commit.
+            commit = { action in commitProcedure.execute(with: action) }
+        } else {
+            commit = { action in
+                executor.execute { commitProcedure.execute(with: action) }
+            }
         }
 
         self.commitProcedure = commitProcedure
@@ -62,12 +70,14 @@ public protocol Mutations {
 /// State type (`Store<State>.actions`). Extend it with named actions.
 /// Once its store is gone it reaches nothing.
 public struct Actions<State: Flux.State>: @unchecked Sendable {
-    private let dispatcher: StoreDispatcher<State>
+    @usableFromInline let dispatcher: StoreDispatcher<State>
 
-    fileprivate init(dispatcher: StoreDispatcher<State>) {
+    @usableFromInline
+    init(dispatcher: StoreDispatcher<State>) {
         self.dispatcher = dispatcher
     }
 
+    @inlinable
     public func dispatch(action: State.Action) {
         dispatcher.dispatch(action: action)
     }
@@ -77,7 +87,8 @@ public struct Actions<State: Flux.State>: @unchecked Sendable {
 public struct Computed<State: Flux.State> {
     public let state: State
 
-    fileprivate init(state: State) {
+    @usableFromInline
+    init(state: State) {
         self.state = state
     }
 }

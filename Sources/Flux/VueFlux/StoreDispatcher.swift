@@ -4,21 +4,25 @@
 /// (VueFlux's recursive dispatch); each dispatch reaches the subscribers
 /// present when it started. Not FluxCore's `Dispatcher`: that one refuses a
 /// dispatch from inside a callback, and its callbacks are @Sendable.
+@usableFromInline
 final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
-    typealias Observer = (State.Action) -> Void
-    typealias Key = ObserverList<Observer>.Key
+    @usableFromInline typealias Observer = (State.Action) -> Void
+    @usableFromInline typealias Key = ObserverList<Observer>.Key
 
     /// The dispatcher every `Store<State>` also subscribes to.
+    @usableFromInline
     static var shared: StoreDispatcher<State> {
         StoreDispatcherRegistry.shared.dispatcher(for: State.self)
     }
 
-    private let dispatchLock = PosixLock(recursive: true)
-    private let observersLock = PosixLock()
-    private var observers = ObserverList<Observer>()
+    @usableFromInline let dispatchLock = PosixLock(recursive: true)
+    @usableFromInline let observersLock = PosixLock()
+    @usableFromInline var observers = ObserverList<Observer>()
 
+    @usableFromInline
     init() {}
 
+    @inlinable
     func dispatch(action: State.Action) {
         dispatchLock.lock()
         defer { dispatchLock.unlock() }
@@ -28,11 +32,12 @@ final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
         }
     }
 
-    @discardableResult
+    @usableFromInline @discardableResult
     func subscribe(_ observer: @escaping Observer) -> Key {
         observersLock.withLock { observers.add(observer) }
     }
 
+    @usableFromInline
     func unsubscribe(for key: Key) {
         // The removed closure is released outside the lock: it may hold the
         // last reference to something whose deinit comes back here.
