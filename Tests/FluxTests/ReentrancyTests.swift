@@ -67,6 +67,28 @@ final class ReentrancyTests: XCTestCase {
         XCTAssertEqual(seen, [1, 2, 3])
     }
 
+    func testObserverAddedDuringDeliveryGetsOnlyLaterValues() {
+        let sink = Sink<Int>()
+        var seenByLate = [Int]()
+        var late: Disposable?
+
+        sink.signal.observe { int in
+            if int == 1 {
+                sink.send(value: 2)
+                late = sink.signal.observe { int in
+                    seenByLate.append(int)
+                }
+            }
+        }
+
+        sink.send(value: 1)
+        sink.send(value: 3)
+
+        // Misses the 1 being delivered when it joined; gets the 2 queued behind it.
+        XCTAssertEqual(seenByLate, [2, 3])
+        late?.dispose()
+    }
+
     func testSendsBetweenTwoSinksFromTheirObservers() {
         let ping = Sink<Int>()
         let pong = Sink<Int>()

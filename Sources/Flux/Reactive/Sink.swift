@@ -6,7 +6,9 @@ import Synchronization
 /// Sends are serialized: the observers of one sink never run concurrently.
 /// A send made from inside one of its observers, on the delivering thread,
 /// is queued and delivered when the current delivery ends (VueFlux deadlocks
-/// there), so every observer sees the values in the same order.
+/// there), so every observer sees the values in the same order. Each value
+/// goes to the observers present when its delivery starts: one added during
+/// a delivery misses that value and gets the ones queued behind it.
 public final class Sink<Value>: @unchecked Sendable {
     /// A new signal each time; each observation of it adds an observer.
     @inlinable
