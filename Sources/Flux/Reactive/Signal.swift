@@ -23,7 +23,8 @@ public struct Signal<Value> {
 
     /// Calls `observer` with every value until the result is disposed. Once
     /// `dispose()` has returned, the observer is not called again, even for
-    /// values an executor had already queued.
+    /// values an executor had already queued (a call that another thread had
+    /// already begun, as in VueFlux, still runs to its end).
     @inlinable @discardableResult
     public func observe(_ observer: @escaping (Value) -> Void) -> any Disposable {
         let procedure = CancelableProcedure<Value>(observer)
