@@ -45,21 +45,25 @@ final class CounterStore: Store<CounterState>, @unchecked Sendable {
     }
 }
 
-/// Stands in for a UI label.
-final class Label {
+/// Stands in for a view controller: main-actor state, bound to the store.
+@MainActor
+final class CounterView {
     var text = "" {
         didSet { print("label:", text) }
     }
+
+    init(store: CounterStore) {
+        // bind(to:) delivers on the main thread (inline when the value comes
+        // from the main thread), which this main-actor state needs, and ends
+        // when the view goes away.
+        store.computed.count.signal
+            .map { "count \($0)" }
+            .bind(to: self, \.text)
+    }
 }
 
-let label = Label()
 let store = CounterStore.shared
-
-// bind(to:) delivers on the main thread (here: inline, this is the main
-// thread), and ends when the label goes away.
-store.computed.count.signal
-    .map { "count \($0)" }
-    .bind(to: label, \.text)
+let view = CounterView(store: store)
 
 store.actions.increment()
 store.actions.increment()
