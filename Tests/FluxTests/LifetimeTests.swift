@@ -65,6 +65,26 @@ final class LifetimeTests: XCTestCase {
         }
     }
 
+    func testConcurrentDispatchesAreSerialized() {
+        let store = CounterStore()
+
+        // Two threads at once, one through the store's own actions, one
+        // through the shared ones. The mutation's `count += action` is not
+        // atomic: only dispatches serialized across both keep every increment
+        // (and ThreadSanitizer, in `make check-thread`, sees any overlap).
+        DispatchQueue.concurrentPerform(iterations: 2) { thread in
+            for _ in 0..<20_000 {
+                if thread == 0 {
+                    store.actions.dispatch(action: 1)
+                } else {
+                    Store<CounterState>.actions.dispatch(action: 1)
+                }
+            }
+        }
+
+        XCTAssertEqual(store.computed.state.count, 40_000)
+    }
+
     func testStoreDoesNotReachStoresOfAnotherStateType() {
         let counter = CounterStore()
         let test = Store<TestState>(state: .init(), mutations: .init(), executor: .immediate)

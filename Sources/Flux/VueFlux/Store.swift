@@ -4,8 +4,8 @@
 /// A subclass restates the conformance in Swift 6:
 /// `final class CounterStore: Store<CounterState>, @unchecked Sendable`.
 open class Store<State: Flux.State>: @unchecked Sendable {
-    @usableFromInline let dispatcher = StoreDispatcher<State>()
-    @usableFromInline let sharedDispatcher = StoreDispatcher<State>.shared
+    @usableFromInline let dispatcher: StoreDispatcher<State>
+    @usableFromInline let sharedDispatcher: StoreDispatcher<State>
 
     @usableFromInline let commitProcedure: CancelableProcedure<State.Action>
     @usableFromInline let dispatcherKey: StoreDispatcher<State>.Key
@@ -40,6 +40,10 @@ open class Store<State: Flux.State>: @unchecked Sendable {
         }
 
         self.commitProcedure = commitProcedure
+        let sharedDispatcher = StoreDispatcher<State>.shared
+        let dispatcher = StoreDispatcher<State>(sharingLockWith: sharedDispatcher)
+        self.sharedDispatcher = sharedDispatcher
+        self.dispatcher = dispatcher
         actions = .init(dispatcher: dispatcher)
         computed = .init(state: state)
         dispatcherKey = dispatcher.subscribe(commit)

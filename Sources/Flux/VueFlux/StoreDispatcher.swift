@@ -2,7 +2,10 @@
 /// subscription order. Dispatches are serialized across threads by a
 /// recursive lock, so a commit may dispatch again on the same thread
 /// (VueFlux's recursive dispatch); each dispatch reaches the subscribers
-/// present when it started. Not FluxCore's `Dispatcher`: that one refuses a
+/// present when it started. Every dispatcher of one State type (the shared
+/// one and each store's own) holds the same lock: a store is reached through
+/// two of them, and with `.immediate` two dispatchers with locks of their own
+/// would run its mutations concurrently (VueFlux does). Not FluxCore's `Dispatcher`: that one refuses a
 /// dispatch from inside a callback, and its callbacks are @Sendable.
 @usableFromInline
 final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
@@ -15,12 +18,20 @@ final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
         StoreDispatcherRegistry.shared.dispatcher(for: State.self)
     }
 
-    @usableFromInline let dispatchLock = PosixLock(recursive: true)
+    @usableFromInline let dispatchLock: PosixLock
     @usableFromInline let observersLock = PosixLock()
     @usableFromInline var observers = ObserverList<Observer>()
 
+    /// The shared dispatcher of `State`.
+    fileprivate init() {
+        dispatchLock = PosixLock(recursive: true)
+    }
+
+    /// A store's own dispatcher, serialized with the shared one.
     @usableFromInline
-    init() {}
+    init(sharingLockWith shared: StoreDispatcher<State>) {
+        dispatchLock = shared.dispatchLock
+    }
 
     @inlinable
     func dispatch(action: State.Action) {
