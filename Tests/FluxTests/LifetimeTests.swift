@@ -85,6 +85,24 @@ final class LifetimeTests: XCTestCase {
         XCTAssertEqual(store.computed.state.count, 40_000)
     }
 
+    func testStoreCreatedDuringSharedDispatchMissesThatAction() {
+        var created = [Store<CallbackState>]()
+        var lateCommits = 0
+
+        let store = callbackStore {
+            if created.isEmpty {
+                created.append(callbackStore { lateCommits += 1 })
+            }
+        }
+
+        Store<CallbackState>.actions.dispatch(action: ())
+        XCTAssertEqual(lateCommits, 0)
+
+        Store<CallbackState>.actions.dispatch(action: ())
+        XCTAssertEqual(lateCommits, 1)
+        withExtendedLifetime(store) {}
+    }
+
     func testStoreDoesNotReachStoresOfAnotherStateType() {
         let counter = CounterStore()
         let test = Store<TestState>(state: .init(), mutations: .init(), executor: .immediate)
