@@ -1,7 +1,7 @@
 # libflux -- build, test, demo, bench, install.
 #
 #   make            the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
-#   make demo       the flight-destination example, in C and in Python
+#   make demo       the flight-destination example in C and Python; the Swift counter
 #   make check      every test: swift test, the C harness, the header test, pytest
 #   make check-memory   the C harness under valgrind memcheck
 #   make bench      benchmarks, with ratios against baselines measured in the same run
@@ -88,6 +88,8 @@ demo: $(B)/examples/flight
 	$(B)/examples/flight
 	@echo "== flight-destination example, Python =="
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight.py
+	@echo "== counter example, Swift (VueFlux layer) =="
+	$(SWIFT) run --quiet counter
 
 # --- tests -----------------------------------------------------------------
 check: check-swift check-c check-header check-python
@@ -186,6 +188,7 @@ bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/pydeps
 	$(B)/bench/bench
 	$(B)/bench/trampoline
 	PYTHONPATH=bindings/python:$(B)/bench/pydeps $(PYTHON) bench/bench.py
+	$(SWIFT) run -c release --quiet flux-bench-swift
 
 # Every bench built and run once, briefly (CI): a broken bench cannot land.
 # The figures are meaningless; the output goes to build/bench/smoke.log.

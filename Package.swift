@@ -35,7 +35,17 @@ let package = Package(
         .target(name: "FluxC", dependencies: ["FluxCore", "CFlux", "CFFI"]),
         // Swift users' module: FluxCore re-exported, plus the Swift-only layers.
         .target(name: "Flux", dependencies: ["FluxCore"]),
+        // The Swift counter example (make demo).
+        .executableTarget(name: "counter", dependencies: ["Flux"], path: "examples/counter"),
+        // The Swift layer's benchmark (make bench, release build).
+        .executableTarget(name: "flux-bench-swift", dependencies: ["Flux"], path: "bench/swift"),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"]),
+        // The VueFlux layer's tests: VueFlux's own suite, ported, and more.
+        // Swift 5 mode, as VueFlux's: in Swift 6 XCTest's waitForExpectations
+        // is main-actor isolated, and the tests' non-Sendable observers would
+        // then be inferred @MainActor while being called on other threads.
+        .testTarget(name: "FluxTests", dependencies: ["Flux"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
     ],
     swiftLanguageModes: [.v6]
 )

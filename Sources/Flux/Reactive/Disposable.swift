@@ -1,0 +1,44 @@
+import Synchronization
+
+/// Something that can be stopped once, such as an observation.
+public protocol Disposable {
+    var isDisposed: Bool { get }
+
+    func dispose()
+}
+
+/// Runs a closure at the first `dispose()`, then lets go of it.
+public final class AnyDisposable: Disposable, @unchecked Sendable {
+    public var isDisposed: Bool {
+        disposed.load(ordering: .acquiring)
+    }
+
+    private let disposed = Atomic<Bool>(false)
+    // Written by init and by the one caller that wins the exchange in dispose().
+    private var action: (() -> Void)?
+
+    public init(_ dispose: @escaping () -> Void) {
+        action = dispose
+    }
+
+    /// A disposable that does nothing but record that it was disposed.
+    public init() {
+        action = nil
+    }
+
+    public func dispose() {
+        guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            return
+        }
+        let action = self.action
+        self.action = nil
+        action?()
+    }
+
+    /// An already-disposed disposable (for a binding whose target is gone).
+    static func disposed() -> AnyDisposable {
+        let disposable = AnyDisposable()
+        disposable.dispose()
+        return disposable
+    }
+}

@@ -1,0 +1,49 @@
+/// The per-object `DisposableScope` that VueFlux keeps as an Objective-C
+/// associated object, here a table keyed by identity. An entry whose object
+/// is gone is disposed when its address is reused, or when the table is
+/// swept (each time it has doubled since the last sweep); a registration
+/// also disposes its object's scope itself at the first value that finds the
+/// object gone.
+final class ScopeRegistry: @unchecked Sendable {
+    static let shared = ScopeRegistry()
+
+    private struct Entry {
+        weak var object: AnyObject?
+        let scope: DisposableScope
+    }
+
+    private static let minimumSweepCount = 64
+
+    private let lock = PosixLock()
+    private var entries: [ObjectIdentifier: Entry] = [:]
+    private var sweepCount = ScopeRegistry.minimumSweepCount
+
+    private init() {}
+
+    func scope(for object: AnyObject) -> DisposableScope {
+        var dead: [DisposableScope] = []
+        let scope: DisposableScope = lock.withLock {
+            let identifier = ObjectIdentifier(object)
+            if let entry = entries[identifier] {
+                // The same address may belong to a newer object: compare identity.
+                if entry.object === object { return entry.scope }
+                dead.append(entry.scope)
+            }
+            let scope = DisposableScope()
+            entries[identifier] = Entry(object: object, scope: scope)
+            if entries.count >= sweepCount {
+                for (key, entry) in entries where entry.object == nil {
+                    dead.append(entry.scope)
+                    entries[key] = nil
+                }
+                sweepCount = max(Self.minimumSweepCount, entries.count * 2)
+            }
+            return scope
+        }
+        // Outside the lock: a disposal may observe another object's scope.
+        for scope in dead {
+            scope.dispose()
+        }
+        return scope
+    }
+}

@@ -1,0 +1,110 @@
+/// A stream of values that can be observed. Made by a `Sink`, a `Variable`,
+/// or a producer that receives the send function and returns what stops it.
+public struct Signal<Value> {
+    public typealias Producer = (@escaping (Value) -> Void) -> any Disposable
+
+    @usableFromInline
+    enum Source {
+        case producer(Producer)
+        // A sink's signal: observing registers with the sink directly.
+        case sink(Sink<Value>)
+    }
+
+    @usableFromInline let source: Source
+
+    public init(_ producer: @escaping Producer) {
+        source = .producer(producer)
+    }
+
+    @inlinable
+    init(sink: Sink<Value>) {
+        source = .sink(sink)
+    }
+
+    /// Calls `observer` with every value until the result is disposed. Once
+    /// `dispose()` has returned, the observer is not called again, even for
+    /// values an executor had already queued (a call that another thread had
+    /// already begun, as in VueFlux, still runs to its end).
+    @inlinable @discardableResult
+    public func observe(_ observer: @escaping (Value) -> Void) -> any Disposable {
+        let procedure = CancelableProcedure<Value>(observer)
+        switch source {
+        case .sink(let sink):
+            let key = sink.subscribe(procedure)
+            return AnyDisposable { [weak sink] in
+                procedure.cancel()
+                sink?.unsubscribe(key)
+            }
+        case .producer(let producer):
+            let disposable = producer { value in
+                procedure.execute(with: value)
+            }
+            return AnyDisposable {
+                procedure.cancel()
+                disposable.dispose()
+            }
+        }
+    }
+
+    /// Observes until `object` is gone. Linux has no associated objects, so
+    /// the observation ends at the first value that finds the object gone
+    /// (never calling `observer` then), not at the object's deinit. `object`
+    /// is not retained.
+    @discardableResult
+    public func observe(duringScopeOf object: AnyObject, _ observer: @escaping (Value) -> Void) -> any Disposable {
+        let scope = ScopeRegistry.shared.scope(for: object)
+        let disposable = whileAlive(object, scope: scope).observe(observer)
+        scope += disposable
+        return disposable
+    }
+
+    /// Binds to `binder` on `executor` (default: the main thread).
+    @discardableResult
+    public func bind(to binder: Binder<Value>, on executor: Executor = .mainThread) -> any Disposable {
+        binder.bind(signal: self, on: executor)
+    }
+
+    @discardableResult
+    public func bind<Target: AnyObject>(to target: Target, on executor: Executor = .mainThread,
+                                        binding: @escaping (Target, Value) -> Void) -> any Disposable {
+        bind(to: .init(target: target, binding: binding), on: executor)
+    }
+
+    @discardableResult
+    public func bind<Target: AnyObject>(to target: Target, _ keyPath: ReferenceWritableKeyPath<Target, Value>,
+                                        on executor: Executor = .mainThread) -> any Disposable {
+        bind(to: target, on: executor) { target, value in
+            target[keyPath: keyPath] = value
+        }
+    }
+
+    @discardableResult
+    public func bind<Target: AnyObject>(to target: Target, _ keyPath: ReferenceWritableKeyPath<Target, Value?>,
+                                        on executor: Executor = .mainThread) -> any Disposable {
+        bind(to: target, on: executor) { target, value in
+            target[keyPath: keyPath] = value as Value?
+        }
+    }
+}
+
+extension Signal {
+    /// Forwards values while `object` lives; the first value that finds it
+    /// gone disposes `scope` (and with it every registration of the object).
+    func whileAlive(_ object: AnyObject, scope: DisposableScope) -> Signal<Value> {
+        operated { [weak object, weak scope] value, send in
+            if object == nil {
+                scope?.dispose()
+            } else {
+                send(value)
+            }
+        }
+    }
+
+    func operated<T>(_ operation: @escaping (Value, @escaping (T) -> Void) -> Void) -> Signal<T> {
+        .init { send in
+            self.observe { value in
+                operation(value, send)
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+/// Holds a `State`, commits actions to it through its `Mutations` on its
+/// `Executor`, and exposes `actions` and `computed` for extensions.
+///
+/// A subclass restates the conformance in Swift 6:
+/// `final class CounterStore: Store<CounterState>, @unchecked Sendable`.
+open class Store<State: Flux.State>: @unchecked Sendable {
+    @usableFromInline let dispatcher: StoreDispatcher<State>
+    @usableFromInline let sharedDispatcher: StoreDispatcher<State>
+
+    @usableFromInline let commitProcedure: CancelableProcedure<State.Action>
+    @usableFromInline let dispatcherKey: StoreDispatcher<State>.Key
+    @usableFromInline let sharedDispatcherKey: StoreDispatcher<State>.Key
+
+    /// Dispatches to every live store whose State is exactly `State`.
+    @inlinable
+    public static var actions: Actions<State> {
+        .init(dispatcher: StoreDispatcher<State>.shared)
+    }
+
+    /// Dispatches to this store only.
+    public let actions: Actions<State>
+
+    public let computed: Computed<State>
+
+    @inlinable
+    public init(state: State, mutations: State.Mutations, executor: Executor) {
+        let commitProcedure = CancelableProcedure<State.Action> { action in
+            mutations.commit(action: action, state: state)
+        }
+        // The cancel check runs when the executor gets to the commit, so a
+        // commit queued before the store went away is dropped too.
+        let commit: (State.Action) -> Void
+        if executor.runsInline {
+            // .immediate: no closure to allocate per commit.
+            commit = { action in commitProcedure.execute(with: action) }
+        } else {
+            commit = { action in
+                executor.execute { commitProcedure.execute(with: action) }
+            }
+        }
+
+        self.commitProcedure = commitProcedure
+        let sharedDispatcher = StoreDispatcher<State>.shared
+        let dispatcher = StoreDispatcher<State>(sharingLockWith: sharedDispatcher)
+        self.sharedDispatcher = sharedDispatcher
+        self.dispatcher = dispatcher
+        actions = .init(dispatcher: dispatcher)
+        computed = .init(state: state)
+        dispatcherKey = dispatcher.subscribe(commit)
+        sharedDispatcherKey = sharedDispatcher.subscribe(commit)
+    }
+
+    deinit {
+        commitProcedure.cancel()
+        dispatcher.unsubscribe(for: dispatcherKey)
+        sharedDispatcher.unsubscribe(for: sharedDispatcherKey)
+    }
+}
+
+/// A store's state: a class, with its action type and its mutations.
+public protocol State: AnyObject {
+    associatedtype Action
+    associatedtype Mutations: Flux.Mutations where Mutations.State == Self
+}
+
+/// The only place a state changes: one commit per dispatched action.
+public protocol Mutations {
+    associatedtype State: Flux.State
+
+    func commit(action: State.Action, state: State)
+}
+
+/// Dispatches actions to a store (`store.actions`) or to every store of a
+/// State type (`Store<State>.actions`). Extend it with named actions.
+/// Once its store is gone it reaches nothing.
+public struct Actions<State: Flux.State>: @unchecked Sendable {
+    @usableFromInline let dispatcher: StoreDispatcher<State>
+
+    @usableFromInline
+    init(dispatcher: StoreDispatcher<State>) {
+        self.dispatcher = dispatcher
+    }
+
+    @inlinable
+    public func dispatch(action: State.Action) {
+        dispatcher.dispatch(action: action)
+    }
+}
+
+/// Read access to a store's state. Extend it with computed properties.
+public struct Computed<State: Flux.State> {
+    public let state: State
+
+    @usableFromInline
+    init(state: State) {
+        self.state = state
+    }
+}
+
+extension Computed: Sendable where State: Sendable {}

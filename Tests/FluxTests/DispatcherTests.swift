@@ -1,0 +1,114 @@
+import XCTest
+import Flux
+
+// VueFlux's DispatcherTests drove its internal Dispatcher; here the same
+// scenarios go through the public Store that is built on it. A store's
+// commit stands for a subscriber, store deinit for unsubscribing.
+final class DispatcherTests: XCTestCase {
+    func testSubscribeAndDispatch() {
+        var value = 0
+
+        let store = callbackStore {
+            value += 1
+        }
+
+        XCTAssertEqual(value, 0)
+
+        store.actions.dispatch(action: ())
+
+        XCTAssertEqual(value, 1)
+
+        store.actions.dispatch(action: ())
+
+        XCTAssertEqual(value, 2)
+    }
+
+    func testUnsubscribeAndDispatch() {
+        var value = 0
+
+        var store: Store<CallbackState>? = callbackStore {
+            value += 1
+        }
+        let actions = store!.actions
+
+        store = nil
+
+        XCTAssertEqual(value, 0)
+
+        actions.dispatch(action: ())
+        Store<CallbackState>.actions.dispatch(action: ())
+
+        XCTAssertEqual(value, 0)
+
+        let newStore = callbackStore {
+            value += 1
+        }
+
+        Store<CallbackState>.actions.dispatch(action: ())
+
+        XCTAssertEqual(value, 1)
+        withExtendedLifetime(newStore) {}
+    }
+
+    func testRecursiveDispatch() {
+        var flag = false
+        var actions: Actions<CallbackState>?
+
+        let store = callbackStore {
+            if !flag {
+                flag = true
+                actions?.dispatch(action: ())
+            }
+        }
+        actions = store.actions
+
+        store.actions.dispatch(action: ())
+
+        XCTAssertEqual(flag, true)
+    }
+
+    func testRecursiveSubscribe() {
+        var flag = false
+        var subscribed = [Store<CallbackState>]()
+
+        let store = callbackStore {
+            flag = true
+            subscribed.append(callbackStore {})
+        }
+
+        Store<CallbackState>.actions.dispatch(action: ())
+
+        XCTAssertEqual(flag, true)
+        XCTAssertEqual(subscribed.count, 1)
+        withExtendedLifetime(store) {}
+    }
+}
+
+// VueFlux's DispatcherContextTests: every `Store<S>.actions` reaches the one
+// shared dispatcher of S, including stores created after it was taken.
+final class DispatcherContextTests: XCTestCase {
+    func testDispacherInstance() {
+        var value = 0
+
+        let dispatcher1 = Store<CallbackState>.actions
+
+        let store1 = callbackStore {
+            value += 1
+        }
+
+        let dispatcher2 = Store<CallbackState>.actions
+
+        dispatcher2.dispatch(action: ())
+
+        XCTAssertEqual(value, 1)
+
+        let store2 = callbackStore {
+            value += 1
+        }
+
+        dispatcher1.dispatch(action: ())
+
+        XCTAssertEqual(value, 3)
+        withExtendedLifetime((store1, store2)) {}
+    }
+}

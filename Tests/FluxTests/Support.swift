@@ -1,0 +1,77 @@
+import Dispatch
+import Flux
+
+// VueFlux's test fixtures (VueFluxTests.swift), ported.
+
+final class TestState: State {
+    typealias Action = Void
+    typealias Mutations = TestMutations
+
+    let didSetValue: (Int) -> Void
+    private var innerValue = 0
+    var value: Int {
+        get { return innerValue }
+        set {
+            innerValue = newValue
+            didSetValue(newValue)
+        }
+    }
+
+    init(didSetValue: @escaping (Int) -> Void = { _ in }) {
+        self.didSetValue = didSetValue
+    }
+}
+
+struct TestMutations: Mutations {
+    typealias State = TestState
+
+    func commit(action: Void, state: TestState) {
+        state.value += 1
+    }
+}
+
+extension Computed where State == TestState {
+    var value: Int {
+        return state.value
+    }
+}
+
+extension Actions where State == TestState {
+    func check() {
+        dispatch(action: ())
+    }
+}
+
+extension DispatchQueue {
+    static func globalDefault() -> DispatchQueue {
+        return .global()
+    }
+}
+
+// For VueFlux's dispatcher scenarios, which subscribed closures to its
+// internal Dispatcher: here a store whose every commit calls the state's
+// closure. A State type of its own, so that `Store<CallbackState>.actions`
+// reaches only the stores these tests create.
+
+final class CallbackState: State {
+    typealias Action = Void
+    typealias Mutations = CallbackMutations
+
+    let onCommit: () -> Void
+
+    init(_ onCommit: @escaping () -> Void) {
+        self.onCommit = onCommit
+    }
+}
+
+struct CallbackMutations: Mutations {
+    typealias State = CallbackState
+
+    func commit(action: Void, state: CallbackState) {
+        state.onCommit()
+    }
+}
+
+func callbackStore(_ onCommit: @escaping () -> Void) -> Store<CallbackState> {
+    return Store<CallbackState>(state: .init(onCommit), mutations: .init(), executor: .immediate)
+}
