@@ -27,8 +27,15 @@ PYTHON  ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 # pip: no "running as root" warning, no version nag.
 export PIP_ROOT_USER_ACTION := ignore
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-# PYTHON usable from another directory (a relative path made absolute).
-PYTHON_ABS = $(if $(findstring /,$(PYTHON)),$(abspath $(PYTHON)),$(PYTHON))
+# The test tools' python: PYTHON when it has them, else build/venv's, which
+# the targets that need it make on demand -- so `make check` works as the
+# first command on a stock machine. (find_spec: no import, no cost.)
+has_modules = $(shell $(PYTHON) -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in '$(1)'.split()))" 2>/dev/null && echo yes)
+TEST_PYTHON  := $(if $(call has_modules,pytest hypothesis),$(PYTHON),$(VENV)/bin/python)
+TYPES_PYTHON := $(if $(call has_modules,mypy ruff),$(PYTHON),$(VENV)/bin/python)
+needs_venv = $(if $(filter $(VENV)/bin/python,$(1)),$(VENV)/.ready)
+# TYPES_PYTHON usable from another directory (a relative path made absolute).
+TYPES_PYTHON_ABS = $(if $(findstring /,$(TYPES_PYTHON)),$(abspath $(TYPES_PYTHON)),$(TYPES_PYTHON))
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
@@ -116,15 +123,15 @@ check-header: include/flux.h
 	$(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-cxx.o Tests/c/header.c
 	@echo "header: compiles alone as C99 -pedantic and as C++"
 
-check-python: $(LIB)
-	PYTHONPATH=bindings/python $(PYTHON) -m pytest -q bindings/python/tests
+check-python: $(LIB) $(call needs_venv,$(TEST_PYTHON))
+	PYTHONPATH=bindings/python $(TEST_PYTHON) -m pytest -q bindings/python/tests
 
 # mypy --strict and ruff on the Python package and its tests (configured in
 # bindings/python/pyproject.toml), and on the README's Python example.
-check-types:
-	cd bindings/python && $(PYTHON_ABS) -m mypy
-	$(PYTHON) -m ruff check bindings/python examples/readme.py
-	MYPYPATH=bindings/python $(PYTHON) -m mypy --strict examples/readme.py
+check-types: $(call needs_venv,$(TYPES_PYTHON))
+	cd bindings/python && $(TYPES_PYTHON_ABS) -m mypy
+	$(TYPES_PYTHON) -m ruff check bindings/python examples/readme.py
+	MYPYPATH=bindings/python $(TYPES_PYTHON) -m mypy --strict examples/readme.py
 
 # Exported symbols are exactly the header's FLUX_API functions; SONAME
 # libflux.so.MAJOR; no RPATH/RUNPATH.
