@@ -6,6 +6,7 @@ import Musl
 import Darwin
 #endif
 import FluxCore
+import Synchronization
 
 /// `flux_callback`: `int (*)(void *context, const void *payload)`.
 public typealias FluxCallbackFunction = @convention(c) (UnsafeMutableRawPointer?, UnsafeRawPointer?) -> Int32
@@ -45,16 +46,33 @@ extension OpaquePointer {
     var dispatcher: UnsafeMutablePointer<CDispatcher> { UnsafeMutablePointer(self) }
 }
 
-/// Room for one engine, or nil when memory runs out.
+/// Room for one engine, followed by the count of its live stores and groups
+/// (flux_dispatcher_destroy refuses while any exist), or nil when memory runs
+/// out. The engine comes first, so the handle is the engine's address.
 func allocateDispatcher() -> UnsafeMutablePointer<CDispatcher>? {
-    let size = MemoryLayout<CDispatcher>.size
-    let alignment = MemoryLayout<CDispatcher>.alignment
+    let alignment = max(MemoryLayout<CDispatcher>.alignment, MemoryLayout<Atomic<Int>>.alignment,
+                        MemoryLayout<UnsafeRawPointer>.alignment)
     var raw: UnsafeMutableRawPointer?
-    guard posix_memalign(&raw, max(alignment, MemoryLayout<UnsafeRawPointer>.alignment), max(size, 1)) == 0,
+    guard posix_memalign(&raw, alignment, storeCountOffset + MemoryLayout<Atomic<Int>>.size) == 0,
           let raw else { return nil }
+    (raw + storeCountOffset).bindMemory(to: Atomic<Int>.self, capacity: 1).initialize(to: Atomic(0))
     return raw.bindMemory(to: CDispatcher.self, capacity: 1)
 }
 
 func freeDispatcher(_ pointer: UnsafeMutablePointer<CDispatcher>) {
+    OpaquePointer(pointer).storeCount.deinitialize(count: 1)
     free(pointer)
+}
+
+private var storeCountOffset: Int {
+    let alignment = MemoryLayout<Atomic<Int>>.alignment
+    return (max(MemoryLayout<CDispatcher>.size, 1) + alignment - 1) / alignment * alignment
+}
+
+extension OpaquePointer {
+    /// How many stores and groups of this dispatcher are alive (kept by the
+    /// store exports, off the engine's paths).
+    var storeCount: UnsafeMutablePointer<Atomic<Int>> {
+        (UnsafeMutableRawPointer(self) + storeCountOffset).assumingMemoryBound(to: Atomic<Int>.self)
+    }
 }

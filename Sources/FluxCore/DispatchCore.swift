@@ -162,6 +162,13 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         owner.load(ordering: .relaxed) == currentThreadID()
     }
 
+    /// True while the calling thread runs a dispatch of this dispatcher that
+    /// a failed callback is aborting (stores use it to keep their state).
+    @inlinable
+    package var isAbortingOnCurrentThread: Bool {
+        isDispatchingOnCurrentThread && run.pointee.aborted
+    }
+
     // MARK: - Registration
 
     /// Registers `callback`, to be called by every dispatch that starts after
