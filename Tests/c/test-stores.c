@@ -1361,6 +1361,130 @@ static void closed_dispatcher_create(void)
     is_int(L.live, 0, "nothing leaked");
 }
 
+/* ---- threads ------------------------------------------------------------- */
+
+typedef struct other {
+    flag in_reduce, checked;
+    flux_store *s;
+    lis *added;
+    flux_token remove_id;
+    flux_status has_changed, emit, add, remove, destroy, dispatcher_destroy;
+    int changed;
+} other;
+
+static int blocking_hook(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    other *o = t->user;
+    flag_set(&o->in_reduce);
+    REQUIRE(flag_wait(&o->checked, prompt_seconds()));
+    return 0;
+}
+
+static void *other_thread(void *arg)
+{
+    other *o = arg;
+    REQUIRE(flag_wait(&o->in_reduce, prompt_seconds()));
+    o->changed = 7;
+    o->has_changed = flux_store_has_changed(o->s, &o->changed);
+    o->emit = flux_store_emit_change(o->s);
+    o->added = lis_new(5, o->s);
+    o->add = flux_store_add_listener(o->s, lis_fn, o->added, lis_destroy, &o->added->token);
+    o->remove = flux_store_remove_listener(o->s, o->remove_id);
+    o->destroy = flux_store_destroy(o->s);
+    o->dispatcher_destroy = flux_dispatcher_destroy(flux_store_dispatcher(o->s));
+    flag_set(&o->checked);
+    return NULL;
+}
+
+static void another_thread_during_a_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    other o;
+    memset(&o, 0, sizeof o);
+    flag_init(&o.in_reduce);
+    flag_init(&o.checked);
+    o.s = t->s;
+    lis *kept = listen(t->s, 1, NULL);
+    lis *gone = listen(t->s, 2, NULL);
+    o.remove_id = gone->token;
+    t->user = &o;
+    t->hook = blocking_hook;
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, other_thread, &o) == 0);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    pthread_join(th, NULL);
+    is_int(o.has_changed, FLUX_ERR_NOT_DISPATCHING, "has_changed from another thread: NOT_DISPATCHING");
+    is_int(o.changed, 0, "and *changed is 0");
+    is_int(o.emit, FLUX_ERR_NOT_DISPATCHING, "emit_change from another thread during the reduce: NOT_DISPATCHING");
+    is_int(o.add, FLUX_OK, "add_listener from another thread works");
+    is_int(o.remove, FLUX_OK, "remove_listener from another thread works");
+    is_int(o.destroy, FLUX_ERR_ALREADY_DISPATCHING, "flux_store_destroy during a dispatch: ALREADY_DISPATCHING");
+    is_int(o.dispatcher_destroy, FLUX_ERR_ALREADY_DISPATCHING, "flux_dispatcher_destroy during a dispatch: ALREADY_DISPATCHING");
+    is_int(kept->calls, 1, "the kept listener ran");
+    is_int(o.added->calls, 1, "one added before the emit began runs in it");
+    is_int(count_events(EV_LISTENER + 2), 0, "the removed one did not");
+    t->hook = NULL;
+    flag_fini(&o.in_reduce);
+    flag_fini(&o.checked);
+    teardown(d, &t, 1);
+}
+
+typedef struct remover {
+    flag running, removed;
+    flux_store *s;
+    flux_token id;
+    flux_status status;
+    int destroyed_before_return;
+} remover;
+
+static void wait_hook(lis *l)
+{
+    remover *r = l->user;
+    flag_set(&r->running);
+    REQUIRE(flag_wait(&r->removed, prompt_seconds()));
+    r->destroyed_before_return = count_events(EV_LISTENER_DESTROY + l->id);
+}
+
+static void *remover_thread(void *arg)
+{
+    remover *r = arg;
+    REQUIRE(flag_wait(&r->running, prompt_seconds()));
+    r->status = flux_store_remove_listener(r->s, r->id);
+    flag_set(&r->removed);
+    return NULL;
+}
+
+static void listener_removed_by_another_thread_while_running(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    remover r;
+    memset(&r, 0, sizeof r);
+    flag_init(&r.running);
+    flag_init(&r.removed);
+    lis *l = listen(t->s, 1, wait_hook);
+    l->user = &r;
+    r.s = t->s;
+    r.id = l->token;
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, remover_thread, &r) == 0);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    pthread_join(th, NULL);
+    EXPECT_OK(r.status);
+    is_int(r.destroyed_before_return, 0, "the listener's destroy did not run under it");
+    is_trace(&L.events, INTS(EV_REDUCE + 1, EV_RELEASE + 1, EV_LISTENER + 1, EV_LISTENER_END + 1, EV_LISTENER_DESTROY + 1),
+             "it ran right after the listener returned");
+    flag_fini(&r.running);
+    flag_fini(&r.removed);
+    teardown(d, &t, 1);
+}
+
 int main(void)
 {
     tap_init();
@@ -1407,5 +1531,7 @@ int main(void)
     RUN(another_store_waits_for_a_store_and_reads_its_new_state);
     RUN(null_arguments);
     RUN(closed_dispatcher_create);
+    RUN(another_thread_during_a_dispatch);
+    RUN(listener_removed_by_another_thread_while_running);
     return tap_done();
 }
