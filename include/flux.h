@@ -336,6 +336,7 @@ FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
  * flux_dispatch(): FLUX_ERR_ALREADY_DISPATCHING; flux_store_destroy() and
  * flux_dispatcher_destroy(): FLUX_ERR_ALREADY_DISPATCHING, nothing changed;
  * flux_store_emit_change(): only from reduce (or what reduce calls);
+ * flux_store_listener_fail(): only from a listener or a group function;
  * flux_store_add_listener()/remove_listener(), flux_store_group_create()/
  * release(), flux_store_create(), flux_wait_for(), flux_store_has_changed():
  * as documented below.
@@ -495,6 +496,26 @@ FLUX_API flux_status flux_store_add_listener(flux_store *s, flux_listener_fn fn,
  * Threads: any thread, from inside a callback, reduce or listener too.
  */
 FLUX_API flux_status flux_store_remove_listener(flux_store *s, flux_token listener);
+
+/**
+ * Fails the listener (or group function) that calls it: flux_listener_fn
+ * returns nothing, so this is how a listener reports an error -- a binding's
+ * listener that raised, say. When the listener returns, its store's emit
+ * stops (no further listener of that store runs) and the store's callback
+ * returns value, which aborts the dispatch like any failing callback:
+ * flux_dispatch() returns FLUX_ERR_CALLBACK_FAILED naming the store's token
+ * (for a group function, the group's) and value. Calling it again in the
+ * same listener replaces value.
+ *
+ * @param d      the dispatcher of the store whose listener is running.
+ * @param value  non-zero.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or value is 0.
+ *         FLUX_ERR_NOT_DISPATCHING: not called from inside a listener or a
+ *         group function of d, on the dispatching thread.
+ * Threads: only from inside a listener or group function, on its thread.
+ */
+FLUX_API flux_status flux_store_listener_fail(flux_dispatcher *d, int value);
 
 /**
  * Destroys a store: unregisters it, then runs its listeners' destroys (in

@@ -30,18 +30,37 @@ public typealias FluxReleaseFunction = @convention(c) (UnsafeMutableRawPointer?,
 /// `flux_listener_fn`
 public typealias FluxListenerFunction = @convention(c) (UnsafeMutableRawPointer?) -> Void
 
-/// A C listener: the raw (function, context) pair and its destroy.
+/// A C listener: the raw (function, context) pair and its destroy, and the
+/// dispatcher, whose flux_store_listener_fail cell says whether it failed.
 struct CListener: StoreListener {
     let function: FluxListenerFunction
     let context: UnsafeMutableRawPointer?
     let destroy: FluxDestroyFunction?
+    let handle: OpaquePointer
 
-    func invoke() -> Never? {
-        function(context)
-        return nil
+    func invoke() -> CallbackFailure? {
+        callListener(function, context, handle)
     }
 
     func release() { destroy?(context) }
+}
+
+/// Runs a listener or a group's function, inside which
+/// flux_store_listener_fail may fail it; returns that failure.
+@inline(__always)
+private func callListener(
+    _ function: FluxListenerFunction, _ context: UnsafeMutableRawPointer?, _ handle: OpaquePointer
+) -> CallbackFailure? {
+    let side = handle.storeSide
+    // A listener may run others (through flux_wait_for): each sees its own cell.
+    let outer = side.pointee.listenerFailure
+    side.pointee.listenerFailure = 0
+    side.pointee.listenerDepth += 1
+    function(context)
+    side.pointee.listenerDepth -= 1
+    let value = side.pointee.listenerFailure
+    side.pointee.listenerFailure = outer
+    return value == 0 ? nil : CallbackFailure(value: value)
 }
 
 /// What a `flux_store *` points at.
@@ -110,7 +129,7 @@ private let storeCallback: FluxCallbackFunction = { context, payload in
     guard let failure = store.pointee.core.handle(payload, CReducer(store: store),
                                                   on: store.pointee.handle.dispatcher.pointee) else { return 0 }
     switch failure {
-    case .reduce(let failure): return failure.value
+    case .reduce(let failure), .listener(let failure): return failure.value
     }
 }
 
@@ -126,7 +145,7 @@ private let storeRelease: FluxDestroyFunction = { context in
     store.pointee.destroy?(store.pointee.context)
     store.deinitialize(count: 1)
     free(store)
-    handle.storeCount.pointee.subtract(1, ordering: .releasing)
+    handle.storeSide.pointee.count.subtract(1, ordering: .releasing)
 }
 
 @_cdecl("flux_store_create")
@@ -162,7 +181,7 @@ public func flux_store_create(
         releaseState: releaseState, context: context, destroy: destroy, core: core))
     // From here on the registration owns everything: when register fails it
     // runs storeRelease, which releases the state and the context.
-    handle.storeCount.pointee.add(1, ordering: .relaxed)
+    handle.storeSide.pointee.count.add(1, ordering: .relaxed)
     do throws(FluxError) {
         let callback = CCallback(function: storeCallback, context: raw, destroy: storeRelease)
         store.pointee.token = try handle.dispatcher.pointee.register(callback).rawValue
@@ -231,7 +250,7 @@ public func flux_store_add_listener(
     }
     do throws(FluxError) {
         out.pointee = try s.store.pointee.core.addListener(
-            CListener(function: function, context: context, destroy: destroy))
+            CListener(function: function, context: context, destroy: destroy, handle: s.store.pointee.handle))
         return 0
     } catch {
         return fail("flux_store_add_listener", error)
@@ -247,6 +266,19 @@ public func flux_store_remove_listener(_ s: OpaquePointer?, _ listener: UInt64) 
     } catch {
         return fail("flux_store_remove_listener", error)
     }
+}
+
+@_cdecl("flux_store_listener_fail")
+public func flux_store_listener_fail(_ handle: OpaquePointer?, _ value: Int32) -> Int32 {
+    guard let handle else { return fail("flux_store_listener_fail", .invalidArgument, "the dispatcher is NULL") }
+    guard value != 0 else { return fail("flux_store_listener_fail", .invalidArgument, "value is 0") }
+    // The depth is the dispatching thread's: check the thread first.
+    guard handle.dispatcher.pointee.isDispatchingOnCurrentThread, handle.storeSide.pointee.listenerDepth > 0 else {
+        return fail("flux_store_listener_fail", .notDispatching,
+                    "must be invoked from a store listener or a group function, on the dispatching thread")
+    }
+    handle.storeSide.pointee.listenerFailure = value
+    return 0
 }
 
 @_cdecl("flux_store_destroy")
@@ -300,8 +332,7 @@ private let groupCallback: FluxCallbackFunction = { context, _ in
         // or a store waited for this group (a cycle): fail too.
         return 1
     }
-    group.pointee.function(group.pointee.context)
-    return 0
+    return callListener(group.pointee.function, group.pointee.context, group.pointee.handle)?.value ?? 0
 }
 
 /// The group registration's destroy: lets go of the stores, destroys the
@@ -316,7 +347,7 @@ private let groupRelease: FluxDestroyFunction = { context in
     group.pointee.destroy?(group.pointee.context)
     group.deinitialize(count: 1)
     free(group)
-    handle.storeCount.pointee.subtract(1, ordering: .releasing)
+    handle.storeSide.pointee.count.subtract(1, ordering: .releasing)
 }
 
 @_cdecl("flux_store_group_create")
@@ -367,7 +398,7 @@ public func flux_store_group_create(
     let group = raw.bindMemory(to: CGroup.self, capacity: 1)
     group.initialize(to: CGroup(handle: handle, count: count, stores: storeList, tokens: tokens,
                                 function: function, context: context, destroy: destroy))
-    handle.storeCount.pointee.add(1, ordering: .relaxed)
+    handle.storeSide.pointee.count.add(1, ordering: .relaxed)
     do throws(FluxError) {
         // On failure, groupRelease has undone all of the above.
         let callback = CCallback(function: groupCallback, context: raw, destroy: groupRelease)

@@ -75,6 +75,7 @@ struct header_store_api {
     flux_status (*store_group_create)(flux_store *const *, size_t, void (*)(void *), void *, void (*)(void *),
                                       flux_store_group **);
     flux_status (*store_group_release)(flux_store_group *);
+    flux_status (*store_listener_fail)(flux_dispatcher *, int);
     flux_reduce_fn reduce;
     flux_equal_fn equal;
     flux_release_fn release;
@@ -130,6 +131,7 @@ struct header_store_api header_test_store_api(void)
     api.store_destroy = flux_store_destroy;
     api.store_group_create = flux_store_group_create;
     api.store_group_release = flux_store_group_release;
+    api.store_listener_fail = flux_store_listener_fail;
     api.reduce = 0;
     api.equal = 0;
     api.release = 0;

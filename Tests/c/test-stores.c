@@ -658,6 +658,7 @@ static tstore *make_simple(flux_dispatcher *d, int id)
 typedef struct gctx {
     int magic;
     int calls;
+    flux_dispatcher *d;      /* for group_fail_fn */
     flux_store *a, *b;
     int a_changed, b_changed;
     flux_status a_status, b_status;
@@ -1361,6 +1362,84 @@ static void closed_dispatcher_create(void)
     is_int(L.live, 0, "nothing leaked");
 }
 
+/* ---- flux_store_listener_fail ------------------------------------------- */
+
+static void fail_hook(lis *l)
+{
+    l->status = flux_store_listener_fail(flux_store_dispatcher(l->s), 5);
+}
+
+static void group_fail_fn(void *context)
+{
+    gctx *g = context;
+    g->calls++;
+    g->a_status = flux_store_listener_fail(g->d, 6);
+}
+
+static void a_failing_listener_stops_the_emit_and_fails_the_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *failing = listen(t->s, 1, fail_hook);
+    lis *next = listen(t->s, 2, NULL);
+    node after;
+    node_init(&after, 9, d, NULL);
+    EXPECT_OK(node_register(&after));
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), flux_store_token(t->s), "the error names the store's token");
+    has_number(flux_last_error(), 5, "and the value");
+    EXPECT_OK(failing->status);
+    is_int(next->calls, 0, "the emit stopped: the next listener did not run");
+    is_int(after.calls, 0, "the dispatch was aborted: no later callback ran");
+    is_int(st_value(flux_store_state(t->s)), 2, "the state had changed before its listeners ran, and stays");
+    failing->hook = NULL;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(next->calls, 1, "the next dispatch runs every listener");
+    EXPECT_OK(flux_unregister(d, after.token));
+    EXPECT_STATUS(flux_store_listener_fail(d, 5), FLUX_ERR_NOT_DISPATCHING);
+    EXPECT_STATUS(flux_store_listener_fail(d, 0), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(flux_store_listener_fail(NULL, 5), FLUX_ERR_INVALID_ARGUMENT);
+    teardown(d, &t, 1);
+}
+
+static int fail_from_reduce(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    t->emit_status = flux_store_listener_fail(t->d, 5);
+    return 0;
+}
+
+static void listener_fail_outside_a_listener_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    t->hook = fail_from_reduce;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(t->emit_status, FLUX_ERR_NOT_DISPATCHING, "from a reduce: NOT_DISPATCHING");
+    t->hook = NULL;
+    teardown(d, &t, 1);
+}
+
+static void a_failing_group_function_fails_the_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[1] = {t->s};
+    gctx g = {.magic = ALIVE, .d = d};
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fail_fn, &g, NULL, &group));
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), 6, "the error carries the group function's value");
+    EXPECT_OK(g.a_status);
+    EXPECT_OK(flux_store_group_release(group));
+    teardown(d, &t, 1);
+}
+
 /* ---- threads ------------------------------------------------------------- */
 
 typedef struct other {
@@ -1531,6 +1610,9 @@ int main(void)
     RUN(another_store_waits_for_a_store_and_reads_its_new_state);
     RUN(null_arguments);
     RUN(closed_dispatcher_create);
+    RUN(a_failing_listener_stops_the_emit_and_fails_the_dispatch);
+    RUN(listener_fail_outside_a_listener_is_refused);
+    RUN(a_failing_group_function_fails_the_dispatch);
     RUN(another_thread_during_a_dispatch);
     RUN(listener_removed_by_another_thread_while_running);
     return tap_done();
