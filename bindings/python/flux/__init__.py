@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from . import _native
 from .dispatcher import Dispatcher, Token
+from .stores import Action, ReduceStore, Store, StoreGroup, Subscription, handles
 from .trampoline import Trampoline, call
 from .errors import (
     AlreadyDispatchingError,
@@ -39,6 +40,12 @@ from .errors import (
 __all__ = [
     "Dispatcher",
     "Token",
+    "Store",
+    "ReduceStore",
+    "StoreGroup",
+    "Subscription",
+    "Action",
+    "handles",
     "Trampoline",
     "call",
     "Status",

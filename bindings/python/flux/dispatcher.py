@@ -133,7 +133,7 @@ class Dispatcher(Generic[P]):
     it alive while registered, so close dispatchers you are done with.
     """
 
-    __slots__ = ("_handle", "_serial", "_pending", "_tokens", "_finalizer", "__weakref__")
+    __slots__ = ("_handle", "_serial", "_pending", "_tokens", "_children", "_finalizer", "__weakref__")
 
     def __init__(self) -> None:
         handle = _flux_dispatcher_create()
@@ -151,6 +151,9 @@ class Dispatcher(Generic[P]):
         self._pending: dict[int, BaseException] = {}
         # The token values registered and not yet unregistered, for close().
         self._tokens: set[int] = set()
+        # The live stores and groups on this dispatcher (flux/stores.py), in
+        # creation order: close() closes them, groups before their stores.
+        self._children: dict[Any, None] = {}
         self._finalizer = weakref.finalize(self, _destroy_handle, handle)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
@@ -301,8 +304,8 @@ class Dispatcher(Generic[P]):
         return self._handle is None
 
     def close(self) -> None:
-        """Unregisters every callback, releasing them, and closes the
-        dispatcher: every later call raises :class:`~flux.InvalidArgumentError`.
+        """Closes its stores and groups, unregisters every callback,
+        releasing them, and closes the dispatcher: every later call raises :class:`~flux.InvalidArgumentError`.
         Idempotent.
 
         The native dispatcher itself is freed when this object is garbage
@@ -318,6 +321,8 @@ class Dispatcher(Generic[P]):
             return
         if _flux_is_dispatching(handle):
             raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
+        for child in reversed(list(self._children)):
+            child.close()
         self._handle = None
         # Should another thread start a dispatch right now, unregistering
         # during it is legal too; libflux then releases these at its end.
