@@ -69,12 +69,20 @@ $(B)/examples/flight: examples/flight.c include/flux.h $(LIB)
 	@mkdir -p $(B)/examples
 	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
 
+$(B)/examples/flight-stores: examples/flight-stores.c include/flux.h $(LIB)
+	@mkdir -p $(B)/examples
+	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
+
 # --- demo ------------------------------------------------------------------
-demo: $(B)/examples/flight
+demo: $(B)/examples/flight $(B)/examples/flight-stores
 	@echo "== flight-destination example, C =="
 	$(B)/examples/flight
 	@echo "== flight-destination example, Python =="
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight.py
+	@echo "== flight-destination example with stores, C =="
+	$(B)/examples/flight-stores
+	@echo "== flight-destination example with stores, Python =="
+	PYTHONPATH=bindings/python $(PYTHON) examples/flight_stores.py
 
 # --- tests -----------------------------------------------------------------
 check: check-swift check-c check-header check-python
