@@ -131,10 +131,16 @@ $(B)/bench/trampoline: bench/trampoline.c include/flux.h $(LIB)
 	@mkdir -p $(B)/bench
 	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ $< $(LINK_FLUX)
 
-bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/pydeps
+$(B)/bench/stores: bench/stores.c include/flux.h $(LIB)
+	@mkdir -p $(B)/bench
+	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o $@ $< $(LINK_FLUX) -lm
+
+bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/stores $(B)/bench/pydeps
 	$(B)/bench/bench
 	$(B)/bench/trampoline
 	PYTHONPATH=bindings/python:$(B)/bench/pydeps $(PYTHON) bench/bench.py
+	$(B)/bench/stores
+	PYTHONPATH=bindings/python $(PYTHON) bench/stores.py
 
 # blinker, the Python bench's signal-library yardstick, installed for the
 # bench only (never imported by the package or its tests). Offline, the bench

@@ -16,8 +16,8 @@ JBFlux's actions routed by name -- over libflux's ``flux_store_*``.
 
 The rules (when a store counts as changed, when listeners run, what a
 failure does) are libflux's; this module only hands it Python objects. A
-store's state is a ``PyObject*`` the C store holds: this module takes a
-reference when it hands a state over, and the store's ``release_state``
+store's state is a ``PyObject*`` the C store holds: the Python store keeps
+a reference for each state handed over, and the C store's ``release_state``
 drops it, so a state lives exactly as long as the C store holds it.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable
-from ctypes import byref, c_int, c_uint64, c_void_p, cast, pythonapi, py_object
+from ctypes import byref, c_int, c_uint64, c_void_p, cast, py_object
 from threading import get_ident
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -57,12 +57,6 @@ __all__ = ["Action", "handles", "Store", "ReduceStore", "StoreGroup", "Subscript
 S = TypeVar("S")
 _id = id
 
-_incref = pythonapi.Py_IncRef
-_incref.argtypes = (py_object,)
-_incref.restype = None
-_decref = pythonapi.Py_DecRef
-_decref.argtypes = (c_void_p,)
-_decref.restype = None
 _write_pointer = c_void_p.from_address
 
 
@@ -101,14 +95,24 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
         store._pending[get_ident()] = exc
         return 1
     if new is not state:
-        _incref(new)
-        _write_pointer(next_).value = _id(new)
+        key = _id(new)
+        # The C store's reference, until it releases the state (the store
+        # holds one state, and new is not it: no key is ever taken twice).
+        store._held[key] = new
+        # *next: a cell kept for the address, which is the same from one
+        # dispatch to the next as long as the C stack is.
+        if next_ != store._next_address:
+            store._next_cell = _write_pointer(next_)
+            store._next_address = next_
+        store._next_cell.value = key
     return 0
 
 
 def _on_release(context: int, state: int) -> None:
     # The C store lets go of a state: drop the reference it held.
-    _decref(state)
+    store = _objects.get(context)
+    if store is not None:
+        store._held.pop(state, None)
 
 
 def _on_listener(context: int) -> None:
@@ -247,11 +251,16 @@ class Store:
         self._pending = dispatcher._pending
         self._handle: int | None = None
         self._flux_reduce = self._reducer()
+        # id(state) -> state, for each state the C store holds (one, and a
+        # new one for the moment between its reduce and the release of
+        # either): these references keep them alive exactly that long.
+        self._held: dict[int, Any] = {_id(initial): initial}
+        self._next_address = 0
+        self._next_cell: Any = None
         key = _add(self)
         out = c_void_p()
         # Handed over: libflux releases the state and destroys the context
         # even when the create fails.
-        _incref(initial)
         _flux_store_create(handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key,
                            _destroy_trampoline, byref(out))
         self._handle = out.value
