@@ -228,9 +228,14 @@ package struct StoreCore<Listener: StoreListener>: ~Copyable, @unchecked Sendabl
             table.pointee.entries = entries
             table.pointee.capacity = bigger
         }
+        guard let entries = table.pointee.entries else {  // capacity > 0 here: not reached
+            unlock()
+            listener.release()
+            throw .outOfMemory
+        }
         let id = table.pointee.nextID
         table.pointee.nextID += 1
-        (table.pointee.entries! + table.pointee.count).initialize(to: Entry(id: id, listener: listener))
+        (entries + table.pointee.count).initialize(to: Entry(id: id, listener: listener))
         table.pointee.count += 1
         unlock()
         return id
@@ -283,14 +288,15 @@ package struct StoreCore<Listener: StoreListener>: ~Copyable, @unchecked Sendabl
         var i = 0
         while i < count {
             // Re-read: an add during the emit may have moved the entries.
-            let entry = table.pointee.entries![i]
+            guard let entries = table.pointee.entries else { break }
+            let entry = entries[i]
             if entry.id != 0 {
                 table.pointee.running = entry.id
                 unlock()
                 failure = entry.listener.invoke()
                 lock()
                 table.pointee.running = 0
-                if table.pointee.entries![i].id == 0 {
+                if let entries = table.pointee.entries, entries[i].id == 0 {
                     // Removed while it ran: its release was left to us.
                     unlock()
                     entry.listener.release()
