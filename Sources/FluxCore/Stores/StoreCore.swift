@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -53,8 +54,10 @@ package enum StoreFailure<ReduceFailure: Error, ListenerFailure: Error>: Error {
 ///
 /// - `flags`: touched only by the thread running the store's dispatch, and
 ///   read elsewhere only after checking that this thread is that one;
-/// - `table`: the listeners, under `mutex`, so any thread may add and remove;
-/// - `mutex`.
+/// - `table`: the listeners, under `busy`, so any thread may add and remove;
+/// - `busy`: a spin lock. It is held only for a few loads and stores (never
+///   while a listener runs), and an emit takes it twice per listener, so a
+///   pthread mutex's call and fences would cost more than the work it guards.
 package struct StoreCore<Listener: StoreListener>: ~Copyable, @unchecked Sendable {
     @usableFromInline
     struct Flags {
@@ -84,29 +87,28 @@ package struct StoreCore<Listener: StoreListener>: ~Copyable, @unchecked Sendabl
 
     @usableFromInline let flags: UnsafeMutablePointer<Flags>
     @usableFromInline let table: UnsafeMutablePointer<Table>
-    @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    @usableFromInline let busy: UnsafeMutablePointer<Atomic<Bool>>
 
     private static var tableOffset: Int { roundUp(MemoryLayout<Flags>.size, MemoryLayout<Table>.alignment) }
-    private static var mutexOffset: Int {
-        roundUp(tableOffset + MemoryLayout<Table>.size, MemoryLayout<pthread_mutex_t>.alignment)
+    private static var busyOffset: Int {
+        roundUp(tableOffset + MemoryLayout<Table>.size, MemoryLayout<Atomic<Bool>>.alignment)
     }
 
     /// A store core with no listeners, or nil when memory runs out.
     package init?() {
-        guard let block = allocateBytes(Self.mutexOffset + MemoryLayout<pthread_mutex_t>.size) else { return nil }
+        guard let block = allocateBytes(Self.busyOffset + MemoryLayout<Atomic<Bool>>.size) else { return nil }
         flags = block.bindMemory(to: Flags.self, capacity: 1)
         flags.initialize(to: Flags())
         table = (block + Self.tableOffset).bindMemory(to: Table.self, capacity: 1)
         table.initialize(to: Table())
-        mutex = (block + Self.mutexOffset).bindMemory(to: pthread_mutex_t.self, capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
+        busy = (block + Self.busyOffset).bindMemory(to: Atomic<Bool>.self, capacity: 1)
+        busy.initialize(to: Atomic(false))
     }
 
     /// Releases the remaining listeners, in the order they were added.
     deinit {
         releaseListeners()
-        pthread_mutex_destroy(mutex)
+        busy.deinitialize(count: 1)
         table.deinitialize(count: 1)
         flags.deinitialize(count: 1)
         freeBytes(UnsafeMutableRawPointer(flags))
@@ -130,8 +132,25 @@ package struct StoreCore<Listener: StoreListener>: ~Copyable, @unchecked Sendabl
         freeBytes(entries)
     }
 
-    @usableFromInline func lock() { pthread_mutex_lock(mutex) }
-    @usableFromInline func unlock() { pthread_mutex_unlock(mutex) }
+    @inlinable @inline(__always)
+    func lock() {
+        if !busy.pointee.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
+            lockSlow()
+        }
+    }
+
+    @usableFromInline
+    func lockSlow() {
+        var spins = 0
+        while !busy.pointee.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
+            spins += 1
+            // The holder may have been preempted: let it run.
+            if spins > 64 { sched_yield() }
+        }
+    }
+
+    @inlinable @inline(__always)
+    func unlock() { busy.pointee.store(false, ordering: .releasing) }
 
     // MARK: - Handling a dispatch
 
