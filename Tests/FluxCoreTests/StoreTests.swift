@@ -142,3 +142,32 @@ import Testing
         #expect(fluxCode { try d.unregister(token) } == .unknownToken)
     }
 }
+
+@Suite struct StoreThreadTests {
+    @Test func listenersAddedAndRemovedFromAnotherThreadDuringAnEmit() throws {
+        let d = Dispatcher<Int>()
+        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+        let log = Log()
+        let running = Gate(), done = Gate()
+        let victim = Box<Subscription?>(nil)
+        store.addListener {
+            log.append("first")
+            running.open()
+            #expect(done.wait())
+        }
+        victim.value = store.addListener { log.append("victim") }
+        let other = Thread {
+            #expect(running.wait())
+            store.addListener { log.append("added") }
+            try? victim.value?.remove()
+            #expect(fluxCode { _ = try store.hasChanged() } == .notDispatching)
+            done.open()
+        }
+        try d.dispatch(1)
+        other.join()
+        #expect(log.all == ["first"])
+        try d.dispatch(1)
+        #expect(log.all == ["first", "first", "added"])
+        #expect(store.state == 2)
+    }
+}
