@@ -24,8 +24,9 @@
  * flux_register() takes ownership of its context: destroy(context), when a
  * destroy function is given, runs exactly once -- on flux_unregister(), on
  * flux_dispatcher_destroy(), or at once when flux_register() itself fails (the
- * SQLite rule, so a binding has a single leak-free path). A destroy function
- * never runs with a library lock held or inside a running dispatch, so it may
+ * SQLite rule, so a binding has a single leak-free path). A registration's
+ * destroy function never runs with a library lock held or inside a running
+ * dispatch (a store listener's may run inside one: see "Stores"), so it may
  * call any function of this header (even dispatch the same dispatcher); during
  * flux_dispatcher_destroy(), calls on the dispatcher being destroyed fail with
  * FLUX_ERR_INVALID_ARGUMENT. The payload passed
@@ -112,16 +113,19 @@ typedef uint64_t flux_token;
 typedef enum flux_status {
     FLUX_OK = 0,
     /** A NULL dispatcher, callback or out-pointer; NULL tokens with count > 0;
-     *  a malformed signature; the dispatcher is being destroyed. */
+     *  a malformed signature; the dispatcher is being destroyed; destroying
+     *  a dispatcher that has stores, or a store in a live group. */
     FLUX_ERR_INVALID_ARGUMENT = 1,
     /** A token that was never issued by this dispatcher, was already
      *  unregistered, or (for flux_wait_for) joined during this dispatch. */
     FLUX_ERR_UNKNOWN_TOKEN = 2,
     /** flux_dispatch() from inside a callback of the same dispatcher;
-     *  flux_dispatcher_destroy() while a dispatch runs. */
+     *  flux_dispatcher_destroy() or flux_store_destroy() while a dispatch
+     *  runs. */
     FLUX_ERR_ALREADY_DISPATCHING = 3,
     /** flux_wait_for() while this thread is not running a dispatch of this
-     *  dispatcher. */
+     *  dispatcher; flux_store_has_changed(), flux_store_emit_change() or
+     *  flux_store_listener_fail() outside their window. */
     FLUX_ERR_NOT_DISPATCHING = 4,
     /** flux_wait_for() on a callback that has started but not finished in
      *  this dispatch: a cycle, or a callback waiting on itself. */
