@@ -31,7 +31,6 @@ from threading import get_ident
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from . import _native
 from ._native import (
     DESTROY as _DESTROY_TYPE,
     LISTENER as _LISTENER_TYPE,
