@@ -19,6 +19,7 @@
  */
 #include <flux.h>
 
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -58,7 +59,7 @@ int posix_memalign(void **out, size_t alignment, size_t size)
     atomic_fetch_add_explicit(&g_allocs, 1, memory_order_relaxed);
     void *p = __libc_memalign(alignment, size);
     if (!p)
-        return 12; /* ENOMEM */
+        return ENOMEM;
     *out = p;
     return 0;
 }
