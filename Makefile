@@ -89,12 +89,20 @@ $(B)/examples/flight: examples/flight.c include/flux.h $(LIB)
 	@mkdir -p $(B)/examples
 	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
 
+$(B)/examples/flight-stores: examples/flight-stores.c include/flux.h $(LIB)
+	@mkdir -p $(B)/examples
+	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
+
 # --- demo ------------------------------------------------------------------
-demo: $(B)/examples/flight
+demo: $(B)/examples/flight $(B)/examples/flight-stores
 	@echo "== flight-destination example, C =="
 	$(B)/examples/flight
 	@echo "== flight-destination example, Python =="
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight.py
+	@echo "== flight-destination example with stores, C =="
+	$(B)/examples/flight-stores
+	@echo "== flight-destination example with stores, Python =="
+	PYTHONPATH=bindings/python $(PYTHON) examples/flight_stores.py
 	@echo "== counter example, Swift (VueFlux layer) =="
 	$(SWIFT) run --quiet counter
 
@@ -191,20 +199,28 @@ $(B)/bench/trampoline: bench/trampoline.c include/flux.h $(LIB)
 	@mkdir -p $(B)/bench
 	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ $< $(LINK_FLUX)
 
-bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/pydeps
+$(B)/bench/stores: bench/stores.c include/flux.h $(LIB)
+	@mkdir -p $(B)/bench
+	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o $@ $< $(LINK_FLUX) -lm
+
+bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/stores $(B)/bench/pydeps
 	$(B)/bench/bench
 	$(B)/bench/trampoline
 	PYTHONPATH=bindings/python:$(B)/bench/pydeps $(PYTHON) bench/bench.py
 	$(SWIFT) run -c release --quiet flux-bench-swift
+	$(B)/bench/stores
+	PYTHONPATH=bindings/python $(PYTHON) bench/stores.py
 
 # Every bench built and run once, briefly (CI): a broken bench cannot land.
 # The figures are meaningless; the output goes to build/bench/smoke.log.
-bench-smoke: $(B)/bench/bench $(B)/bench/trampoline
+bench-smoke: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/stores
 	@{ FLUX_BENCH_SECONDS=0.002 FLUX_BENCH_REPEATS=1 $(B)/bench/bench && \
 	   $(B)/bench/trampoline 20000 && \
-	   FLUX_BENCH_REPEATS=1 FLUX_BENCH_CALLBACKS=2000 PYTHONPATH=bindings/python $(PYTHON) bench/bench.py; \
+	   FLUX_BENCH_REPEATS=1 FLUX_BENCH_CALLBACKS=2000 PYTHONPATH=bindings/python $(PYTHON) bench/bench.py && \
+	   FLUX_BENCH_SECONDS=0.002 FLUX_BENCH_REPEATS=1 $(B)/bench/stores && \
+	   FLUX_BENCH_REPEATS=1 FLUX_BENCH_DISPATCHES=200 PYTHONPATH=bindings/python $(PYTHON) bench/stores.py; \
 	 } > $(B)/bench/smoke.log 2>&1 || { cat $(B)/bench/smoke.log; echo "bench-smoke: FAILED"; exit 1; }
-	@echo "bench-smoke: bench, trampoline and bench.py ran (build/bench/smoke.log)"
+	@echo "bench-smoke: bench, trampoline, stores, bench.py and stores.py ran (build/bench/smoke.log)"
 
 # blinker, the Python bench's signal-library yardstick, installed for the
 # bench only (never imported by the package or its tests). Offline, the bench

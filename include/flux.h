@@ -24,8 +24,9 @@
  * flux_register() takes ownership of its context: destroy(context), when a
  * destroy function is given, runs exactly once -- on flux_unregister(), on
  * flux_dispatcher_destroy(), or at once when flux_register() itself fails (the
- * SQLite rule, so a binding has a single leak-free path). A destroy function
- * never runs with a library lock held or inside a running dispatch, so it may
+ * SQLite rule, so a binding has a single leak-free path). A registration's
+ * destroy function never runs with a library lock held or inside a running
+ * dispatch (a store listener's may run inside one: see "Stores"), so it may
  * call any function of this header (even dispatch the same dispatcher); during
  * flux_dispatcher_destroy(), calls on the dispatcher being destroyed fail with
  * FLUX_ERR_INVALID_ARGUMENT. The payload passed
@@ -112,16 +113,19 @@ typedef uint64_t flux_token;
 typedef enum flux_status {
     FLUX_OK = 0,
     /** A NULL dispatcher, callback or out-pointer; NULL tokens with count > 0;
-     *  a malformed signature; the dispatcher is being destroyed. */
+     *  a malformed signature; the dispatcher is being destroyed; destroying
+     *  a dispatcher that has stores, or a store in a live group. */
     FLUX_ERR_INVALID_ARGUMENT = 1,
     /** A token that was never issued by this dispatcher, was already
      *  unregistered, or (for flux_wait_for) joined during this dispatch. */
     FLUX_ERR_UNKNOWN_TOKEN = 2,
     /** flux_dispatch() from inside a callback of the same dispatcher;
-     *  flux_dispatcher_destroy() while a dispatch runs. */
+     *  flux_dispatcher_destroy() or flux_store_destroy() while a dispatch
+     *  runs. */
     FLUX_ERR_ALREADY_DISPATCHING = 3,
     /** flux_wait_for() while this thread is not running a dispatch of this
-     *  dispatcher. */
+     *  dispatcher; flux_store_has_changed(), flux_store_emit_change() or
+     *  flux_store_listener_fail() outside their window. */
     FLUX_ERR_NOT_DISPATCHING = 4,
     /** flux_wait_for() on a callback that has started but not finished in
      *  this dispatch: a cycle, or a callback waiting on itself. */
@@ -166,7 +170,9 @@ FLUX_API flux_dispatcher *flux_dispatcher_create(void);
  *         FLUX_ERR_ALREADY_DISPATCHING when a dispatch is running (from inside
  *         a callback, or on another thread): nothing is changed, d stays valid.
  *         FLUX_ERR_INVALID_ARGUMENT from a destroy function run by this very
- *         call: d is already being destroyed, and the outer call frees it.
+ *         call: d is already being destroyed, and the outer call frees it;
+ *         or d still has stores or groups (see "Stores"): destroy them
+ *         first. Nothing is changed.
  * Threads: any thread, but no other call on d may be in flight or follow.
  */
 FLUX_API flux_status flux_dispatcher_destroy(flux_dispatcher *d);
@@ -278,6 +284,304 @@ FLUX_API flux_status flux_wait_for(flux_dispatcher *d, const flux_token *tokens,
  * Threads: any thread, from inside a callback too; never waits.
  */
 FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
+
+/* ------------------------------------------------------------------------ */
+/* Stores                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Facebook's FluxStore, FluxReduceStore and FluxStoreGroup. A store is a
+ * callback registered with a dispatcher that owns a state and tells its
+ * listeners when that state changed. Each dispatch, the store forgets
+ * whether it changed, then calls reduce(context, state, payload, &next):
+ *
+ *  - when next is state (the same pointer), nothing is compared or released;
+ *    the store counts as changed only if reduce called
+ *    flux_store_emit_change() (a store that changes its state in place, or
+ *    one that handles payloads itself: Facebook's FluxStore);
+ *  - otherwise equal(context, state, next) decides (NULL equal: pointer
+ *    identity, so any other pointer is a change). Not equal: the store keeps
+ *    next, counts as changed and releases the old state; equal: it releases
+ *    next and keeps state. Either release happens right after that store's
+ *    reduce, before its listeners run.
+ *
+ * When the store changed, each of its listeners runs once, after the reduce
+ * and the release, still inside the dispatch, on the dispatching thread. An
+ * emit calls the listeners present when it begins, in the order they were
+ * added, skipping any removed meanwhile; a listener added during an emit
+ * first runs in the next one.
+ *
+ * A reduce that returns non-zero fails the dispatch like any failing
+ * callback (flux_dispatch() returns FLUX_ERR_CALLBACK_FAILED, naming the
+ * store's token and the value returned): the store ignores *next (the reduce
+ * frees whatever it allocated itself), keeps its state, runs no listener, and
+ * flux_store_has_changed() then reports 0. Once a dispatch is aborted (say a
+ * flux_wait_for() inside reduce reported a failure that reduce ignored), a
+ * store keeps its old state and runs no listener whatever its reduce
+ * returns; a different *next is released.
+ *
+ * Another callback or store may flux_wait_for() a store's token
+ * (flux_store_token()) and then read its new state: this is how stores
+ * depend on each other. A group runs a function once per dispatch after all
+ * of its stores (it registers a callback that waits for their tokens).
+ *
+ * Ownership follows the rule of flux_register(): every context handed to a
+ * create or add function is destroyed exactly once -- also when that call
+ * fails -- and release_state sees every state the store was given or
+ * produced exactly once (the initial state included, also when
+ * flux_store_create() fails). On flux_store_destroy() the listeners' destroys
+ * run first (in the order they were added), then release_state(state), then
+ * destroy(context). Unlike a registration's destroy, a listener's destroy can
+ * run inside a dispatch, on the dispatching thread: when a listener is
+ * removed from inside a listener or a reduce.
+ *
+ * What a reduce, equal or release function, or a listener, may call: any
+ * function of this header, with these results on its own dispatcher --
+ * flux_dispatch(): FLUX_ERR_ALREADY_DISPATCHING; flux_store_destroy() and
+ * flux_dispatcher_destroy(): FLUX_ERR_ALREADY_DISPATCHING, nothing changed;
+ * flux_store_emit_change(): only from reduce (or what reduce calls);
+ * flux_store_listener_fail(): only from a listener or a group function;
+ * flux_store_add_listener()/remove_listener(), flux_store_group_create()/
+ * release(), flux_store_create(), flux_wait_for(), flux_store_has_changed():
+ * as documented below.
+ *
+ * Threads: a store's reduce, equal and release functions and its listeners
+ * run on the thread that dispatches (release_state and the destroys also on
+ * the thread that destroys the store). Adding and removing listeners, and
+ * reading a store's state, token and dispatcher, are safe from any thread at
+ * any time; flux_store_has_changed() and flux_store_emit_change() only mean
+ * something on the dispatching thread and fail elsewhere. Destroying a store
+ * or a group, like destroying a dispatcher, must not race other calls on it.
+ */
+
+/** A store. Opaque: create with flux_store_create(). */
+typedef struct flux_store flux_store;
+
+/** A group of stores. Opaque: create with flux_store_group_create(). */
+typedef struct flux_store_group flux_store_group;
+
+/** Sets *next to the state after payload (state itself when nothing changes;
+ *  *next holds state when called) and returns 0; non-zero fails the
+ *  dispatch, and the store keeps state (*next is then ignored). context is
+ *  the store's context; payload the pointer given to flux_dispatch(). */
+typedef int (*flux_reduce_fn)(void *context, void *state, const void *payload,
+                              void **next);
+
+/** Non-zero when a and b are equal states (a is the current one). NULL
+ *  means pointer identity (Facebook's ===). */
+typedef int (*flux_equal_fn)(void *context, const void *a, const void *b);
+
+/** Lets go of a state the store no longer holds: a replaced state, a new
+ *  state that was equal and discarded, the last state on destroy or when
+ *  create fails. NULL: states are not owned. */
+typedef void (*flux_release_fn)(void *context, void *state);
+
+/** A store listener, or a group's function. */
+typedef void (*flux_listener_fn)(void *context);
+
+/**
+ * Creates a store holding initial_state and registers it with d (a store
+ * created during a dispatch first handles the next one). The store takes
+ * ownership of initial_state (when release_state is given) and of context.
+ *
+ * @param d              the dispatcher; it must outlive the store (it
+ *                       refuses to be destroyed while the store exists).
+ * @param initial_state  the first state; may be NULL.
+ * @param reduce         must not be NULL.
+ * @param equal          may be NULL (pointer identity).
+ * @param release_state  may be NULL (states are not owned).
+ * @param context        passed to reduce, equal, release_state and destroy.
+ * @param destroy        called once with context when the store is
+ *                       destroyed, or at once if this call fails; may be NULL.
+ * @param out            receives the store, owned by the caller (destroy it
+ *                       with flux_store_destroy()); must not be NULL.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: d, reduce or out is NULL, or d is being
+ *         destroyed.
+ *         FLUX_ERR_NO_MEMORY.
+ *         On any error release_state(context, initial_state) and then
+ *         destroy(context) have already run, and *out, if out is not NULL,
+ *         is NULL.
+ * Threads: any thread, from inside a callback, reduce or listener too.
+ */
+FLUX_API flux_status flux_store_create(flux_dispatcher *d, void *initial_state,
+                                       flux_reduce_fn reduce, flux_equal_fn equal,
+                                       flux_release_fn release_state, void *context,
+                                       void (*destroy)(void *context),
+                                       flux_store **out);
+
+/**
+ * @return the store's current state; NULL when s is NULL. During a dispatch
+ *         on another thread it may be the state before or after this
+ *         dispatch, and a replaced state is released right after the store's
+ *         reduce: a thread other than the dispatching one should read a
+ *         state only when it knows no dispatch runs.
+ * Threads: any thread, from inside a callback, reduce or listener too.
+ */
+FLUX_API void *flux_store_state(const flux_store *s);
+
+/**
+ * @return the token of the store's registration, for flux_wait_for(): a
+ *         callback that waits for it may then read the store's new state.
+ *         0 when s is NULL.
+ * Threads: any thread, any time.
+ */
+FLUX_API flux_token flux_store_token(const flux_store *s);
+
+/** @return the dispatcher the store is registered with; NULL when s is NULL.
+ *  Threads: any thread, any time. */
+FLUX_API flux_dispatcher *flux_store_dispatcher(const flux_store *s);
+
+/**
+ * Reports whether the store changed in its most recent handling of a
+ * payload (Facebook's hasChanged()). Before the store has run in this
+ * dispatch, that is the previous dispatch's result: call it after
+ * flux_wait_for() on flux_store_token(s).
+ *
+ * @param changed  receives 1 or 0; must not be NULL. Set to 0 on any error.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: s or changed is NULL.
+ *         FLUX_ERR_NOT_DISPATCHING: this thread is not running a dispatch of
+ *         the store's dispatcher.
+ * Threads: only the dispatching thread, from a callback, reduce or listener.
+ */
+FLUX_API flux_status flux_store_has_changed(const flux_store *s, int *changed);
+
+/**
+ * Marks the store changed, so its listeners run once its reduce returns
+ * (for a store that keeps its state in place: reduce leaves *next == state).
+ *
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: s is NULL.
+ *         FLUX_ERR_NOT_DISPATCHING: not called between the start and the end
+ *         of this store's own reduce, on the dispatching thread (anything
+ *         the reduce calls counts -- a flux_wait_for() running another
+ *         store's reduce too; the store's listeners do not).
+ * Threads: only the dispatching thread, from inside the store's reduce.
+ */
+FLUX_API flux_status flux_store_emit_change(flux_store *s);
+
+/**
+ * Adds fn(context) to the store's listeners: it runs once per dispatch that
+ * changed the store. Added during an emit, it first runs in the next one.
+ *
+ * @param fn       must not be NULL.
+ * @param context  passed to fn and destroy; may be NULL. Ownership passes to
+ *                 the store whatever the outcome.
+ * @param destroy  called once with context: by flux_store_remove_listener()
+ *                 (after fn returns, when fn is running), by
+ *                 flux_store_destroy(), or at once if this call fails; may
+ *                 be NULL.
+ * @param out      receives the listener's id: ids are per store, count up
+ *                 from 1 (a failed add uses none) and are never reused.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: s, fn or out is NULL.
+ *         FLUX_ERR_NO_MEMORY.
+ *         On any error destroy(context) has already run and *out, if out is
+ *         not NULL, is 0.
+ * Threads: any thread, from inside a callback, reduce or listener too.
+ */
+FLUX_API flux_status flux_store_add_listener(flux_store *s, flux_listener_fn fn,
+                                             void *context,
+                                             void (*destroy)(void *context),
+                                             flux_token *out);
+
+/**
+ * Removes a listener: no emit calls it after this returns on this thread (an
+ * emit running on another thread may be calling it right now). Its destroy
+ * runs here, before this returns -- or, when the listener is running (it is
+ * removing itself, or it runs on another thread), right after it returns.
+ * So this may run a destroy inside a dispatch.
+ *
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: s is NULL.
+ *         FLUX_ERR_UNKNOWN_TOKEN: listener is 0, was never issued by s, or
+ *         was already removed.
+ * Threads: any thread, from inside a callback, reduce or listener too.
+ */
+FLUX_API flux_status flux_store_remove_listener(flux_store *s, flux_token listener);
+
+/**
+ * Fails the listener (or group function) that calls it: flux_listener_fn
+ * returns nothing, so this is how a listener reports an error -- a binding's
+ * listener that raised, say. When the listener returns, its store's emit
+ * stops (no further listener of that store runs) and the store's callback
+ * returns value, which aborts the dispatch like any failing callback:
+ * flux_dispatch() returns FLUX_ERR_CALLBACK_FAILED naming the store's token
+ * (for a group function, the group's) and value. Calling it again in the
+ * same listener replaces value.
+ *
+ * @param d      the dispatcher of the store whose listener is running.
+ * @param value  non-zero.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or value is 0.
+ *         FLUX_ERR_NOT_DISPATCHING: not called from inside a listener or a
+ *         group function of d, on the dispatching thread.
+ * Threads: only from inside a listener or group function, on its thread.
+ */
+FLUX_API flux_status flux_store_listener_fail(flux_dispatcher *d, int value);
+
+/**
+ * Destroys a store: unregisters it, then runs its listeners' destroys (in
+ * the order they were added), release_state(state) and destroy(context),
+ * each once, and frees it. Destroying NULL is a no-op returning FLUX_OK.
+ *
+ * @return FLUX_OK, and s is gone.
+ *         FLUX_ERR_ALREADY_DISPATCHING: a dispatch of the store's dispatcher
+ *         is running (from inside a callback, reduce or listener, or on
+ *         another thread); checked first. Nothing is changed.
+ *         FLUX_ERR_INVALID_ARGUMENT: the store is in a live group (release
+ *         the group first). Nothing is changed.
+ * Threads: any thread, but no other call on s may be in flight or follow.
+ *          (Should a dispatch start on another thread during this call, the
+ *          releases run on that thread when its dispatch ends.)
+ */
+FLUX_API flux_status flux_store_destroy(flux_store *s);
+
+/**
+ * Creates a group: fn(context) runs once per dispatch, after every store in
+ * stores has handled the payload (Facebook's FluxStoreGroup). The group
+ * registers a callback with the stores' dispatcher that waits for all of
+ * their tokens; a store that fails makes the group's callback fail too.
+ * While the group lives, its stores cannot be destroyed.
+ *
+ * @param stores   count stores, all on one dispatcher; the array is copied.
+ * @param count    at least 1.
+ * @param fn       must not be NULL.
+ * @param context  passed to fn and destroy; may be NULL. Ownership passes to
+ *                 the group whatever the outcome.
+ * @param destroy  called once with context when the group is released, or
+ *                 at once if this call fails; may be NULL.
+ * @param out      receives the group, owned by the caller (release it with
+ *                 flux_store_group_release()); must not be NULL.
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: count is 0; stores, a store, fn or out
+ *         is NULL; the stores are not all on one dispatcher; the dispatcher
+ *         is being destroyed.
+ *         FLUX_ERR_NO_MEMORY.
+ *         On any error destroy(context) has already run and *out, if out is
+ *         not NULL, is NULL.
+ * Threads: any thread, from inside a callback, reduce or listener too (a
+ *          group created during a dispatch first runs in the next one).
+ */
+FLUX_API flux_status flux_store_group_create(flux_store *const *stores, size_t count,
+                                             flux_listener_fn fn, void *context,
+                                             void (*destroy)(void *context),
+                                             flux_store_group **out);
+
+/**
+ * Releases a group: unregisters its callback, lets go of its stores, runs
+ * destroy(context) once and frees it. During a dispatch (from inside a
+ * callback, reduce or listener, say) the group is not called again by it,
+ * and the release itself happens when that dispatch ends, on the
+ * dispatching thread: until then its stores still count as grouped.
+ * Releasing NULL is a no-op returning FLUX_OK.
+ *
+ * @return FLUX_OK, and g is gone (do not use it again).
+ * Threads: any thread, from inside a callback, reduce or listener too; but
+ *          no other call on g may be in flight or follow.
+ */
+FLUX_API flux_status flux_store_group_release(flux_store_group *g);
 
 /* ------------------------------------------------------------------------ */
 /* Trampolines and dynamic calls (libffi)                                   */

@@ -7,6 +7,7 @@ import Darwin
 #endif
 import CFlux
 @_spi(Engine) import FluxCore
+import Synchronization
 
 /// `flux_callback`: `int (*)(void *context, const void *payload)`, as the
 /// header declares it.
@@ -47,16 +48,42 @@ extension OpaquePointer {
     var dispatcher: UnsafeMutablePointer<CDispatcher> { UnsafeMutablePointer(self) }
 }
 
-/// Room for one engine, or nil when memory runs out.
+/// Room for one engine, followed by what the store exports keep per
+/// dispatcher (`StoreSide`), or nil when memory runs out. The engine comes
+/// first, so the handle is the engine's address.
 func allocateDispatcher() -> UnsafeMutablePointer<CDispatcher>? {
-    let size = MemoryLayout<CDispatcher>.size
-    let alignment = MemoryLayout<CDispatcher>.alignment
+    let alignment = max(MemoryLayout<CDispatcher>.alignment, MemoryLayout<StoreSide>.alignment,
+                        MemoryLayout<UnsafeRawPointer>.alignment)
     var raw: UnsafeMutableRawPointer?
-    guard posix_memalign(&raw, max(alignment, MemoryLayout<UnsafeRawPointer>.alignment), max(size, 1)) == 0,
+    guard posix_memalign(&raw, alignment, storeSideOffset + MemoryLayout<StoreSide>.size) == 0,
           let raw else { return nil }
+    (raw + storeSideOffset).bindMemory(to: StoreSide.self, capacity: 1).initialize(to: StoreSide())
     return raw.bindMemory(to: CDispatcher.self, capacity: 1)
 }
 
 func freeDispatcher(_ pointer: UnsafeMutablePointer<CDispatcher>) {
+    OpaquePointer(pointer).storeSide.deinitialize(count: 1)
     free(pointer)
+}
+
+/// What the store exports keep per dispatcher, off the engine's paths.
+struct StoreSide: ~Copyable {
+    /// Live stores and groups: flux_dispatcher_destroy refuses while any.
+    let count = Atomic<Int>(0)
+    /// Listeners and group functions running on the dispatching thread
+    /// (only that thread touches these two).
+    var listenerDepth = 0
+    /// Set by flux_store_listener_fail for the running listener.
+    var listenerFailure: Int32 = 0
+}
+
+private var storeSideOffset: Int {
+    let alignment = MemoryLayout<StoreSide>.alignment
+    return (max(MemoryLayout<CDispatcher>.size, 1) + alignment - 1) / alignment * alignment
+}
+
+extension OpaquePointer {
+    var storeSide: UnsafeMutablePointer<StoreSide> {
+        (UnsafeMutableRawPointer(self) + storeSideOffset).assumingMemoryBound(to: StoreSide.self)
+    }
 }

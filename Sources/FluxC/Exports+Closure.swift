@@ -7,7 +7,7 @@ import Darwin
 #endif
 import CFFI
 import CFlux
-import FluxCore
+@_spi(Engine) import FluxCore
 
 // The libffi half of include/flux.h: trampolines (flux_closure_*) and calls
 // through a signature known only at run time (flux_call). The header

@@ -18,6 +18,13 @@ public func flux_dispatcher_create() -> OpaquePointer? {
 public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     guard let handle else { return 0 }
     let dispatcher = handle.dispatcher
+    // Stores and groups point into the dispatcher: it outlives them. A
+    // dispatch running is reported first, as the close below would.
+    let stores = handle.storeSide.pointee.count.load(ordering: .acquiring)
+    if stores > 0 && !dispatcher.pointee.isDispatching {
+        return fail("flux_dispatcher_destroy", .invalidArgument,
+                    "the dispatcher still has \(stores) store(s) or group(s); destroy them first")
+    }
     do {
         try dispatcher.pointee.close()
     } catch {

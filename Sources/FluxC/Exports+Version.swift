@@ -1,5 +1,5 @@
 import CFlux
-import FluxCore
+@_spi(Engine) import FluxCore
 
 // Version and status names come from include/flux.h itself (the CFlux
 // module): FLUX_VERSION_NUMBER, FLUX_VERSION_STRING and the enumerators'

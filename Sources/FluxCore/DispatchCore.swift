@@ -171,6 +171,13 @@ import Synchronization
         owner.load(ordering: .relaxed) == currentThreadID()
     }
 
+    /// True while the calling thread runs a dispatch of this dispatcher that
+    /// a failed callback is aborting (stores use it to keep their state).
+    @inlinable
+    @_spi(Engine) public var isAbortingOnCurrentThread: Bool {
+        isDispatchingOnCurrentThread && run.pointee.aborted
+    }
+
     // MARK: - Registration
 
     /// Registers `callback`, to be called by every dispatch that starts after

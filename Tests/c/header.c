@@ -59,6 +59,29 @@ struct header_api {
     void (*destroy)(void *);
 };
 
+/* The "Stores" section, with the signatures of DESIGN.md section 6. */
+struct header_store_api {
+    flux_status (*store_create)(flux_dispatcher *, void *, int (*)(void *, void *, const void *, void **),
+                                int (*)(void *, const void *, const void *), void (*)(void *, void *),
+                                void *, void (*)(void *), flux_store **);
+    void *(*store_state)(const flux_store *);
+    flux_token (*store_token)(const flux_store *);
+    flux_dispatcher *(*store_dispatcher)(const flux_store *);
+    flux_status (*store_has_changed)(const flux_store *, int *);
+    flux_status (*store_emit_change)(flux_store *);
+    flux_status (*store_add_listener)(flux_store *, void (*)(void *), void *, void (*)(void *), flux_token *);
+    flux_status (*store_remove_listener)(flux_store *, flux_token);
+    flux_status (*store_destroy)(flux_store *);
+    flux_status (*store_group_create)(flux_store *const *, size_t, void (*)(void *), void *, void (*)(void *),
+                                      flux_store_group **);
+    flux_status (*store_group_release)(flux_store_group *);
+    flux_status (*store_listener_fail)(flux_dispatcher *, int);
+    flux_reduce_fn reduce;
+    flux_equal_fn equal;
+    flux_release_fn release;
+    flux_listener_fn listener;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -90,6 +113,29 @@ struct header_api header_test_api(void)
     api.version_string = flux_version_string;
     api.callback = cb;
     api.destroy = destroy;
+    return api;
+}
+
+struct header_store_api header_test_store_api(void);
+struct header_store_api header_test_store_api(void)
+{
+    struct header_store_api api;
+    api.store_create = flux_store_create;
+    api.store_state = flux_store_state;
+    api.store_token = flux_store_token;
+    api.store_dispatcher = flux_store_dispatcher;
+    api.store_has_changed = flux_store_has_changed;
+    api.store_emit_change = flux_store_emit_change;
+    api.store_add_listener = flux_store_add_listener;
+    api.store_remove_listener = flux_store_remove_listener;
+    api.store_destroy = flux_store_destroy;
+    api.store_group_create = flux_store_group_create;
+    api.store_group_release = flux_store_group_release;
+    api.store_listener_fail = flux_store_listener_fail;
+    api.reduce = 0;
+    api.equal = 0;
+    api.release = 0;
+    api.listener = 0;
     return api;
 }
 

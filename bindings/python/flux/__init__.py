@@ -35,9 +35,11 @@ from .errors import (
     Status,
     UnknownTokenError,
 )
+from .stores import Action, ReduceStore, Store, StoreGroup, Subscription, handles
 from .trampoline import Trampoline, call
 
 __all__ = [
+    "Action",
     "AlreadyDispatchingError",
     "CallbackFailedError",
     "CircularDependencyError",
@@ -46,12 +48,17 @@ __all__ = [
     "InvalidArgumentError",
     "NoMemoryError",
     "NotDispatchingError",
+    "ReduceStore",
     "Status",
+    "Store",
+    "StoreGroup",
+    "Subscription",
     "Token",
     "Trampoline",
     "UnknownTokenError",
     "__version__",
     "call",
+    "handles",
     "library_path",
     "library_version",
     "library_version_string",

@@ -317,3 +317,42 @@ def _on_destroy(context: int) -> None:
 #: they outlive every registration.
 callback_trampoline = CALLBACK(_on_callback)
 destroy_trampoline = DESTROY(_on_destroy)
+
+
+# --------------------------------------------------------------------------
+# Stores (flux/stores.py builds on these)
+# --------------------------------------------------------------------------
+
+#: flux_reduce_fn: int (*)(void *context, void *state, const void *payload,
+#: void **next). A Python store's states and payloads are PyObject*s, so the
+#: trampoline receives the objects; next stays an address, written only when
+#: the state changes.
+REDUCE = CFUNCTYPE(c_int, c_void_p, ctypes.py_object, ctypes.py_object, c_void_p)
+#: flux_release_fn: void (*)(void *context, void *state)
+RELEASE = CFUNCTYPE(None, c_void_p, c_void_p)
+#: flux_listener_fn: void (*)(void *context)
+LISTENER = CFUNCTYPE(None, c_void_p)
+
+flux_store_create = declare(
+    "flux_store_create",
+    c_int,
+    (c_void_p, c_void_p, REDUCE, c_void_p, RELEASE, c_void_p, DESTROY, POINTER(c_void_p)),
+    True,
+)
+flux_store_state = declare("flux_store_state", c_void_p, (c_void_p,))
+flux_store_token = declare("flux_store_token", c_uint64, (c_void_p,))
+flux_store_has_changed = declare("flux_store_has_changed", c_int, (c_void_p, POINTER(c_int)), True)
+flux_store_emit_change = declare("flux_store_emit_change", c_int, (c_void_p,), True)
+flux_store_add_listener = declare(
+    "flux_store_add_listener", c_int, (c_void_p, LISTENER, c_void_p, DESTROY, POINTER(c_uint64)), True
+)
+flux_store_remove_listener = declare("flux_store_remove_listener", c_int, (c_void_p, c_uint64), True)
+flux_store_listener_fail = declare("flux_store_listener_fail", c_int, (c_void_p, c_int), True)
+flux_store_destroy = declare("flux_store_destroy", c_int, (c_void_p,), True)
+flux_store_group_create = declare(
+    "flux_store_group_create",
+    c_int,
+    (POINTER(c_void_p), c_size_t, LISTENER, c_void_p, DESTROY, POINTER(c_void_p)),
+    True,
+)
+flux_store_group_release = declare("flux_store_group_release", c_int, (c_void_p,), True)

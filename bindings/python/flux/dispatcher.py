@@ -153,7 +153,7 @@ class Dispatcher(Generic[P]):
     it alive while registered, so close dispatchers you are done with.
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "_handle", "_pending", "_serial", "_tokens")
+    __slots__ = ("__weakref__", "_children", "_finalizer", "_handle", "_pending", "_serial", "_tokens")
 
     def __init__(self) -> None:
         handle = _flux_dispatcher_create()
@@ -171,6 +171,9 @@ class Dispatcher(Generic[P]):
         self._pending: dict[int, BaseException] = {}
         # The token values registered and not yet unregistered, for close().
         self._tokens: set[int] = set()
+        # The live stores and groups on this dispatcher (flux/stores.py), in
+        # creation order: close() closes them, groups before their stores.
+        self._children: dict[Any, None] = {}
         self._finalizer = weakref.finalize(self, _destroy_handle, handle)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
@@ -321,8 +324,8 @@ class Dispatcher(Generic[P]):
         return self._handle is None
 
     def close(self) -> None:
-        """Unregisters every callback, releasing them, and closes the
-        dispatcher: every later call raises :class:`~flux.InvalidArgumentError`.
+        """Closes its stores and groups, unregisters every callback,
+        releasing them, and closes the dispatcher: every later call raises :class:`~flux.InvalidArgumentError`.
         Idempotent.
 
         The native dispatcher itself is freed when this object is garbage
@@ -338,6 +341,8 @@ class Dispatcher(Generic[P]):
             return
         if _flux_is_dispatching(handle):
             raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
+        for child in reversed(list(self._children)):
+            child.close()
         self._handle = None
         # Should another thread start a dispatch right now, unregistering
         # during it is legal too; libflux then releases these at its end.

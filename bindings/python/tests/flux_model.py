@@ -229,3 +229,134 @@ def log_matches(real: list[tuple[object, ...]], model: list[tuple[object, ...]])
         elif got != want:
             return False
     return True
+
+
+# ---------------------------------------------------------------------------
+# Stores (DESIGN.md section 6): reduce stores, listeners, groups
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListenerStep:
+    """One thing a store listener does: ``remove`` (the listener of the same
+    store whose id is ``arg``), ``add`` (a new, quiet listener), ``raise``, or
+    ``dispatch`` (refused: AlreadyDispatchingError, swallowed)."""
+
+    op: str
+    arg: int = 0
+
+
+@dataclass
+class StoreSpec:
+    """A counter store: payload p fails its reduce when p is in ``fails``;
+    leaves the state alone when p % ``keep_mod`` == 0; otherwise adds p."""
+
+    fails: frozenset[int]
+    keep_mod: int
+
+
+@dataclass
+class _Store:
+    spec: StoreSpec
+    token: int
+    value: int = 0
+    next_id: int = 1
+    # listener id -> its steps, in the order they were added
+    listeners: dict[int, tuple[ListenerStep, ...]] = field(default_factory=dict)
+    groups: int = 0
+
+
+class StoreModel:
+    """Facebook's FluxReduceStore/FluxStoreGroup semantics, for the stateful
+    test: participants run in token order (a group's stores always precede it)."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+        self.stores: dict[int, _Store] = {}            # store index -> store
+        self.groups: dict[int, tuple[int, tuple[int, ...], bool]] = {}  # index -> (token, stores, raises)
+        self.store_count = 0
+        self.group_count = 0
+        self.skipped = 0  # listeners skipped because an earlier one removed them
+
+    def add_store(self, spec: StoreSpec) -> int:
+        self.issued += 1
+        index = self.store_count
+        self.store_count += 1
+        self.stores[index] = _Store(spec, self.issued)
+        return index
+
+    def add_listener(self, store: int, steps: tuple[ListenerStep, ...]) -> int:
+        s = self.stores[store]
+        lid = s.next_id
+        s.next_id += 1
+        s.listeners[lid] = steps
+        return lid
+
+    def remove_listener(self, store: int, lid: int) -> bool:
+        return self.stores[store].listeners.pop(lid, None) is not None
+
+    def add_group(self, stores: tuple[int, ...], raises: bool) -> int:
+        self.issued += 1
+        index = self.group_count
+        self.group_count += 1
+        self.groups[index] = (self.issued, stores, raises)
+        for s in stores:
+            self.stores[s].groups += 1
+        return index
+
+    def release_group(self, index: int) -> None:
+        _, stores, _ = self.groups.pop(index)
+        for s in stores:
+            self.stores[s].groups -= 1
+
+    def close_store(self, index: int) -> bool:
+        """False when refused (the store is in a live group)."""
+        if self.stores[index].groups:
+            return False
+        del self.stores[index]
+        return True
+
+    def live_objects(self) -> int:
+        return len(self.stores) + sum(len(s.listeners) for s in self.stores.values()) + len(self.groups)
+
+    def dispatch(self, p: int) -> tuple[list[tuple[object, ...]], str | None]:
+        """The log of a dispatch of payload p and what it raises (a tag), or None."""
+        log: list[tuple[object, ...]] = []
+        order = sorted(
+            [(s.token, "store", i) for i, s in self.stores.items()]
+            + [(g[0], "group", i) for i, g in self.groups.items()]
+        )
+        for _, kind, index in order:
+            if kind == "group":
+                log.append(("group", index))
+                if self.groups[index][2]:
+                    return log, f"group:{index}"
+                continue
+            s = self.stores[index]
+            if p in s.spec.fails:
+                log.append(("reduce-failed", index))
+                return log, f"reduce:{index}"
+            if p % s.spec.keep_mod == 0:
+                continue
+            s.value += p
+            failure = self._emit(index, s, log)
+            if failure is not None:
+                return log, failure
+        return log, None
+
+    def _emit(self, index: int, s: _Store, log: list[tuple[object, ...]]) -> str | None:
+        for lid in list(s.listeners):
+            if lid not in s.listeners:  # removed by an earlier listener
+                self.skipped += 1
+                continue
+            log.append(("listener", index, lid))
+            for step in s.listeners[lid]:
+                if step.op == "remove":
+                    s.listeners.pop(step.arg, None)
+                elif step.op == "add":
+                    self.add_listener(index, ())
+                elif step.op == "dispatch":
+                    log.append(("refused", index, lid))
+                elif step.op == "raise":
+                    return f"listener:{index}:{lid}"
+        return None

@@ -1,0 +1,423 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+@_spi(Engine) import FluxCore
+import Synchronization
+
+// The stores half of include/flux.h, over FluxCore's StoreCore (the same
+// rules the Swift FluxStore and ReduceStore follow). A store is a malloc'd
+// CStore registered with its dispatcher as a plain C callback; the
+// registration's destroy frees it, so however the registration ends -- a
+// failed register, flux_store_destroy, or a destroy racing a dispatch on
+// another thread -- the state, the listeners and the context are released
+// exactly once. Groups work the same way.
+
+/// `flux_reduce_fn`
+public typealias FluxReduceFunction = @convention(c) (
+    UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, UnsafeRawPointer?,
+    UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> Int32
+/// `flux_equal_fn`
+public typealias FluxEqualFunction = @convention(c) (
+    UnsafeMutableRawPointer?, UnsafeRawPointer?, UnsafeRawPointer?
+) -> Int32
+/// `flux_release_fn`
+public typealias FluxReleaseFunction = @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void
+/// `flux_listener_fn`
+public typealias FluxListenerFunction = @convention(c) (UnsafeMutableRawPointer?) -> Void
+
+/// A C listener: the raw (function, context) pair and its destroy, and the
+/// dispatcher, whose flux_store_listener_fail cell says whether it failed.
+struct CListener: StoreListener {
+    let function: FluxListenerFunction
+    let context: UnsafeMutableRawPointer?
+    let destroy: FluxDestroyFunction?
+    let handle: OpaquePointer
+
+    func invoke() -> CallbackFailure? {
+        callListener(function, context, handle)
+    }
+
+    func release() { destroy?(context) }
+}
+
+/// Runs a listener or a group's function, inside which
+/// flux_store_listener_fail may fail it; returns that failure.
+@inline(__always)
+private func callListener(
+    _ function: FluxListenerFunction, _ context: UnsafeMutableRawPointer?, _ handle: OpaquePointer
+) -> CallbackFailure? {
+    let side = handle.storeSide
+    // A listener may run others (through flux_wait_for): each sees its own cell.
+    let outer = side.pointee.listenerFailure
+    side.pointee.listenerFailure = 0
+    side.pointee.listenerDepth += 1
+    function(context)
+    side.pointee.listenerDepth -= 1
+    let value = side.pointee.listenerFailure
+    side.pointee.listenerFailure = outer
+    return value == 0 ? nil : CallbackFailure(value: value)
+}
+
+/// What a `flux_store *` points at.
+struct CStore: ~Copyable {
+    let handle: OpaquePointer
+    var token: UInt64 = 0
+    /// The state pointer. Atomic so that flux_store_state() may read it on
+    /// any thread; only the dispatching thread writes it.
+    let state: Atomic<UInt>
+    let reduce: FluxReduceFunction
+    let equal: FluxEqualFunction?
+    let releaseState: FluxReleaseFunction?
+    let context: UnsafeMutableRawPointer?
+    let destroy: FluxDestroyFunction?
+    /// Live groups this store is in: while any, it cannot be destroyed.
+    let groups = Atomic<Int>(0)
+    let core: StoreCore<CListener>
+}
+
+extension OpaquePointer {
+    @inline(__always)
+    var store: UnsafeMutablePointer<CStore> { UnsafeMutablePointer(self) }
+}
+
+/// The reduce step of a C store, for StoreCore.handle.
+struct CReducer: StoreReducer {
+    let store: UnsafeMutablePointer<CStore>
+
+    @inline(__always)
+    func loadState() -> UnsafeMutableRawPointer? {
+        UnsafeMutableRawPointer(bitPattern: store.pointee.state.load(ordering: .relaxed))
+    }
+
+    @inline(__always)
+    func storeState(_ state: UnsafeMutableRawPointer?) {
+        store.pointee.state.store(UInt(bitPattern: state), ordering: .releasing)
+    }
+
+    @inline(__always)
+    func reduce(_ state: UnsafeMutableRawPointer?, _ payload: UnsafeRawPointer?)
+        -> Result<UnsafeMutableRawPointer?, CallbackFailure>
+    {
+        var next = state
+        let result = store.pointee.reduce(store.pointee.context, state, payload, &next)
+        return result == 0 ? .success(next) : .failure(CallbackFailure(value: result))
+    }
+
+    @inline(__always)
+    func isSame(_ current: UnsafeMutableRawPointer?, _ next: UnsafeMutableRawPointer?) -> Bool { current == next }
+
+    func areEqual(_ current: UnsafeMutableRawPointer?, _ next: UnsafeMutableRawPointer?) -> Bool {
+        // NULL equal: pointer identity, and these are different pointers.
+        guard let equal = store.pointee.equal else { return false }
+        return equal(store.pointee.context, current, next) != 0
+    }
+
+    func release(_ state: UnsafeMutableRawPointer?) {
+        store.pointee.releaseState?(store.pointee.context, state)
+    }
+}
+
+/// The store's registered callback.
+private let storeCallback: FluxCallbackFunction = { context, payload in
+    guard let context else { return 1 }
+    let store = context.assumingMemoryBound(to: CStore.self)
+    guard let failure = store.pointee.core.handle(payload, CReducer(store: store),
+                                                  on: store.pointee.handle.dispatcher.pointee) else { return 0 }
+    switch failure {
+    case .reduce(let failure), .listener(let failure): return failure.value
+    }
+}
+
+/// The store registration's destroy: releases the listeners, then the
+/// state, then the context, and frees the store. The dispatcher's count
+/// drops last, so a destroy function cannot free the dispatcher under us.
+private let storeRelease: FluxDestroyFunction = { context in
+    guard let context else { return }
+    let store = context.assumingMemoryBound(to: CStore.self)
+    let handle = store.pointee.handle
+    store.pointee.core.releaseListeners()
+    store.pointee.releaseState?(store.pointee.context, CReducer(store: store).loadState())
+    store.pointee.destroy?(store.pointee.context)
+    store.deinitialize(count: 1)
+    free(store)
+    handle.storeSide.pointee.count.subtract(1, ordering: .releasing)
+}
+
+@_cdecl("flux_store_create")
+public func flux_store_create(
+    _ handle: OpaquePointer?,
+    _ initialState: UnsafeMutableRawPointer?,
+    _ reduce: FluxReduceFunction?,
+    _ equal: FluxEqualFunction?,
+    _ releaseState: FluxReleaseFunction?,
+    _ context: UnsafeMutableRawPointer?,
+    _ destroy: FluxDestroyFunction?,
+    _ out: UnsafeMutablePointer<OpaquePointer?>?
+) -> Int32 {
+    out?.pointee = nil
+    /// Hands back what was handed over: the state, then the context.
+    func refuse(_ status: FluxError.Code, _ message: String) -> Int32 {
+        releaseState?(context, initialState)
+        destroy?(context)
+        return fail("flux_store_create", status, message)
+    }
+    let missing = handle == nil ? "the dispatcher" : reduce == nil ? "reduce" : out == nil ? "out" : nil
+    guard let handle, let reduce, let out, missing == nil else {
+        return refuse(.invalidArgument, "\(missing ?? "an argument") is NULL")
+    }
+    guard let raw = malloc(MemoryLayout<CStore>.size) else { return refuse(.noMemory, "out of memory") }
+    guard let core = StoreCore<CListener>() else {
+        free(raw)
+        return refuse(.noMemory, "out of memory")
+    }
+    let store = raw.bindMemory(to: CStore.self, capacity: 1)
+    store.initialize(to: CStore(
+        handle: handle, state: Atomic(UInt(bitPattern: initialState)), reduce: reduce, equal: equal,
+        releaseState: releaseState, context: context, destroy: destroy, core: core))
+    // From here on the registration owns everything: when register fails it
+    // runs storeRelease, which releases the state and the context.
+    handle.storeSide.pointee.count.add(1, ordering: .relaxed)
+    do throws(FluxError) {
+        let callback = CCallback(function: storeCallback, context: raw, destroy: storeRelease)
+        store.pointee.token = try handle.dispatcher.pointee.register(callback).rawValue
+    } catch {
+        return fail("flux_store_create", error)
+    }
+    out.pointee = OpaquePointer(store)
+    return 0
+}
+
+@_cdecl("flux_store_state")
+public func flux_store_state(_ s: OpaquePointer?) -> UnsafeMutableRawPointer? {
+    guard let s else { return nil }
+    return UnsafeMutableRawPointer(bitPattern: s.store.pointee.state.load(ordering: .acquiring))
+}
+
+@_cdecl("flux_store_token")
+public func flux_store_token(_ s: OpaquePointer?) -> UInt64 {
+    s?.store.pointee.token ?? 0
+}
+
+@_cdecl("flux_store_dispatcher")
+public func flux_store_dispatcher(_ s: OpaquePointer?) -> OpaquePointer? {
+    s?.store.pointee.handle
+}
+
+@_cdecl("flux_store_has_changed")
+public func flux_store_has_changed(_ s: OpaquePointer?, _ changed: UnsafeMutablePointer<Int32>?) -> Int32 {
+    changed?.pointee = 0
+    guard let s else { return fail("flux_store_has_changed", .invalidArgument, "the store is NULL") }
+    guard let changed else { return fail("flux_store_has_changed", .invalidArgument, "changed is NULL") }
+    do throws(FluxError) {
+        let store = s.store
+        changed.pointee = try store.pointee.core.hasChanged(on: store.pointee.handle.dispatcher.pointee) ? 1 : 0
+        return 0
+    } catch {
+        return fail("flux_store_has_changed", error)
+    }
+}
+
+@_cdecl("flux_store_emit_change")
+public func flux_store_emit_change(_ s: OpaquePointer?) -> Int32 {
+    guard let s else { return fail("flux_store_emit_change", .invalidArgument, "the store is NULL") }
+    do throws(FluxError) {
+        let store = s.store
+        try store.pointee.core.emitChange(on: store.pointee.handle.dispatcher.pointee)
+        return 0
+    } catch {
+        return fail("flux_store_emit_change", error)
+    }
+}
+
+@_cdecl("flux_store_add_listener")
+public func flux_store_add_listener(
+    _ s: OpaquePointer?,
+    _ function: FluxListenerFunction?,
+    _ context: UnsafeMutableRawPointer?,
+    _ destroy: FluxDestroyFunction?,
+    _ out: UnsafeMutablePointer<UInt64>?
+) -> Int32 {
+    out?.pointee = 0
+    let missing = s == nil ? "the store" : function == nil ? "fn" : out == nil ? "out" : nil
+    guard let s, let function, let out, missing == nil else {
+        destroy?(context)
+        return fail("flux_store_add_listener", .invalidArgument, "\(missing ?? "an argument") is NULL")
+    }
+    do throws(FluxError) {
+        out.pointee = try s.store.pointee.core.addListener(
+            CListener(function: function, context: context, destroy: destroy, handle: s.store.pointee.handle))
+        return 0
+    } catch {
+        return fail("flux_store_add_listener", error)
+    }
+}
+
+@_cdecl("flux_store_remove_listener")
+public func flux_store_remove_listener(_ s: OpaquePointer?, _ listener: UInt64) -> Int32 {
+    guard let s else { return fail("flux_store_remove_listener", .invalidArgument, "the store is NULL") }
+    do throws(FluxError) {
+        try s.store.pointee.core.removeListener(listener)
+        return 0
+    } catch {
+        return fail("flux_store_remove_listener", error)
+    }
+}
+
+@_cdecl("flux_store_listener_fail")
+public func flux_store_listener_fail(_ handle: OpaquePointer?, _ value: Int32) -> Int32 {
+    guard let handle else { return fail("flux_store_listener_fail", .invalidArgument, "the dispatcher is NULL") }
+    guard value != 0 else { return fail("flux_store_listener_fail", .invalidArgument, "value is 0") }
+    // The depth is the dispatching thread's: check the thread first.
+    guard handle.dispatcher.pointee.isDispatchingOnCurrentThread, handle.storeSide.pointee.listenerDepth > 0 else {
+        return fail("flux_store_listener_fail", .notDispatching,
+                    "must be invoked from a store listener or a group function, on the dispatching thread")
+    }
+    handle.storeSide.pointee.listenerFailure = value
+    return 0
+}
+
+@_cdecl("flux_store_destroy")
+public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
+    guard let s else { return 0 }
+    let store = s.store
+    let handle = store.pointee.handle
+    if handle.dispatcher.pointee.isDispatching {
+        return fail("flux_store_destroy", .alreadyDispatching,
+                    "cannot destroy a store while its dispatcher is dispatching")
+    }
+    let groups = store.pointee.groups.load(ordering: .acquiring)
+    if groups > 0 {
+        return fail("flux_store_destroy", .invalidArgument,
+                    "the store is in \(groups) live group(s); release them first")
+    }
+    do throws(FluxError) {
+        // Runs storeRelease now (or, should a dispatch have started on
+        // another thread meanwhile, when it ends).
+        try handle.dispatcher.pointee.unregister(DispatchToken(rawValue: store.pointee.token))
+        return 0
+    } catch {
+        return fail("flux_store_destroy", error)
+    }
+}
+
+// MARK: - Groups
+
+/// What a `flux_store_group *` points at; the stores and their tokens follow
+/// it in the same block.
+struct CGroup {
+    let handle: OpaquePointer
+    var token: UInt64 = 0
+    let count: Int
+    let stores: UnsafeMutablePointer<OpaquePointer>
+    let tokens: UnsafeMutablePointer<DispatchToken>
+    let function: FluxListenerFunction
+    let context: UnsafeMutableRawPointer?
+    let destroy: FluxDestroyFunction?
+}
+
+/// The group's registered callback: wait for every store, then call fn.
+private let groupCallback: FluxCallbackFunction = { context, _ in
+    guard let context else { return 1 }
+    let group = context.assumingMemoryBound(to: CGroup.self)
+    do throws(DispatchError<CallbackFailure>) {
+        try group.pointee.handle.dispatcher.pointee.waitFor(
+            UnsafeBufferPointer(start: group.pointee.tokens, count: group.pointee.count))
+    } catch {
+        // A store failed (the dispatch is aborting and reports that store),
+        // or a store waited for this group (a cycle): fail too.
+        return 1
+    }
+    return callListener(group.pointee.function, group.pointee.context, group.pointee.handle)?.value ?? 0
+}
+
+/// The group registration's destroy: lets go of the stores, destroys the
+/// context, frees the group; the dispatcher's count drops last.
+private let groupRelease: FluxDestroyFunction = { context in
+    guard let context else { return }
+    let group = context.assumingMemoryBound(to: CGroup.self)
+    let handle = group.pointee.handle
+    for i in 0..<group.pointee.count {
+        group.pointee.stores[i].store.pointee.groups.subtract(1, ordering: .releasing)
+    }
+    group.pointee.destroy?(group.pointee.context)
+    group.deinitialize(count: 1)
+    free(group)
+    handle.storeSide.pointee.count.subtract(1, ordering: .releasing)
+}
+
+@_cdecl("flux_store_group_create")
+public func flux_store_group_create(
+    _ stores: UnsafePointer<OpaquePointer?>?,
+    _ count: Int,
+    _ function: FluxListenerFunction?,
+    _ context: UnsafeMutableRawPointer?,
+    _ destroy: FluxDestroyFunction?,
+    _ out: UnsafeMutablePointer<OpaquePointer?>?
+) -> Int32 {
+    out?.pointee = nil
+    func refuse(_ status: FluxError.Code, _ message: String) -> Int32 {
+        destroy?(context)
+        return fail("flux_store_group_create", status, message)
+    }
+    // size_t arrives as Int: a count above Int.max shows up negative.
+    if count <= 0 {
+        return refuse(.invalidArgument, count == 0 ? "a group needs at least one store"
+                      : "count \(UInt(bitPattern: count)) is too large")
+    }
+    guard let stores else { return refuse(.invalidArgument, "stores is NULL but count is \(count)") }
+    guard let function else { return refuse(.invalidArgument, "fn is NULL") }
+    guard let out else { return refuse(.invalidArgument, "out is NULL") }
+    guard let first = stores[0] else { return refuse(.invalidArgument, "stores[0] is NULL") }
+    let handle = first.store.pointee.handle
+    for i in 0..<count {
+        guard let store = stores[i] else { return refuse(.invalidArgument, "stores[\(i)] is NULL") }
+        if store.store.pointee.handle != handle {
+            return refuse(.invalidArgument, "stores[\(i)] is on another dispatcher than stores[0]")
+        }
+    }
+    // One block: the group, then the store pointers, then their tokens.
+    let storesOffset = (MemoryLayout<CGroup>.size + 7) / 8 * 8
+    let (listBytes, o1) = count.multipliedReportingOverflow(by: MemoryLayout<OpaquePointer>.stride
+                                                             + MemoryLayout<DispatchToken>.stride)
+    let (total, o2) = storesOffset.addingReportingOverflow(listBytes)
+    guard !o1, !o2, let raw = malloc(total) else { return refuse(.noMemory, "out of memory") }
+    let storeList = (raw + storesOffset).bindMemory(to: OpaquePointer.self, capacity: count)
+    let tokens = (raw + storesOffset + count * MemoryLayout<OpaquePointer>.stride)
+        .bindMemory(to: DispatchToken.self, capacity: count)
+    for i in 0..<count {
+        let store = stores[i] ?? first  // checked non-NULL above
+        (storeList + i).initialize(to: store)
+        (tokens + i).initialize(to: DispatchToken(rawValue: store.store.pointee.token))
+        store.store.pointee.groups.add(1, ordering: .relaxed)
+    }
+    let group = raw.bindMemory(to: CGroup.self, capacity: 1)
+    group.initialize(to: CGroup(handle: handle, count: count, stores: storeList, tokens: tokens,
+                                function: function, context: context, destroy: destroy))
+    handle.storeSide.pointee.count.add(1, ordering: .relaxed)
+    do throws(FluxError) {
+        // On failure, groupRelease has undone all of the above.
+        let callback = CCallback(function: groupCallback, context: raw, destroy: groupRelease)
+        group.pointee.token = try handle.dispatcher.pointee.register(callback).rawValue
+    } catch {
+        return fail("flux_store_group_create", error)
+    }
+    out.pointee = OpaquePointer(group)
+    return 0
+}
+
+@_cdecl("flux_store_group_release")
+public func flux_store_group_release(_ g: OpaquePointer?) -> Int32 {
+    guard let g else { return 0 }
+    let group = UnsafeMutablePointer<CGroup>(g)
+    do throws(FluxError) {
+        try group.pointee.handle.dispatcher.pointee.unregister(DispatchToken(rawValue: group.pointee.token))
+        return 0
+    } catch {
+        return fail("flux_store_group_release", error)
+    }
+}

@@ -1,0 +1,348 @@
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// The rules of Facebook's FluxStore and FluxReduceStore, once, for every
+// host: the Swift `FluxStore` and `ReduceStore` and the C `flux_store_*`
+// exports each register a callback that calls `StoreCore.handle`, and keep
+// their state wherever suits them (a `StoreReducer` says how to reach it).
+// The core uses only what any dispatcher offers its callbacks: that it runs
+// them on the dispatching thread, and whether that dispatch is aborting.
+
+/// A store listener as a host stores it. `release()` runs exactly once per
+/// listener added, never with the store's lock held.
+@_spi(Engine) public protocol StoreListener {
+    associatedtype Failure: Error
+    /// Runs the listener; a non-nil result stops the emit and fails the dispatch.
+    func invoke() -> Failure?
+    func release()
+}
+
+/// How the core reaches a host's state and reduce function.
+@_spi(Engine) public protocol StoreReducer {
+    associatedtype State
+    associatedtype Payload
+    associatedtype Failure: Error
+    /// The current state (only the dispatching thread changes it).
+    func loadState() -> State
+    func storeState(_ state: State)
+    func reduce(_ state: State, _ payload: Payload) -> Result<State, Failure>
+    /// The same state (C: the same pointer): no comparison, nothing released.
+    func isSame(_ current: State, _ next: State) -> Bool
+    func areEqual(_ current: State, _ next: State) -> Bool
+    /// Lets go of a state the store no longer holds.
+    func release(_ state: State)
+}
+
+/// Why a store's callback failed: its reduce, or one of its listeners.
+@_spi(Engine) public enum StoreFailure<ReduceFailure: Error, ListenerFailure: Error>: Error {
+    case reduce(ReduceFailure)
+    case listener(ListenerFailure)
+}
+
+/// The per-store part of Facebook's stores: the changed flag, when
+/// `emitChange` is legal, and the listener table with its emit semantics.
+///
+/// Lives in one `malloc` block (its address must not move: the lock is in
+/// it), so that creating one reports running out of memory instead of
+/// trapping. Three parts, each reached through its own pointer:
+///
+/// - `flags`: touched only by the thread running the store's dispatch, and
+///   read elsewhere only after checking that this thread is that one;
+/// - `table`: the listeners, under `busy`, so any thread may add and remove;
+/// - `busy`: a spin lock. It is held only for a few loads and stores (never
+///   while a listener runs), and an emit takes it twice per listener, so a
+///   pthread mutex's call and fences would cost more than the work it guards.
+@_spi(Engine) public struct StoreCore<Listener: StoreListener>: ~Copyable, @unchecked Sendable {
+    @usableFromInline
+    struct Flags {
+        /// What the most recent handling did (Facebook's `__changed`).
+        @usableFromInline var changed = false
+        /// True while the store's own reduce runs: `emitChange` is legal.
+        @usableFromInline var reducing = false
+    }
+
+    @usableFromInline
+    struct Entry {
+        /// 0 once removed (during an emit; compacted when it ends).
+        var id: UInt64
+        var listener: Listener
+    }
+
+    @usableFromInline
+    struct Table {
+        var entries: UnsafeMutablePointer<Entry>?
+        var count = 0
+        var capacity = 0
+        var nextID: UInt64 = 1
+        var emitting = false
+        /// The id of the listener the emit is running, 0 when none.
+        var running: UInt64 = 0
+    }
+
+    @usableFromInline let flags: UnsafeMutablePointer<Flags>
+    @usableFromInline let table: UnsafeMutablePointer<Table>
+    @usableFromInline let busy: UnsafeMutablePointer<Atomic<Bool>>
+
+    private static var tableOffset: Int { roundUp(MemoryLayout<Flags>.size, MemoryLayout<Table>.alignment) }
+    private static var busyOffset: Int {
+        roundUp(tableOffset + MemoryLayout<Table>.size, MemoryLayout<Atomic<Bool>>.alignment)
+    }
+
+    /// A store core with no listeners, or nil when memory runs out.
+    @_spi(Engine) public init?() {
+        guard let block = allocateBytes(Self.busyOffset + MemoryLayout<Atomic<Bool>>.size) else { return nil }
+        flags = block.bindMemory(to: Flags.self, capacity: 1)
+        flags.initialize(to: Flags())
+        table = (block + Self.tableOffset).bindMemory(to: Table.self, capacity: 1)
+        table.initialize(to: Table())
+        busy = (block + Self.busyOffset).bindMemory(to: Atomic<Bool>.self, capacity: 1)
+        busy.initialize(to: Atomic(false))
+    }
+
+    /// Releases the remaining listeners, in the order they were added.
+    deinit {
+        releaseListeners()
+        busy.deinitialize(count: 1)
+        table.deinitialize(count: 1)
+        flags.deinitialize(count: 1)
+        freeBytes(UnsafeMutableRawPointer(flags))
+    }
+
+    /// Releases every listener, in the order they were added, leaving none.
+    /// Hosts call it when the store goes away, before releasing the state.
+    @_spi(Engine) public func releaseListeners() {
+        lock()
+        let entries = table.pointee.entries
+        let count = table.pointee.count
+        table.pointee.entries = nil
+        table.pointee.count = 0
+        table.pointee.capacity = 0
+        unlock()
+        guard let entries else { return }
+        for i in 0..<count {
+            let entry = (entries + i).move()
+            if entry.id != 0 { entry.listener.release() }
+        }
+        freeBytes(entries)
+    }
+
+    @inlinable @inline(__always)
+    func lock() {
+        if !busy.pointee.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
+            lockSlow()
+        }
+    }
+
+    @usableFromInline
+    func lockSlow() {
+        var spins = 0
+        while !busy.pointee.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
+            spins += 1
+            // The holder may have been preempted: let it run.
+            if spins > 64 { sched_yield() }
+        }
+    }
+
+    @inlinable @inline(__always)
+    func unlock() { busy.pointee.store(false, ordering: .releasing) }
+
+    // MARK: - Handling a dispatch
+
+    /// What the store's registered callback does with each payload
+    /// (Facebook's `__invokeOnDispatch`): forget the last change, reduce,
+    /// keep `next` unless it is the same or an equal state, then, when the
+    /// store changed, run its listeners. Called on the dispatching thread
+    /// by the store's own callback of `engine`.
+    @inlinable
+    @_spi(Engine) public func handle<Callback, Reducer: StoreReducer>(
+        _ payload: Reducer.Payload, _ reducer: Reducer, on engine: borrowing DispatchCore<Callback>
+    ) -> StoreFailure<Reducer.Failure, Listener.Failure>? {
+        let flags = self.flags
+        flags.pointee.changed = false
+        let current = reducer.loadState()
+        flags.pointee.reducing = true
+        let result = reducer.reduce(current, payload)
+        flags.pointee.reducing = false
+        let next: Reducer.State
+        switch result {
+        case .failure(let failure):
+            flags.pointee.changed = false
+            return .reduce(failure)
+        case .success(let state):
+            next = state
+        }
+        let same = reducer.isSame(current, next)
+        if engine.isAbortingOnCurrentThread {
+            // Something failed earlier in this dispatch (maybe in a wait the
+            // reduce ignored): keep the old state, tell nobody.
+            flags.pointee.changed = false
+            if !same { reducer.release(next) }
+            return nil
+        }
+        if !same {
+            if reducer.areEqual(current, next) {
+                reducer.release(next)
+            } else {
+                reducer.storeState(next)
+                flags.pointee.changed = true
+                reducer.release(current)
+            }
+        }
+        guard flags.pointee.changed else { return nil }
+        if let failure = emit() { return .listener(failure) }
+        return nil
+    }
+
+    /// Facebook's `hasChanged()`: what the store's most recent handling did.
+    ///
+    /// - Throws: `notDispatching` unless this thread runs a dispatch of `engine`.
+    @_spi(Engine) public func hasChanged<Callback>(on engine: borrowing DispatchCore<Callback>) throws(FluxError) -> Bool {
+        guard engine.isDispatchingOnCurrentThread else {
+            throw FluxError(.notDispatching, "has_changed must be invoked while dispatching, on the dispatching thread")
+        }
+        return flags.pointee.changed
+    }
+
+    /// Facebook's `__emitChange()`: marks the store changed, so its listeners
+    /// run once its handling returns.
+    ///
+    /// - Throws: `notDispatching` unless this store's reduce is running on
+    ///   this thread (anything it calls counts; its listeners do not).
+    @_spi(Engine) public func emitChange<Callback>(on engine: borrowing DispatchCore<Callback>) throws(FluxError) {
+        guard engine.isDispatchingOnCurrentThread, flags.pointee.reducing else {
+            throw FluxError(.notDispatching, "emit_change must be invoked while the store handles a payload")
+        }
+        flags.pointee.changed = true
+    }
+
+    // MARK: - Listeners
+
+    /// Adds a listener; returns its id (ids count up from 1 and are never
+    /// reused). An emit already running does not call it.
+    ///
+    /// - Throws: `noMemory`, and then `listener.release()` has run.
+    @_spi(Engine) public func addListener(_ listener: Listener) throws(FluxError) -> UInt64 {
+        lock()
+        let table = self.table
+        if table.pointee.count == table.pointee.capacity {
+            let capacity = table.pointee.capacity
+            let bigger = capacity < Int.max / 4 ? max(4, capacity * 2) : Int.max
+            let (bytes, overflow) = bigger.multipliedReportingOverflow(by: MemoryLayout<Entry>.stride)
+            guard !overflow, let raw = allocateBytes(bytes) else {
+                unlock()
+                listener.release()
+                throw .outOfMemory
+            }
+            let entries = raw.bindMemory(to: Entry.self, capacity: bigger)
+            if let old = table.pointee.entries {
+                entries.moveInitialize(from: old, count: table.pointee.count)
+                freeBytes(old)
+            }
+            table.pointee.entries = entries
+            table.pointee.capacity = bigger
+        }
+        guard let entries = table.pointee.entries else {  // capacity > 0 here: not reached
+            unlock()
+            listener.release()
+            throw .outOfMemory
+        }
+        let id = table.pointee.nextID
+        table.pointee.nextID += 1
+        (entries + table.pointee.count).initialize(to: Entry(id: id, listener: listener))
+        table.pointee.count += 1
+        unlock()
+        return id
+    }
+
+    /// Removes a listener: releases it now, or, when it is running, right
+    /// after it returns (the emit that runs it does that).
+    ///
+    /// - Throws: `unknownToken` when `id` is 0, was never issued, or was removed.
+    @_spi(Engine) public func removeListener(_ id: UInt64) throws(FluxError) {
+        lock()
+        let table = self.table
+        var index: Int?
+        if id != 0, let entries = table.pointee.entries {
+            for i in 0..<table.pointee.count where entries[i].id == id {
+                index = i
+                break
+            }
+        }
+        guard let i = index, let entries = table.pointee.entries else {
+            let next = table.pointee.nextID
+            unlock()
+            throw FluxError(.unknownToken, id == 0 ? "listener 0 is never a valid listener"
+                : id >= next ? "listener \(id) was never added to this store"
+                : "listener \(id) was already removed")
+        }
+        var released: Listener?
+        if table.pointee.emitting {
+            // The emit holds indices into the table: mark, do not move.
+            entries[i].id = 0
+            if table.pointee.running != id { released = entries[i].listener }
+        } else {
+            released = (entries + i).move().listener
+            (entries + i).moveInitialize(from: entries + i + 1, count: table.pointee.count - i - 1)
+            table.pointee.count -= 1
+        }
+        unlock()
+        released?.release()
+    }
+
+    /// Runs the listeners present now, in the order they were added,
+    /// skipping any removed meanwhile; stops at the first that fails.
+    @usableFromInline
+    func emit() -> Listener.Failure? {
+        lock()
+        let table = self.table
+        table.pointee.emitting = true
+        let count = table.pointee.count
+        var failure: Listener.Failure?
+        var i = 0
+        while i < count {
+            // Re-read: an add during the emit may have moved the entries.
+            guard let entries = table.pointee.entries else { break }
+            let entry = entries[i]
+            if entry.id != 0 {
+                table.pointee.running = entry.id
+                unlock()
+                failure = entry.listener.invoke()
+                lock()
+                table.pointee.running = 0
+                if let entries = table.pointee.entries, entries[i].id == 0 {
+                    // Removed while it ran: its release was left to us.
+                    unlock()
+                    entry.listener.release()
+                    lock()
+                }
+                if failure != nil { break }
+            }
+            i += 1
+        }
+        table.pointee.emitting = false
+        compact()
+        unlock()
+        return failure
+    }
+
+    /// Drops the entries removed during an emit (already released). Under the lock.
+    private func compact() {
+        guard let entries = table.pointee.entries else { return }
+        var kept = 0
+        for i in 0..<table.pointee.count {
+            if entries[i].id == 0 {
+                (entries + i).deinitialize(count: 1)
+            } else {
+                if kept != i { (entries + kept).moveInitialize(from: entries + i, count: 1) }
+                kept += 1
+            }
+        }
+        table.pointee.count = kept
+    }
+}

@@ -1,0 +1,70 @@
+import Testing
+@testable import FluxCore
+
+/// Facebook's FluxStoreGroup-test.js over the Swift `StoreGroup`.
+@Suite struct StoreGroupTests {
+    /// SimpleStore: emits a change on every payload.
+    static func simpleStore(_ d: Dispatcher<String>) -> FluxStore<String> {
+        FluxStore(dispatcher: d) { store, _ in try store.emitChange() }
+    }
+
+    @Test("should register a callback with the dispatcher") func registers() throws {
+        let d = Dispatcher<String>()
+        let a = Self.simpleStore(d), b = Self.simpleStore(d)
+        let calls = Box(0)
+        let group = try StoreGroup([a, b]) { calls.value += 1 }
+        try d.dispatch("foo")
+        #expect(calls.value == 1)
+        group.release()
+    }
+
+    @Test("should wait for the store dependencies") func waitsForStores() throws {
+        let d = Dispatcher<String>()
+        let group = Box<StoreGroup?>(nil)
+        let seen = Box<[Bool]>([])
+        // The group registers first; it must still run after both stores.
+        let a = Box<FluxStore<String>?>(nil), b = Box<FluxStore<String>?>(nil)
+        a.value = Self.simpleStore(d)
+        b.value = Self.simpleStore(d)
+        group.value = try StoreGroup([a.value!, b.value!]) {
+            seen.value = [try a.value!.hasChanged(), try b.value!.hasChanged()]
+        }
+        try d.dispatch("foo")
+        #expect(seen.value == [true, true])
+    }
+
+    @Test("should not run the callback after being released") func notAfterRelease() throws {
+        let d = Dispatcher<String>()
+        let a = Self.simpleStore(d), b = Self.simpleStore(d)
+        let calls = Box(0)
+        let group = try StoreGroup([a, b]) { calls.value += 1 }
+        group.release()
+        try d.dispatch("foo")
+        #expect(calls.value == 0)
+    }
+
+    @Test("should have at least one store") func atLeastOneStore() {
+        #expect(fluxCode { _ = try StoreGroup([any DispatchingStore<String>]()) {} } == .invalidArgument)
+    }
+
+    @Test("should make sure dispatchers are uniform in DEV") func uniformDispatchers() {
+        let d = Dispatcher<String>()
+        let a = Self.simpleStore(d)
+        let c = Self.simpleStore(Dispatcher())
+        #expect(fluxCode { _ = try StoreGroup([a, c]) {} } == .invalidArgument)
+    }
+
+    @Test func aGroupRunsOncePerDispatchAfterItsStoresEvenWhenNothingChanged() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in
+            log.append("reduce")
+            return n + p
+        }
+        let group = try StoreGroup([store]) { log.append("group \(store.state)") }
+        try d.dispatch(0)
+        try d.dispatch(2)
+        #expect(log.all == ["reduce", "group 0", "reduce", "group 2"])
+        group.release()
+    }
+}

@@ -1,0 +1,173 @@
+import Testing
+@testable import FluxCore
+
+/// Facebook's FluxStore-test.js over the Swift `FluxStore`.
+@Suite struct StoreTests {
+    enum Action: Sendable { case willChange, ignore }
+
+    /// TestFluxStore: emits a change for `.willChange` only.
+    static func testStore(_ d: Dispatcher<Action>, log: Log? = nil) -> FluxStore<Action> {
+        FluxStore(dispatcher: d) { store, action in
+            log?.append("dispatch")
+            if case .willChange = action { try store.emitChange() }
+        }
+    }
+
+    @Test("registers a callback with the dispatcher") func registersACallback() throws {
+        let d = Dispatcher<Action>()
+        let log = Log()
+        let store = Self.testStore(d, log: log)
+        let next = d.register { _ in }
+        #expect(next.rawValue == store.dispatchToken.rawValue + 1)
+        try d.dispatch(.ignore)
+        #expect(log.all == ["dispatch"])
+    }
+
+    @Test("requires that subclasses override the __onDispatch() method")
+    func aThrowingOnDispatchFailsTheDispatch() throws {
+        // Swift's counterpart: onDispatch is required by the initializer; one
+        // that throws fails the dispatch with its own error.
+        let d = Dispatcher<Action>()
+        let store = FluxStore<Action>(dispatcher: d) { _, _ in throw Boom(id: 1) }
+        #expect(throws: Boom(id: 1)) { try d.dispatch(.ignore) }
+        _ = store
+    }
+
+    @Test("throws when __emitChange() is invoked outside of a dispatch") func emitChangeOutside() {
+        let store = Self.testStore(Dispatcher())
+        #expect(fluxCode { try store.emitChange() } == .notDispatching)
+    }
+
+    @Test("throws when hasChanged() is invoked outside of a dispatch") func hasChangedOutside() {
+        let store = Self.testStore(Dispatcher())
+        #expect(fluxCode { _ = try store.hasChanged() } == .notDispatching)
+    }
+
+    @Test("emits an event on state change") func emitsOnChange() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        let log = Log()
+        store.addListener { log.append("change") }
+        try d.dispatch(.willChange)
+        #expect(log.all == ["change"])
+        try d.dispatch(.ignore)
+        #expect(log.all == ["change"])
+    }
+
+    @Test("exposes whether the state has changed during current dispatch") func exposesHasChanged() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        let seen = Box<[Bool]>([])
+        d.register { [unowned d] _ in
+            try d.waitFor([store.dispatchToken])
+            seen.value.append(try store.hasChanged())
+        }
+        try d.dispatch(.willChange)
+        try d.dispatch(.ignore)
+        #expect(seen.value == [true, false])
+    }
+
+    @Test("exposes the dispatch token in a getter") func exposesToken() {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        #expect(store.dispatchToken.rawValue != 0)
+        #expect(store.dispatcher === d)
+    }
+
+    @Test("wraps EventEmitter.addListener() with an addListener() method") func addListenerWraps() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        let log = Log()
+        let sub = store.addListener { log.append("1") }
+        #expect(sub.id == 1)
+        try d.dispatch(.willChange)
+        try sub.remove()
+        try d.dispatch(.willChange)
+        #expect(log.all == ["1"])
+        #expect(fluxCode { try sub.remove() } == .unknownToken)
+    }
+
+    // MARK: - Listener rules (DESIGN.md section 6)
+
+    @Test func aListenerRemovedByAnEarlierOneIsNotCalledAndOneAddedRunsFromTheNextEmit() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        let log = Log()
+        let second = Box<Subscription?>(nil)
+        let added = Box(false)
+        store.addListener {
+            log.append("first")
+            try? second.value?.remove()
+            if !added.value {
+                added.value = true
+                store.addListener { log.append("added") }
+            }
+        }
+        second.value = store.addListener { log.append("second") }
+        try d.dispatch(.willChange)
+        #expect(log.all == ["first"])
+        try d.dispatch(.willChange)
+        #expect(log.all == ["first", "first", "added"])
+    }
+
+    @Test func aListenerThatDispatchesIsRefusedAndTheEmitGoesOn() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        let log = Log()
+        store.addListener { [unowned d] in
+            log.append("nested: \(fluxCode { try d.dispatch(.ignore) }.map(String.init(describing:)) ?? "none")")
+        }
+        store.addListener { log.append("second") }
+        try d.dispatch(.willChange)
+        #expect(log.all == ["nested: alreadyDispatching", "second"])
+    }
+
+    @Test func emitChangeFromAListenerIsRefused() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        let code = Box<FluxError.Code?>(nil)
+        store.addListener { code.value = fluxCode { try store.emitChange() } }
+        try d.dispatch(.willChange)
+        #expect(code.value == .notDispatching)
+    }
+
+    @Test func aStoreThatGoesAwayUnregisters() throws {
+        let d = Dispatcher<Action>()
+        let log = Log()
+        var store: FluxStore<Action>? = Self.testStore(d, log: log)
+        let token = store!.dispatchToken
+        store = nil
+        try d.dispatch(.ignore)
+        #expect(log.all.isEmpty)
+        #expect(fluxCode { try d.unregister(token) } == .unknownToken)
+    }
+}
+
+@Suite struct StoreThreadTests {
+    @Test func listenersAddedAndRemovedFromAnotherThreadDuringAnEmit() throws {
+        let d = Dispatcher<Int>()
+        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+        let log = Log()
+        let running = Gate(), done = Gate()
+        let victim = Box<Subscription?>(nil)
+        store.addListener {
+            log.append("first")
+            running.open()
+            #expect(done.wait())
+        }
+        victim.value = store.addListener { log.append("victim") }
+        let other = Thread {
+            #expect(running.wait())
+            store.addListener { log.append("added") }
+            try? victim.value?.remove()
+            #expect(fluxCode { _ = try store.hasChanged() } == .notDispatching)
+            done.open()
+        }
+        try d.dispatch(1)
+        other.join()
+        #expect(log.all == ["first"])
+        try d.dispatch(1)
+        #expect(log.all == ["first", "first", "added"])
+        #expect(store.state == 2)
+    }
+}

@@ -1,0 +1,185 @@
+/*
+ * test-stores-nomem.c -- the stores under allocation failure: every create
+ * and add reports FLUX_ERR_NO_MEMORY (never traps), releases what was handed
+ * over exactly once, and leaves no trace (ids, group counts, the
+ * dispatcher's count of stores).
+ *
+ * This program defines malloc(), which the dynamic linker then uses for
+ * libflux too, and makes the n-th call after arming fail. Under valgrind,
+ * which owns malloc, it skips.
+ */
+#include "helpers.h"
+
+extern void *__libc_malloc(size_t size);
+
+static int fail_countdown; /* > 0: the fail_countdown-th malloc from now fails */
+
+void *malloc(size_t size)
+{
+    if (fail_countdown > 0 && --fail_countdown == 0)
+        return NULL;
+    return __libc_malloc(size);
+}
+
+static trace events;
+enum { EV_RELEASE = 100, EV_DESTROY = 200 };
+
+static void release_state(void *context, void *state)
+{
+    (void)context;
+    trace_push(&events, EV_RELEASE + *(int *)state);
+}
+
+static void destroy_context(void *context)
+{
+    trace_push(&events, EV_DESTROY + *(int *)context);
+}
+
+static int reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context;
+    (void)state;
+    (void)payload;
+    (void)next;
+    return 0;
+}
+
+static void listener(void *context)
+{
+    (void)context;
+}
+
+static int noop(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    return 0;
+}
+
+static int state_value = 5, context_value = 1;
+
+/* flux_store_create with the n-th allocation failing. */
+static void store_create_fails(int n, const char *what)
+{
+    events.n = 0;
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_store *s = (flux_store *)&s;
+    fail_countdown = n;
+    EXPECT_STATUS(flux_store_create(d, &state_value, reduce, NULL, release_state, &context_value, destroy_context, &s),
+                  FLUX_ERR_NO_MEMORY);
+    fail_countdown = 0;
+    diag("%s", what);
+    is_ptr(s, NULL, "*out is NULL");
+    is_trace(&events, INTS(EV_RELEASE + 5, EV_DESTROY + 1), "state released, then context destroyed, once each");
+    EXPECT_OK(flux_dispatcher_destroy(d)); /* the failed store does not count */
+}
+
+static void store_create_out_of_memory(void)
+{
+    store_create_fails(1, "the store's block");
+    store_create_fails(2, "the store's listener core");
+}
+
+static void store_create_register_out_of_memory(void)
+{
+    /* Fill the dispatcher's table (8 slots) so the store's registration must
+     * grow it: the third allocation of flux_store_create. */
+    events.n = 0;
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_token t;
+    for (int i = 0; i < 8; i++)
+        REQUIRE(flux_register(d, noop, NULL, NULL, &t) == FLUX_OK);
+    flux_store *s = (flux_store *)&s;
+    fail_countdown = 3;
+    EXPECT_STATUS(flux_store_create(d, &state_value, reduce, NULL, release_state, &context_value, destroy_context, &s),
+                  FLUX_ERR_NO_MEMORY);
+    fail_countdown = 0;
+    is_ptr(s, NULL, "*out is NULL");
+    is_trace(&events, INTS(EV_RELEASE + 5, EV_DESTROY + 1), "state released, then context destroyed, once each");
+    EXPECT_OK(flux_store_create(d, &state_value, reduce, NULL, NULL, NULL, NULL, &s));
+    EXPECT_OK(flux_dispatch(d, NULL));
+    EXPECT_OK(flux_store_destroy(s));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
+static void add_listener_out_of_memory(void)
+{
+    events.n = 0;
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_store *s;
+    REQUIRE(flux_store_create(d, NULL, reduce, NULL, NULL, NULL, NULL, &s) == FLUX_OK);
+    flux_token id = 99;
+    int listener_context = 2;
+    fail_countdown = 1;
+    EXPECT_STATUS(flux_store_add_listener(s, listener, &listener_context, destroy_context, &id), FLUX_ERR_NO_MEMORY);
+    fail_countdown = 0;
+    is_uint(id, 0, "*out is 0");
+    is_trace(&events, INTS(EV_DESTROY + 2), "the listener's context was destroyed once");
+    EXPECT_OK(flux_store_add_listener(s, listener, NULL, NULL, &id));
+    is_uint(id, 1, "the failed add used no id");
+    EXPECT_OK(flux_store_destroy(s));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
+static void group_create_out_of_memory(void)
+{
+    for (int n = 1; n <= 2; n++) {
+        events.n = 0;
+        flux_dispatcher *d = flux_dispatcher_create();
+        REQUIRE(d != NULL);
+        flux_store *s;
+        REQUIRE(flux_store_create(d, NULL, reduce, NULL, NULL, NULL, NULL, &s) == FLUX_OK);
+        flux_token t;
+        if (n == 2) /* the group's registration must grow the table */
+            for (int i = 0; i < 7; i++)
+                REQUIRE(flux_register(d, noop, NULL, NULL, &t) == FLUX_OK);
+        int group_context = 3;
+        flux_store_group *g = (flux_store_group *)&g;
+        fail_countdown = n;
+        EXPECT_STATUS(flux_store_group_create(&s, 1, listener, &group_context, destroy_context, &g), FLUX_ERR_NO_MEMORY);
+        fail_countdown = 0;
+        diag("%s", n == 1 ? "the group's block" : "the group's registration");
+        is_ptr(g, NULL, "*out is NULL");
+        is_trace(&events, INTS(EV_DESTROY + 3), "the group's context was destroyed once");
+        EXPECT_OK(flux_store_destroy(s)); /* the store does not count as grouped */
+        EXPECT_OK(flux_dispatcher_destroy(d));
+    }
+}
+
+/* Runs every path once first: the Swift runtime allocates some metadata
+ * lazily, on first use, which would shift the count of allocations. */
+static void warm_up(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_token t;
+    for (int i = 0; i < 8; i++)
+        REQUIRE(flux_register(d, noop, NULL, NULL, &t) == FLUX_OK);
+    flux_store *s;
+    REQUIRE(flux_store_create(d, NULL, reduce, NULL, NULL, NULL, NULL, &s) == FLUX_OK);
+    REQUIRE(flux_store_add_listener(s, listener, NULL, NULL, &t) == FLUX_OK);
+    flux_store_group *g;
+    REQUIRE(flux_store_group_create(&s, 1, listener, NULL, NULL, &g) == FLUX_OK);
+    REQUIRE(flux_dispatch(d, NULL) == FLUX_OK);
+    REQUIRE(flux_store_group_release(g) == FLUX_OK);
+    REQUIRE(flux_store_destroy(s) == FLUX_OK);
+    REQUIRE(flux_dispatcher_destroy(d) == FLUX_OK);
+}
+
+int main(void)
+{
+    tap_init();
+    if (tap_under_valgrind()) {
+        printf("ok 1 - allocation failures # SKIP valgrind owns malloc\n1..1\n");
+        return 0;
+    }
+    warm_up();
+    RUN(store_create_out_of_memory);
+    RUN(store_create_register_out_of_memory);
+    RUN(add_listener_out_of_memory);
+    RUN(group_create_out_of_memory);
+    return tap_done();
+}

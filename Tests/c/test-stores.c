@@ -1,0 +1,1619 @@
+/*
+ * test-stores.c -- flux_store_* and flux_store_group_*: the cases of
+ * Facebook's FluxStore-test.js, FluxReduceStore-test.js and
+ * FluxStoreGroup-test.js (same names), then every rule of DESIGN.md
+ * section 6's "Details", ownership under failure, and the edges: listeners
+ * that add, remove or dispatch during an emit, reduce failing mid-chain,
+ * stores and dispatchers destroyed at the wrong time.
+ *
+ * States and contexts are heap blocks freed by their release/destroy
+ * functions, with a magic field, so a double release or a use after release
+ * shows up without valgrind, and a leak under it (make check-memory).
+ */
+#include "helpers.h"
+
+enum { ALIVE = 0x57a7e, DEAD = 0xdead };
+
+/* ---- states: heap integers, released exactly once ----------------------- */
+
+typedef struct st {
+    int magic;
+    int v;
+} st;
+
+static struct {
+    int live;            /* states allocated and not yet released */
+    int released;        /* release_state calls */
+    int bad;             /* release or use of a state that was not alive */
+    trace events;        /* what happened, in order (see EV_*) */
+} L;
+
+/* Event codes in L.events. */
+enum {
+    EV_REDUCE = 100,      /* + store id */
+    EV_RELEASE = 200,     /* + state value */
+    EV_LISTENER = 300,    /* + listener id */
+    EV_LISTENER_END = 400,
+    EV_LISTENER_DESTROY = 500,
+    EV_CONTEXT_DESTROY = 600, /* + store id */
+    EV_GROUP = 700,
+    EV_GROUP_DESTROY = 800,
+    EV_EQUAL = 900,
+    EV_CALLBACK = 1000,
+};
+
+static void ledger_reset(void)
+{
+    memset(&L, 0, sizeof L);
+}
+
+static st *st_new(int v)
+{
+    st *s = malloc(sizeof *s);
+    REQUIRE(s != NULL);
+    s->magic = ALIVE;
+    s->v = v;
+    L.live++;
+    return s;
+}
+
+static int st_value(const void *p)
+{
+    const st *s = p;
+    if (s == NULL)
+        return -1;
+    if (s->magic != ALIVE) {
+        L.bad++;
+        return -2;
+    }
+    return s->v;
+}
+
+static void st_free(st *s)
+{
+    if (s->magic != ALIVE) {
+        L.bad++;
+        return;
+    }
+    s->magic = DEAD;
+    L.live--;
+    free(s);
+}
+
+static void st_release(void *context, void *state)
+{
+    (void)context;
+    st *s = state;
+    L.released++;
+    if (s == NULL)
+        return;
+    trace_push(&L.events, EV_RELEASE + (s->magic == ALIVE ? s->v : 99));
+    st_free(s);
+}
+
+static int st_equal(void *context, const void *a, const void *b)
+{
+    (void)context;
+    trace_push(&L.events, EV_EQUAL + st_value(a) * 10 + st_value(b));
+    return st_value(a) == st_value(b);
+}
+
+/* ---- a scriptable store context ---------------------------------------- */
+
+typedef struct tstore tstore;
+/* Runs inside reduce, before the action; non-zero fails the reduce. */
+typedef int (*reduce_hook)(tstore *t, void *state, const char *action, void **next);
+
+struct tstore {
+    int magic;
+    int id;
+    flux_dispatcher *d;
+    flux_store *s;
+    int reduces;
+    reduce_hook hook;
+    void *user;
+    flux_status emit_status;
+};
+
+static int destroyed_contexts;
+
+static tstore *tstore_new(int id, flux_dispatcher *d)
+{
+    tstore *t = calloc(1, sizeof *t);
+    REQUIRE(t != NULL);
+    t->magic = ALIVE;
+    t->id = id;
+    t->d = d;
+    t->emit_status = (flux_status)-1;
+    return t;
+}
+
+static void tstore_destroy(void *context)
+{
+    tstore *t = context;
+    if (t->magic != ALIVE) {
+        L.bad++;
+        return;
+    }
+    t->magic = DEAD;
+    trace_push(&L.events, EV_CONTEXT_DESTROY + t->id);
+    destroyed_contexts++;
+    free(t);
+}
+
+/*
+ * Actions (the payload is a string):
+ *   "inc"    next = a new state v+1          "same"  next = state
+ *   "equal"  next = a new state, same v      "emit"  emit_change, next = state
+ *   "fail"   returns 7, allocates nothing    "fail-new"  allocates a new
+ *            state, sets *next to it, frees it itself, returns 7
+ *   anything else: next = state
+ */
+static int t_reduce(void *context, void *state, const void *payload, void **next)
+{
+    tstore *t = context;
+    if (t->magic != ALIVE) {
+        L.bad++;
+        return 0;
+    }
+    t->reduces++;
+    trace_push(&L.events, EV_REDUCE + t->id);
+    const char *action = payload;
+    if (*next != state)
+        L.bad++; /* *next must hold state on entry */
+    if (t->hook) {
+        int r = t->hook(t, state, action, next);
+        if (r != 0)
+            return r;
+        if (*next != state)
+            return 0;
+    }
+    if (action == NULL)
+        return 0;
+    if (strcmp(action, "inc") == 0) {
+        *next = st_new(st_value(state) + 1);
+    } else if (strcmp(action, "equal") == 0) {
+        *next = st_new(st_value(state));
+    } else if (strcmp(action, "emit") == 0) {
+        t->emit_status = flux_store_emit_change(t->s);
+    } else if (strcmp(action, "fail") == 0) {
+        return 7;
+    } else if (strcmp(action, "fail-new") == 0) {
+        st *n = st_new(st_value(state) + 50);
+        *next = n;
+        st_free(n);
+        return 7;
+    }
+    return 0;
+}
+
+/* A store with state value v, the scriptable reduce, st_equal (or NULL). */
+static tstore *make_store(flux_dispatcher *d, int id, int v, bool with_equal)
+{
+    tstore *t = tstore_new(id, d);
+    flux_status s = flux_store_create(d, st_new(v), t_reduce, with_equal ? st_equal : NULL,
+                                      st_release, t, tstore_destroy, &t->s);
+    REQUIRE(s == FLUX_OK);
+    return t;
+}
+
+/* ---- listeners ------------------------------------------------------------ */
+
+typedef struct lis lis;
+typedef void (*lis_hook)(lis *self);
+
+struct lis {
+    int magic;
+    int id;
+    int calls;
+    flux_store *s;
+    flux_token token;
+    lis_hook hook;
+    void *user;
+    flux_status status;      /* what the hook's call returned */
+    bool heap;               /* freed by its destroy */
+};
+
+static lis *lis_new(int id, flux_store *s)
+{
+    lis *l = calloc(1, sizeof *l);
+    REQUIRE(l != NULL);
+    l->magic = ALIVE;
+    l->id = id;
+    l->s = s;
+    l->heap = true;
+    l->status = (flux_status)-1;
+    return l;
+}
+
+static void lis_fn(void *context)
+{
+    lis *l = context;
+    if (l->magic != ALIVE) {
+        L.bad++;
+        return;
+    }
+    l->calls++;
+    trace_push(&L.events, EV_LISTENER + l->id);
+    if (l->hook)
+        l->hook(l);
+    trace_push(&L.events, EV_LISTENER_END + l->id);
+}
+
+static void lis_destroy(void *context)
+{
+    lis *l = context;
+    if (l->magic != ALIVE) {
+        L.bad++;
+        return;
+    }
+    trace_push(&L.events, EV_LISTENER_DESTROY + l->id);
+    l->magic = DEAD;
+    if (l->heap)
+        free(l);
+}
+
+/* Adds a heap listener with id to the store; returns it (owned by the store). */
+static lis *listen(flux_store *s, int id, lis_hook hook)
+{
+    lis *l = lis_new(id, s);
+    l->hook = hook;
+    REQUIRE(flux_store_add_listener(s, lis_fn, l, lis_destroy, &l->token) == FLUX_OK);
+    return l;
+}
+
+/* Counts the events equal to code in the trace. */
+static int count_events(int code)
+{
+    int n = 0;
+    for (size_t i = 0; i < L.events.n; i++)
+        n += L.events.ev[i] == code;
+    return n;
+}
+
+/* Destroys the store and the dispatcher and checks nothing leaked. */
+static void teardown(flux_dispatcher *d, tstore **stores, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        REQUIRE(flux_store_destroy(stores[i]->s) == FLUX_OK);
+    REQUIRE(flux_dispatcher_destroy(d) == FLUX_OK);
+    is_int(L.live, 0, "every state was released");
+    is_int(L.bad, 0, "no state, context or listener was used or released after its release");
+}
+
+static flux_dispatcher *new_dispatcher(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    return d;
+}
+
+/* ======================================================================== */
+/* FluxStore-test.js                                                        */
+/* ======================================================================== */
+
+/* TestFluxStore: emits a change for "store-will-change-state" only. */
+static int flux_store_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)state;
+    (void)next;
+    tstore *t = context;
+    t->reduces++;
+    if (strcmp(payload, "store-will-change-state") == 0)
+        t->emit_status = flux_store_emit_change(t->s);
+    return 0;
+}
+
+static tstore *make_flux_store(flux_dispatcher *d, int id)
+{
+    tstore *t = tstore_new(id, d);
+    REQUIRE(flux_store_create(d, NULL, flux_store_reduce, NULL, NULL, t, tstore_destroy, &t->s) == FLUX_OK);
+    return t;
+}
+
+static void registers_a_callback_with_the_dispatcher(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_flux_store(d, 1);
+    ok(flux_store_token(t->s) != 0, "the store has a dispatch token");
+    EXPECT_OK(flux_dispatch(d, "action-type"));
+    is_int(t->reduces, 1, "one dispatch calls the store's reduce once");
+    /* The next registration gets the next token: the store took exactly one. */
+    node n;
+    node_init(&n, 1, d, NULL);
+    EXPECT_OK(node_register(&n));
+    is_uint(n.token, flux_store_token(t->s) + 1, "the store registered exactly one callback");
+    EXPECT_OK(flux_unregister(d, n.token));
+    teardown(d, &t, 1);
+}
+
+static void requires_that_subclasses_override_the___onDispatch_method(void)
+{
+    /* C's counterpart: a store without reduce is refused, and what was
+     * handed over is released (state first, then context). */
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = tstore_new(1, d);
+    flux_store *s = (flux_store *)&s;
+    EXPECT_STATUS(flux_store_create(d, st_new(5), NULL, NULL, st_release, t, tstore_destroy, &s),
+                  FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "reduce", "the message names reduce");
+    is_ptr(s, NULL, "*out is NULL");
+    is_trace(&L.events, INTS(EV_RELEASE + 5, EV_CONTEXT_DESTROY + 1),
+             "release_state(initial state), then destroy(context), once each");
+    tstore *good = make_flux_store(d, 2);
+    EXPECT_OK(flux_dispatch(d, "action-type"));
+    is_int(good->reduces, 1, "a store with a reduce handles payloads");
+    teardown(d, &good, 1);
+}
+
+static void throws_when___emitChange_is_invoked_outside_of_a_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_flux_store(d, 1);
+    EXPECT_STATUS(flux_store_emit_change(t->s), FLUX_ERR_NOT_DISPATCHING);
+    has_substr(flux_last_error(), "flux_store_emit_change", "the message names the function");
+    teardown(d, &t, 1);
+}
+
+static void throws_when_hasChanged_is_invoked_outside_of_a_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_flux_store(d, 1);
+    int changed = 7;
+    EXPECT_STATUS(flux_store_has_changed(t->s, &changed), FLUX_ERR_NOT_DISPATCHING);
+    is_int(changed, 0, "*changed is 0 on failure");
+    teardown(d, &t, 1);
+}
+
+static void emits_an_event_on_state_change(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_flux_store(d, 1);
+    lis *l = listen(t->s, 1, NULL);
+    EXPECT_OK(flux_dispatch(d, "store-will-change-state"));
+    is_int(t->emit_status, FLUX_OK, "emit_change from the reduce succeeds");
+    is_int(l->calls, 1, "the listener ran once");
+    EXPECT_OK(flux_dispatch(d, "store-will-ignore"));
+    is_int(l->calls, 1, "no change, no listener");
+    teardown(d, &t, 1);
+}
+
+/* A callback that waits for a store, then records has_changed. */
+typedef struct watcher {
+    flux_dispatcher *d;
+    flux_store *s;
+    flux_status wait_status;
+    flux_status status;
+    int changed;
+    void *state;
+    bool wait;
+} watcher;
+
+static int watcher_cb(void *context, const void *payload)
+{
+    (void)payload;
+    watcher *w = context;
+    if (w->wait) {
+        flux_token token = flux_store_token(w->s);
+        w->wait_status = flux_wait_for(w->d, &token, 1);
+    }
+    w->changed = -1;
+    w->status = flux_store_has_changed(w->s, &w->changed);
+    w->state = flux_store_state(w->s);
+    return 0;
+}
+
+static void exposes_whether_the_state_has_changed_during_current_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_flux_store(d, 1);
+    watcher w = {.d = d, .s = t->s};
+    flux_token wt;
+    EXPECT_OK(flux_register(d, watcher_cb, &w, NULL, &wt));
+    EXPECT_OK(flux_dispatch(d, "store-will-change-state"));
+    EXPECT_OK(w.status);
+    is_int(w.changed, 1, "hasChanged() is true after a change");
+    EXPECT_OK(flux_dispatch(d, "store-will-ignore"));
+    EXPECT_OK(w.status);
+    is_int(w.changed, 0, "hasChanged() is false after an ignored action");
+    EXPECT_OK(flux_unregister(d, wt));
+    teardown(d, &t, 1);
+}
+
+static void exposes_the_dispatch_token_in_a_getter(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_flux_store(d, 1);
+    ok(flux_store_token(t->s) != 0, "flux_store_token() is truthy");
+    is_ptr(flux_store_dispatcher(t->s), d, "flux_store_dispatcher() is the store's dispatcher");
+    flux_token tokens[1] = {flux_store_token(t->s)};
+    node n;
+    node_init(&n, 1, d, NULL);
+    node_wait_on(&n, 1, tokens);
+    EXPECT_OK(node_register(&n));
+    EXPECT_OK(flux_dispatch(d, "x"));
+    is_int(n.wait_status, FLUX_OK, "the token works with flux_wait_for()");
+    EXPECT_OK(flux_unregister(d, n.token));
+    teardown(d, &t, 1);
+}
+
+static void wraps_EventEmitter_addListener_with_an_addListener_method(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_flux_store(d, 1);
+    lis *l = lis_new(1, t->s);
+    flux_token id = 0;
+    EXPECT_OK(flux_store_add_listener(t->s, lis_fn, l, lis_destroy, &id));
+    is_uint(id, 1, "the first listener's id is 1");
+    EXPECT_OK(flux_dispatch(d, "store-will-change-state"));
+    is_int(l->calls, 1, "the listener is called on a change");
+    EXPECT_OK(flux_store_remove_listener(t->s, id));
+    is_int(count_events(EV_LISTENER_DESTROY + 1), 1, "remove runs the listener's destroy");
+    EXPECT_OK(flux_dispatch(d, "store-will-change-state"));
+    is_int(count_events(EV_LISTENER + 1), 1, "a removed listener is not called");
+    teardown(d, &t, 1);
+}
+
+/* ======================================================================== */
+/* FluxReduceStore-test.js                                                  */
+/* ======================================================================== */
+
+/* Immutable.Map's part: a small immutable record; set() returns the same
+ * record when nothing changes (which is why === detects empty changes). */
+typedef struct rec {
+    int magic;
+    bool has_foo, has_bar;
+    int foo, bar;
+} rec;
+
+static int recs_live;
+
+static rec *rec_new(const rec *from)
+{
+    rec *r = malloc(sizeof *r);
+    REQUIRE(r != NULL);
+    if (from)
+        *r = *from;
+    else
+        memset(r, 0, sizeof *r);
+    r->magic = ALIVE;
+    recs_live++;
+    return r;
+}
+
+static void rec_release(void *context, void *state)
+{
+    (void)context;
+    rec *r = state;
+    if (r->magic != ALIVE) {
+        L.bad++;
+        return;
+    }
+    r->magic = DEAD;
+    recs_live--;
+    free(r);
+}
+
+typedef struct action {
+    const char *type;
+    int foo, bar;
+} action;
+
+static rec *rec_set(rec *r, bool foo_field, int value)
+{
+    bool *has = foo_field ? &r->has_foo : &r->has_bar;
+    int *field = foo_field ? &r->foo : &r->bar;
+    if (*has && *field == value)
+        return r;
+    rec *n = rec_new(r);
+    *(foo_field ? &n->has_foo : &n->has_bar) = true;
+    *(foo_field ? &n->foo : &n->bar) = value;
+    return n;
+}
+
+static int foo_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context;
+    rec *r = state;
+    const action *a = payload;
+    if (strcmp(a->type, "foo") == 0) {
+        *next = rec_set(r, true, a->foo);
+    } else if (strcmp(a->type, "bar") == 0) {
+        *next = rec_set(r, false, a->bar);
+    } else if (strcmp(a->type, "foobar") == 0) {
+        rec *with_foo = rec_set(r, true, a->foo);
+        rec *both = rec_set(with_foo, false, a->bar);
+        if (with_foo != r && with_foo != both)
+            rec_release(NULL, with_foo); /* an intermediate the reduce owns */
+        *next = both;
+    } else if (strcmp(a->type, "boom") == 0) {
+        *next = (r->has_foo || r->has_bar) ? rec_new(NULL) : r;
+    }
+    return 0;
+}
+
+static void count_emit(void *context)
+{
+    (*(int *)context)++;
+}
+
+typedef struct foo_fixture {
+    flux_dispatcher *d;
+    flux_store *store;
+    int on_change;
+} foo_fixture;
+
+static void foo_setup(foo_fixture *f)
+{
+    ledger_reset();
+    recs_live = 0;
+    f->d = new_dispatcher();
+    f->on_change = 0;
+    REQUIRE(flux_store_create(f->d, rec_new(NULL), foo_reduce, NULL, rec_release, NULL, NULL, &f->store) == FLUX_OK);
+    flux_token id;
+    REQUIRE(flux_store_add_listener(f->store, count_emit, &f->on_change, NULL, &id) == FLUX_OK);
+}
+
+static void foo_teardown(foo_fixture *f)
+{
+    EXPECT_OK(flux_store_destroy(f->store));
+    EXPECT_OK(flux_dispatcher_destroy(f->d));
+    is_int(recs_live, 0, "every state was released once");
+    is_int(L.bad, 0, "no state was released twice");
+}
+
+static const rec *foo_state(foo_fixture *f)
+{
+    return flux_store_state(f->store);
+}
+
+static void should_respond_to_actions(void)
+{
+    foo_fixture f;
+    foo_setup(&f);
+    ok(!foo_state(&f)->has_foo, "foo is undefined at first");
+    action a = {"foo", 100, 0};
+    EXPECT_OK(flux_dispatch(f.d, &a));
+    ok(foo_state(&f)->has_foo, "state has foo");
+    is_int(foo_state(&f)->foo, 100, "foo is 100");
+    foo_teardown(&f);
+}
+
+static void should_only_emit_one_change_for_multiple_cache_changes(void)
+{
+    foo_fixture f;
+    foo_setup(&f);
+    action a = {"foo", 100, 0};
+    EXPECT_OK(flux_dispatch(f.d, &a));
+    is_int(f.on_change, 1, "one change emitted");
+    is_int(foo_state(&f)->foo, 100, "foo is 100");
+    action b = {"foobar", 200, 400};
+    EXPECT_OK(flux_dispatch(f.d, &b));
+    is_int(f.on_change, 2, "two fields changed, one more change emitted");
+    is_int(foo_state(&f)->foo, 200, "foo is 200");
+    is_int(foo_state(&f)->bar, 400, "bar is 400");
+    foo_teardown(&f);
+}
+
+static void should_not_emit_for_empty_changes(void)
+{
+    foo_fixture f;
+    foo_setup(&f);
+    action a = {"foo", 100, 0};
+    EXPECT_OK(flux_dispatch(f.d, &a));
+    is_int(f.on_change, 1, "one change emitted");
+    const rec *before = foo_state(&f);
+    EXPECT_OK(flux_dispatch(f.d, &a));
+    is_int(f.on_change, 1, "the same value again emits nothing");
+    is_ptr(foo_state(&f), before, "the state is the same record");
+    is_int(foo_state(&f)->foo, 100, "foo is still 100");
+    foo_teardown(&f);
+}
+
+static void should_clear_the_cache(void)
+{
+    foo_fixture f;
+    foo_setup(&f);
+    action a = {"foo", 100, 0};
+    EXPECT_OK(flux_dispatch(f.d, &a));
+    is_int(f.on_change, 1, "one change emitted");
+    action boom = {"boom", 0, 0};
+    EXPECT_OK(flux_dispatch(f.d, &boom));
+    is_int(f.on_change, 2, "clearing is a change");
+    ok(!foo_state(&f)->has_foo, "foo is undefined again");
+    foo_teardown(&f);
+}
+
+/* ======================================================================== */
+/* FluxStoreGroup-test.js                                                   */
+/* ======================================================================== */
+
+/* SimpleStore: emits a change on every payload. */
+static int simple_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)state;
+    (void)payload;
+    (void)next;
+    tstore *t = context;
+    t->reduces++;
+    trace_push(&L.events, EV_REDUCE + t->id);
+    return flux_store_emit_change(t->s) == FLUX_OK ? 0 : 9;
+}
+
+static tstore *make_simple(flux_dispatcher *d, int id)
+{
+    tstore *t = tstore_new(id, d);
+    REQUIRE(flux_store_create(d, NULL, simple_reduce, NULL, NULL, t, tstore_destroy, &t->s) == FLUX_OK);
+    return t;
+}
+
+typedef struct gctx {
+    int magic;
+    int calls;
+    flux_dispatcher *d;      /* for group_fail_fn */
+    flux_store *a, *b;
+    int a_changed, b_changed;
+    flux_status a_status, b_status;
+    bool heap;
+} gctx;
+
+static void group_fn(void *context)
+{
+    gctx *g = context;
+    g->calls++;
+    trace_push(&L.events, EV_GROUP);
+    if (g->a)
+        g->a_status = flux_store_has_changed(g->a, &g->a_changed);
+    if (g->b)
+        g->b_status = flux_store_has_changed(g->b, &g->b_changed);
+}
+
+static void group_destroy(void *context)
+{
+    gctx *g = context;
+    if (g->magic != ALIVE) {
+        L.bad++;
+        return;
+    }
+    g->magic = DEAD;
+    trace_push(&L.events, EV_GROUP_DESTROY);
+    if (g->heap)
+        free(g);
+}
+
+static gctx *gctx_new(void)
+{
+    gctx *g = calloc(1, sizeof *g);
+    REQUIRE(g != NULL);
+    g->magic = ALIVE;
+    g->heap = true;
+    return g;
+}
+
+static void should_register_a_callback_with_the_dispatcher(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *s[2] = {make_simple(d, 1), make_simple(d, 2)};
+    flux_store *stores[2] = {s[0]->s, s[1]->s};
+    gctx *g = gctx_new();
+    flux_store_group *group = NULL;
+    EXPECT_OK(flux_store_group_create(stores, 2, group_fn, g, group_destroy, &group));
+    ok(group != NULL, "the group was created");
+    EXPECT_OK(flux_dispatch(d, "foo"));
+    is_int(g->calls, 1, "the callback was called");
+    EXPECT_OK(flux_store_group_release(group));
+    is_int(count_events(EV_GROUP_DESTROY), 1, "release destroys the group's context once");
+    teardown(d, s, 2);
+}
+
+static void should_wait_for_the_store_dependencies(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    /* The group first, then the stores: it must wait for them. */
+    tstore *a = make_simple(d, 1);
+    tstore *b = make_simple(d, 2);
+    flux_store *stores[2] = {a->s, b->s};
+    gctx g = {.magic = ALIVE, .a = a->s, .b = b->s};
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 2, group_fn, &g, NULL, &group));
+    EXPECT_OK(flux_dispatch(d, "foo"));
+    is_int(g.calls, 1, "the callback was called");
+    EXPECT_OK(g.a_status);
+    EXPECT_OK(g.b_status);
+    is_int(g.a_changed, 1, "storeA.hasChanged() is true in the callback");
+    is_int(g.b_changed, 1, "storeB.hasChanged() is true in the callback");
+    is_trace(&L.events, INTS(EV_REDUCE + 1, EV_REDUCE + 2, EV_GROUP), "both stores ran before the group");
+    EXPECT_OK(flux_store_group_release(group));
+    tstore *all[2] = {a, b};
+    teardown(d, all, 2);
+}
+
+static void should_not_run_the_callback_after_being_released(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *s[2] = {make_simple(d, 1), make_simple(d, 2)};
+    flux_store *stores[2] = {s[0]->s, s[1]->s};
+    gctx *g = gctx_new();
+    int *calls = &g->calls;
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 2, group_fn, g, group_destroy, &group));
+    EXPECT_OK(flux_store_group_release(group));
+    EXPECT_OK(flux_dispatch(d, "foo"));
+    (void)calls; /* g is freed: the trace tells */
+    is_int(count_events(EV_GROUP), 0, "the callback was not called");
+    is_int(count_events(EV_GROUP_DESTROY), 1, "the group's context was destroyed once");
+    teardown(d, s, 2);
+}
+
+static void should_have_at_least_one_store(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_simple(d, 1);
+    flux_store *stores[1] = {t->s};
+    gctx *g = gctx_new();
+    flux_store_group *group = (flux_store_group *)&group;
+    EXPECT_STATUS(flux_store_group_create(stores, 0, group_fn, g, group_destroy, &group), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "at least one store", "the message says why");
+    is_ptr(group, NULL, "*out is NULL");
+    is_int(count_events(EV_GROUP_DESTROY), 1, "the context was destroyed once");
+    teardown(d, &t, 1);
+}
+
+static void should_make_sure_dispatchers_are_uniform_in_DEV(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    flux_dispatcher *other = new_dispatcher();
+    tstore *a = make_simple(d, 1);
+    tstore *c = make_simple(other, 3);
+    flux_store *stores[2] = {a->s, c->s};
+    gctx *g = gctx_new();
+    flux_store_group *group = (flux_store_group *)&group;
+    EXPECT_STATUS(flux_store_group_create(stores, 2, group_fn, g, group_destroy, &group), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "dispatcher", "the message says why");
+    is_ptr(group, NULL, "*out is NULL");
+    is_int(count_events(EV_GROUP_DESTROY), 1, "the context was destroyed once");
+    EXPECT_OK(flux_store_destroy(a->s)); /* neither store counts as grouped */
+    teardown(other, &c, 1);
+    REQUIRE(flux_dispatcher_destroy(d) == FLUX_OK);
+}
+
+/* ======================================================================== */
+/* DESIGN.md section 6: Details                                             */
+/* ======================================================================== */
+
+static void same_state_pointer_is_not_compared_nor_released(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 3, true);
+    lis *l = listen(t->s, 1, NULL);
+    void *before = flux_store_state(t->s);
+    EXPECT_OK(flux_dispatch(d, "same"));
+    is_int(count_events(EV_EQUAL + 33), 0, "equal is not called when *next == state");
+    is_int(L.released, 0, "nothing is released");
+    is_ptr(flux_store_state(t->s), before, "the state is kept");
+    is_int(l->calls, 0, "no listener runs");
+    teardown(d, &t, 1);
+}
+
+static void equal_gets_current_then_next_and_equal_next_is_released(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 3, true);
+    lis *l = listen(t->s, 1, NULL);
+    void *before = flux_store_state(t->s);
+    EXPECT_OK(flux_dispatch(d, "equal"));
+    is_trace(&L.events, INTS(EV_REDUCE + 1, EV_EQUAL + 33, EV_RELEASE + 3),
+             "reduce, equal(current, next), then the equal new state is released");
+    is_ptr(flux_store_state(t->s), before, "the old state is kept");
+    is_int(l->calls, 0, "no listener runs");
+    L.events.n = 0;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_trace(&L.events, INTS(EV_REDUCE + 1, EV_EQUAL + 34, EV_RELEASE + 3, EV_LISTENER + 1, EV_LISTENER_END + 1),
+             "equal(3, 4) is false: the old state is released, before the listener runs");
+    is_int(st_value(flux_store_state(t->s)), 4, "the new state is kept");
+    teardown(d, &t, 1);
+}
+
+static void null_equal_is_pointer_identity(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 3, false);
+    lis *l = listen(t->s, 1, NULL);
+    EXPECT_OK(flux_dispatch(d, "equal"));
+    is_int(l->calls, 1, "a new pointer with the same value is a change when equal is NULL");
+    is_int(st_value(flux_store_state(t->s)), 3, "the new state is kept");
+    is_trace(&L.events, INTS(EV_REDUCE + 1, EV_RELEASE + 3, EV_LISTENER + 1, EV_LISTENER_END + 1),
+             "the old state is released before the listener");
+    teardown(d, &t, 1);
+}
+
+static void failing_reduce_keeps_state_and_ignores_next(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    /* A callback before the store waits for it, then asks has_changed. */
+    watcher w = {.d = d, .wait = false};
+    flux_token wt;
+    EXPECT_OK(flux_register(d, watcher_cb, &w, NULL, &wt));
+    tstore *t = make_store(d, 1, 3, true);
+    w.s = t->s;
+    lis *l = listen(t->s, 1, NULL);
+    EXPECT_OK(flux_dispatch(d, "inc")); /* has_changed would say 1 from here */
+    w.wait = true;
+    w.changed = 9;
+    void *before = flux_store_state(t->s);
+    L.events.n = 0;
+    L.released = 0;
+    EXPECT_STATUS(flux_dispatch(d, "fail-new"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), flux_store_token(t->s), "the error names the store's token");
+    has_number(flux_last_error(), 7, "and the value its reduce returned");
+    is_ptr(flux_store_state(t->s), before, "the store keeps its state");
+    is_int(L.released, 0, "*next is ignored (the reduce freed it), nothing released");
+    is_int(l->calls, 1, "no listener ran (only the earlier dispatch's)");
+    is_int(w.wait_status, FLUX_ERR_CALLBACK_FAILED, "a wait for the failed store reports the failure");
+    EXPECT_OK(w.status);
+    is_int(w.changed, 0, "has_changed then reports false");
+    EXPECT_OK(flux_unregister(d, wt));
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(st_value(flux_store_state(t->s)), 5, "the store goes on with the next dispatch");
+    teardown(d, &t, 1);
+}
+
+/* Store 1's reduce waits for store 2 and ignores the failure, returning a
+ * new state anyway. */
+static int wait_and_ignore(tstore *t, void *state, const char *action, void **next)
+{
+    (void)action;
+    tstore *other = t->user;
+    flux_token token = flux_store_token(other->s);
+    t->emit_status = flux_wait_for(t->d, &token, 1);
+    *next = st_new(st_value(state) + 10);
+    return 0;
+}
+
+static void reduce_failing_mid_chain(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *top = make_store(d, 1, 1, false);
+    tstore *mid = make_store(d, 2, 2, false);
+    tstore *low = make_store(d, 3, 3, false);
+    top->hook = wait_and_ignore;
+    top->user = mid;
+    mid->hook = wait_and_ignore;
+    mid->user = low;
+    lis *l1 = listen(top->s, 1, NULL);
+    lis *l2 = listen(mid->s, 2, NULL);
+    lis *l3 = listen(low->s, 3, NULL);
+    node after;
+    node_init(&after, 9, d, NULL);
+    EXPECT_OK(node_register(&after));
+    EXPECT_STATUS(flux_dispatch(d, "fail"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), flux_store_token(low->s), "the error names the store that failed");
+    is_int(mid->emit_status, FLUX_ERR_CALLBACK_FAILED, "the middle store's wait reported the failure");
+    is_int(top->emit_status, FLUX_ERR_CALLBACK_FAILED, "so did the top store's");
+    is_int(st_value(flux_store_state(top->s)), 1, "the top store kept its state");
+    is_int(st_value(flux_store_state(mid->s)), 2, "the middle store kept its state");
+    is_int(st_value(flux_store_state(low->s)), 3, "the failing store kept its state");
+    is_int(count_events(EV_RELEASE + 12), 1, "the middle store's new state (after the abort) was released");
+    is_int(count_events(EV_RELEASE + 11), 1, "so was the top store's");
+    is_int(l1->calls + l2->calls + l3->calls, 0, "no listener ran");
+    is_int(after.calls, 0, "no later callback ran");
+    EXPECT_OK(flux_unregister(d, after.token));
+    top->hook = mid->hook = NULL;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(l1->calls + l2->calls + l3->calls, 3, "the next dispatch works for all three");
+    tstore *all[3] = {top, mid, low};
+    teardown(d, all, 3);
+}
+
+static void destroy_releases_listeners_then_state_then_context(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 3, false);
+    listen(t->s, 1, NULL);
+    listen(t->s, 2, NULL);
+    EXPECT_OK(flux_store_destroy(t->s));
+    is_trace(&L.events, INTS(EV_LISTENER_DESTROY + 1, EV_LISTENER_DESTROY + 2, EV_RELEASE + 3, EV_CONTEXT_DESTROY + 1),
+             "listeners (in add order), then release_state, then destroy(context), once each");
+    teardown(d, NULL, 0);
+}
+
+/* emit_change from the reduce of another store, called from this one's. */
+static int wait_for_user(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    tstore *other = t->user;
+    flux_token token = flux_store_token(other->s);
+    return flux_wait_for(t->d, &token, 1) == FLUX_OK ? 0 : 8;
+}
+
+static int emit_for_user(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    tstore *other = t->user;
+    t->emit_status = flux_store_emit_change(other->s);
+    return 0;
+}
+
+static void emit_hook(lis *l)
+{
+    l->status = flux_store_emit_change(l->s);
+}
+
+static void emit_change_only_during_its_own_reduce(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *a = make_store(d, 1, 1, false);
+    tstore *b = make_store(d, 2, 2, false);
+    /* a's reduce waits for b; b's reduce emits a change on a: legal, a's
+     * reduce is on the stack. */
+    a->hook = wait_for_user;
+    a->user = b;
+    b->hook = emit_for_user;
+    b->user = a;
+    lis *la = listen(a->s, 1, emit_hook);
+    EXPECT_OK(flux_dispatch(d, "same"));
+    is_int(b->emit_status, FLUX_OK, "emit_change from something a's reduce calls is legal");
+    is_int(la->calls, 1, "so a's listener ran");
+    is_int(la->status, FLUX_ERR_NOT_DISPATCHING, "emit_change from a listener: NOT_DISPATCHING");
+    /* b's reduce runs on its own now (a no longer waits): a is not reducing. */
+    a->hook = NULL;
+    EXPECT_OK(flux_dispatch(d, "same"));
+    is_int(b->emit_status, FLUX_ERR_NOT_DISPATCHING, "emit_change on a store whose reduce is not running: NOT_DISPATCHING");
+    /* a callback (not a reduce) emitting: refused too. */
+    tstore *all[2] = {a, b};
+    teardown(d, all, 2);
+}
+
+static void has_changed_reports_the_previous_result_before_the_store_runs(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    watcher w = {.d = d};
+    flux_token wt;
+    EXPECT_OK(flux_register(d, watcher_cb, &w, NULL, &wt)); /* before the store */
+    tstore *t = make_store(d, 1, 1, false);
+    w.s = t->s;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(w.status);
+    is_int(w.changed, 0, "first dispatch: the store has not run, nothing changed yet");
+    EXPECT_OK(flux_dispatch(d, "same"));
+    is_int(w.changed, 1, "next dispatch, before the store runs: the previous result (changed)");
+    w.wait = true;
+    EXPECT_OK(flux_dispatch(d, "same"));
+    is_int(w.changed, 0, "after wait_for on the store: this dispatch's result");
+    int changed = 5;
+    EXPECT_STATUS(flux_store_has_changed(t->s, NULL), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(flux_store_has_changed(NULL, &changed), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(changed, 0, "*changed is 0 on failure");
+    EXPECT_OK(flux_unregister(d, wt));
+    teardown(d, &t, 1);
+}
+
+/* ---- listeners during an emit ------------------------------------------- */
+
+static void remove_user_hook(lis *l)
+{
+    lis *victim = l->user;
+    l->status = flux_store_remove_listener(l->s, victim->token);
+}
+
+static void add_hook(lis *l)
+{
+    if (l->user == NULL) {
+        lis *added = lis_new(l->id * 10, l->s);
+        REQUIRE(flux_store_add_listener(l->s, lis_fn, added, lis_destroy, &added->token) == FLUX_OK);
+        l->user = added;
+    }
+}
+
+static void remove_self_hook(lis *l)
+{
+    l->status = flux_store_remove_listener(l->s, l->token);
+}
+
+static void dispatch_hook(lis *l)
+{
+    l->status = flux_dispatch(flux_store_dispatcher(l->s), "inc");
+}
+
+static void destroy_store_hook(lis *l)
+{
+    l->status = flux_store_destroy(l->s);
+}
+
+static void destroy_dispatcher_hook(lis *l)
+{
+    l->status = flux_dispatcher_destroy(flux_store_dispatcher(l->s));
+}
+
+static void listener_ids_count_from_1_and_are_never_reused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *a = listen(t->s, 1, NULL);
+    is_uint(a->token, 1, "the first id is 1");
+    lis *b = lis_new(2, t->s);
+    flux_token id = 99;
+    EXPECT_STATUS(flux_store_add_listener(t->s, NULL, b, lis_destroy, &id), FLUX_ERR_INVALID_ARGUMENT);
+    is_uint(id, 0, "a failed add sets *out to 0");
+    is_int(count_events(EV_LISTENER_DESTROY + 2), 1, "and destroys the context");
+    EXPECT_STATUS(flux_store_add_listener(t->s, lis_fn, NULL, NULL, NULL), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(flux_store_add_listener(NULL, lis_fn, NULL, NULL, &id), FLUX_ERR_INVALID_ARGUMENT);
+    lis *c = listen(t->s, 3, NULL);
+    is_uint(c->token, 2, "a failed add used no id");
+    EXPECT_OK(flux_store_remove_listener(t->s, a->token));
+    lis *e = listen(t->s, 4, NULL);
+    is_uint(e->token, 3, "removed ids are not reused");
+    EXPECT_STATUS(flux_store_remove_listener(t->s, 1), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_STATUS(flux_store_remove_listener(t->s, 0), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_STATUS(flux_store_remove_listener(t->s, 42), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_STATUS(flux_store_remove_listener(NULL, 2), FLUX_ERR_INVALID_ARGUMENT);
+    teardown(d, &t, 1);
+}
+
+static void listener_removed_by_an_earlier_listener_is_not_called(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *first = listen(t->s, 1, remove_user_hook);
+    lis *second = listen(t->s, 2, NULL);
+    first->user = second;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(first->status);
+    is_trace(&L.events, INTS(EV_REDUCE + 1, EV_RELEASE + 1, EV_LISTENER + 1, EV_LISTENER_DESTROY + 2, EV_LISTENER_END + 1),
+             "the second listener is destroyed at once and never called");
+    first->hook = NULL;
+    teardown(d, &t, 1);
+}
+
+static void listener_added_during_an_emit_runs_from_the_next(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *first = listen(t->s, 1, add_hook);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    lis *added = first->user;
+    REQUIRE(added != NULL);
+    is_int(added->calls, 0, "not called by the emit it was added in");
+    is_uint(added->token, 2, "it got the next id");
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(added->calls, 1, "called by the next emit");
+    is_int(first->calls, 2, "the first listener ran both times");
+    teardown(d, &t, 1);
+}
+
+static void listener_removing_itself_is_destroyed_after_it_returns(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *self = listen(t->s, 1, remove_self_hook);
+    lis *next = listen(t->s, 2, NULL);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_trace(&L.events,
+             INTS(EV_REDUCE + 1, EV_RELEASE + 1, EV_LISTENER + 1, EV_LISTENER_END + 1, EV_LISTENER_DESTROY + 1,
+                  EV_LISTENER + 2, EV_LISTENER_END + 2),
+             "its destroy runs right after it returns, before the next listener");
+    (void)self;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(next->calls, 2, "the others go on");
+    is_int(count_events(EV_LISTENER + 1), 1, "the removed one is not called again");
+    teardown(d, &t, 1);
+}
+
+static void listener_dispatching_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *l = listen(t->s, 1, dispatch_hook);
+    lis *other = listen(t->s, 2, NULL);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(l->status, FLUX_ERR_ALREADY_DISPATCHING, "dispatch from a listener: ALREADY_DISPATCHING");
+    is_int(other->calls, 1, "the emit went on");
+    is_int(st_value(flux_store_state(t->s)), 2, "and the state changed once");
+    teardown(d, &t, 1);
+}
+
+static void store_destroyed_during_a_dispatch_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *l = listen(t->s, 1, destroy_store_hook);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(l->status, FLUX_ERR_ALREADY_DISPATCHING, "flux_store_destroy from its listener: ALREADY_DISPATCHING");
+    is_int(count_events(EV_CONTEXT_DESTROY + 1), 0, "nothing was released");
+    /* From a plain callback too. */
+    l->hook = NULL;
+    node n;
+    node_init(&n, 5, d, NULL);
+    EXPECT_OK(node_register(&n));
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(st_value(flux_store_state(t->s)), 3, "the store still works");
+    EXPECT_OK(flux_unregister(d, n.token));
+    teardown(d, &t, 1);
+}
+
+static void dispatcher_destroyed_while_stores_exist_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *l = listen(t->s, 1, destroy_dispatcher_hook);
+    EXPECT_STATUS(flux_dispatcher_destroy(d), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "store", "the message says stores remain");
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(l->status, FLUX_ERR_ALREADY_DISPATCHING, "from a listener: ALREADY_DISPATCHING, checked first");
+    l->hook = NULL;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(st_value(flux_store_state(t->s)), 3, "the dispatcher and the store still work");
+    /* A group counts too. */
+    flux_store *stores[1] = {t->s};
+    flux_store_group *g;
+    gctx gc = {.magic = ALIVE};
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, &gc, NULL, &g));
+    EXPECT_OK(flux_store_destroy(NULL)); /* no-op */
+    EXPECT_STATUS(flux_store_destroy(t->s), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "group", "a store in a live group cannot be destroyed");
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(gc.calls, 1, "the group still works");
+    EXPECT_OK(flux_store_group_release(g));
+    EXPECT_OK(flux_store_group_release(NULL));
+    teardown(d, &t, 1);
+}
+
+/* ---- groups ----------------------------------------------------------- */
+
+static void group_release_when_idle_is_immediate(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[1] = {t->s};
+    gctx *g = gctx_new();
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, g, group_destroy, &group));
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(count_events(EV_GROUP), 1, "the group ran");
+    EXPECT_OK(flux_store_group_release(group));
+    is_int(count_events(EV_GROUP_DESTROY), 1, "released at once when idle");
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(count_events(EV_GROUP), 1, "a released group does not run");
+    teardown(d, &t, 1);
+}
+
+static void release_group_hook(lis *l)
+{
+    flux_store_group **g = l->user;
+    l->status = flux_store_group_release(*g);
+    int destroyed_now = count_events(EV_GROUP_DESTROY);
+    l->calls += destroyed_now * 100; /* recorded for the test below */
+}
+
+static void group_released_from_a_listener(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[1] = {t->s};
+    gctx *g = gctx_new();
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, g, group_destroy, &group));
+    lis *l = listen(t->s, 1, release_group_hook);
+    l->user = &group;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(l->status);
+    is_int(l->calls, 1, "the group's destroy had not run inside the dispatch");
+    is_int(count_events(EV_GROUP), 0, "the released group was not called later in that dispatch");
+    is_int(count_events(EV_GROUP_DESTROY), 1, "its destroy ran once the dispatch ended");
+    l->hook = NULL;
+    EXPECT_OK(flux_store_destroy(t->s)); /* no longer grouped */
+    teardown(d, NULL, 0);
+}
+
+static void group_bad_arguments_destroy_the_context(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[2] = {t->s, NULL};
+    flux_store_group *g = (flux_store_group *)&g;
+    gctx *c;
+    c = gctx_new();
+    EXPECT_STATUS(flux_store_group_create(stores, 2, group_fn, c, group_destroy, &g), FLUX_ERR_INVALID_ARGUMENT);
+    is_ptr(g, NULL, "NULL store in the array: *out is NULL");
+    c = gctx_new();
+    EXPECT_STATUS(flux_store_group_create(NULL, 1, group_fn, c, group_destroy, &g), FLUX_ERR_INVALID_ARGUMENT);
+    c = gctx_new();
+    EXPECT_STATUS(flux_store_group_create(stores, 1, NULL, c, group_destroy, &g), FLUX_ERR_INVALID_ARGUMENT);
+    c = gctx_new();
+    EXPECT_STATUS(flux_store_group_create(stores, 1, group_fn, c, group_destroy, NULL), FLUX_ERR_INVALID_ARGUMENT);
+    c = gctx_new();
+    EXPECT_STATUS(flux_store_group_create(stores, (size_t)-1, group_fn, c, group_destroy, &g), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(count_events(EV_GROUP_DESTROY), 5, "each failed create destroyed its context once");
+    EXPECT_OK(flux_store_destroy(t->s)); /* none of them left it grouped */
+    teardown(d, NULL, 0);
+}
+
+static void group_does_not_run_when_a_store_fails(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[1] = {t->s};
+    gctx g = {.magic = ALIVE};
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, &g, NULL, &group));
+    EXPECT_STATUS(flux_dispatch(d, "fail"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), flux_store_token(t->s), "the failure reported is the store's");
+    is_int(g.calls, 0, "the group did not run");
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(g.calls, 1, "it runs on the next dispatch");
+    EXPECT_OK(flux_store_group_release(group));
+    teardown(d, &t, 1);
+}
+
+/* ---- dependencies, NULLs, create failure -------------------------------- */
+
+static void another_store_waits_for_a_store_and_reads_its_new_state(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    watcher w = {.d = d, .wait = true};
+    flux_token wt;
+    EXPECT_OK(flux_register(d, watcher_cb, &w, NULL, &wt));
+    tstore *t = make_store(d, 1, 1, false);
+    w.s = t->s;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(w.wait_status);
+    is_int(st_value(w.state), 2, "after wait_for the store's new state is visible");
+    is_int(w.changed, 1, "and has_changed says so");
+    EXPECT_OK(flux_unregister(d, wt));
+    teardown(d, &t, 1);
+}
+
+static void null_arguments(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    is_ptr(flux_store_state(NULL), NULL, "flux_store_state(NULL) is NULL");
+    is_uint(flux_store_token(NULL), 0, "flux_store_token(NULL) is 0");
+    is_ptr(flux_store_dispatcher(NULL), NULL, "flux_store_dispatcher(NULL) is NULL");
+    EXPECT_STATUS(flux_store_emit_change(NULL), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(flux_store_destroy(NULL));
+    EXPECT_OK(flux_store_group_release(NULL));
+    tstore *t = tstore_new(1, d);
+    flux_store *s = (flux_store *)&s;
+    EXPECT_STATUS(flux_store_create(NULL, st_new(4), t_reduce, NULL, st_release, t, tstore_destroy, &s),
+                  FLUX_ERR_INVALID_ARGUMENT);
+    is_ptr(s, NULL, "*out is NULL on failure");
+    is_trace(&L.events, INTS(EV_RELEASE + 4, EV_CONTEXT_DESTROY + 1), "NULL dispatcher: state released, then context");
+    L.events.n = 0;
+    t = tstore_new(2, d);
+    EXPECT_STATUS(flux_store_create(d, st_new(6), t_reduce, NULL, st_release, t, tstore_destroy, NULL),
+                  FLUX_ERR_INVALID_ARGUMENT);
+    is_trace(&L.events, INTS(EV_RELEASE + 6, EV_CONTEXT_DESTROY + 2), "NULL out: state released, then context");
+    /* NULL release_state: the state is not owned; NULL destroy: nothing to run. */
+    static st unowned = {ALIVE, 1};
+    EXPECT_STATUS(flux_store_create(d, &unowned, NULL, NULL, NULL, NULL, NULL, &s), FLUX_ERR_INVALID_ARGUMENT);
+    teardown(d, NULL, 0);
+}
+
+typedef struct closer {
+    flux_dispatcher *d;
+    flux_status store_status;
+    flux_store *out;
+} closer;
+
+static void closer_destroy(void *context)
+{
+    closer *c = context;
+    tstore *t = tstore_new(7, c->d);
+    c->out = (flux_store *)c;
+    c->store_status = flux_store_create(c->d, st_new(8), t_reduce, NULL, st_release, t, tstore_destroy, &c->out);
+}
+
+static int noop_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    return 0;
+}
+
+static void closed_dispatcher_create(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    closer c = {.d = d};
+    flux_token token;
+    EXPECT_OK(flux_register(d, noop_cb, &c, closer_destroy, &token));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(c.store_status, FLUX_ERR_INVALID_ARGUMENT, "a store created while its dispatcher is destroyed fails");
+    is_ptr(c.out, NULL, "*out is NULL");
+    is_trace(&L.events, INTS(EV_RELEASE + 8, EV_CONTEXT_DESTROY + 7), "state released, then context, once each");
+    is_int(L.live, 0, "nothing leaked");
+}
+
+/* ---- flux_store_listener_fail ------------------------------------------- */
+
+static void fail_hook(lis *l)
+{
+    l->status = flux_store_listener_fail(flux_store_dispatcher(l->s), 5);
+}
+
+static void group_fail_fn(void *context)
+{
+    gctx *g = context;
+    g->calls++;
+    g->a_status = flux_store_listener_fail(g->d, 6);
+}
+
+static void a_failing_listener_stops_the_emit_and_fails_the_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *failing = listen(t->s, 1, fail_hook);
+    lis *next = listen(t->s, 2, NULL);
+    node after;
+    node_init(&after, 9, d, NULL);
+    EXPECT_OK(node_register(&after));
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), flux_store_token(t->s), "the error names the store's token");
+    has_number(flux_last_error(), 5, "and the value");
+    EXPECT_OK(failing->status);
+    is_int(next->calls, 0, "the emit stopped: the next listener did not run");
+    is_int(after.calls, 0, "the dispatch was aborted: no later callback ran");
+    is_int(st_value(flux_store_state(t->s)), 2, "the state had changed before its listeners ran, and stays");
+    failing->hook = NULL;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(next->calls, 1, "the next dispatch runs every listener");
+    EXPECT_OK(flux_unregister(d, after.token));
+    EXPECT_STATUS(flux_store_listener_fail(d, 5), FLUX_ERR_NOT_DISPATCHING);
+    EXPECT_STATUS(flux_store_listener_fail(d, 0), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(flux_store_listener_fail(NULL, 5), FLUX_ERR_INVALID_ARGUMENT);
+    teardown(d, &t, 1);
+}
+
+static int fail_from_reduce(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    t->emit_status = flux_store_listener_fail(t->d, 5);
+    return 0;
+}
+
+static void listener_fail_outside_a_listener_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    t->hook = fail_from_reduce;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(t->emit_status, FLUX_ERR_NOT_DISPATCHING, "from a reduce: NOT_DISPATCHING");
+    t->hook = NULL;
+    teardown(d, &t, 1);
+}
+
+static void a_failing_group_function_fails_the_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[1] = {t->s};
+    gctx g = {.magic = ALIVE, .d = d};
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fail_fn, &g, NULL, &group));
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), 6, "the error carries the group function's value");
+    EXPECT_OK(g.a_status);
+    EXPECT_OK(flux_store_group_release(group));
+    teardown(d, &t, 1);
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+typedef struct other {
+    flag in_reduce, checked;
+    flux_store *s;
+    lis *added;
+    flux_token remove_id;
+    flux_status has_changed, emit, add, remove, destroy, dispatcher_destroy;
+    int changed;
+} other;
+
+static int blocking_hook(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    other *o = t->user;
+    flag_set(&o->in_reduce);
+    REQUIRE(flag_wait(&o->checked, prompt_seconds()));
+    return 0;
+}
+
+static void *other_thread(void *arg)
+{
+    other *o = arg;
+    REQUIRE(flag_wait(&o->in_reduce, prompt_seconds()));
+    o->changed = 7;
+    o->has_changed = flux_store_has_changed(o->s, &o->changed);
+    o->emit = flux_store_emit_change(o->s);
+    o->added = lis_new(5, o->s);
+    o->add = flux_store_add_listener(o->s, lis_fn, o->added, lis_destroy, &o->added->token);
+    o->remove = flux_store_remove_listener(o->s, o->remove_id);
+    o->destroy = flux_store_destroy(o->s);
+    o->dispatcher_destroy = flux_dispatcher_destroy(flux_store_dispatcher(o->s));
+    flag_set(&o->checked);
+    return NULL;
+}
+
+static void another_thread_during_a_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    other o;
+    memset(&o, 0, sizeof o);
+    flag_init(&o.in_reduce);
+    flag_init(&o.checked);
+    o.s = t->s;
+    lis *kept = listen(t->s, 1, NULL);
+    lis *gone = listen(t->s, 2, NULL);
+    o.remove_id = gone->token;
+    t->user = &o;
+    t->hook = blocking_hook;
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, other_thread, &o) == 0);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    pthread_join(th, NULL);
+    is_int(o.has_changed, FLUX_ERR_NOT_DISPATCHING, "has_changed from another thread: NOT_DISPATCHING");
+    is_int(o.changed, 0, "and *changed is 0");
+    is_int(o.emit, FLUX_ERR_NOT_DISPATCHING, "emit_change from another thread during the reduce: NOT_DISPATCHING");
+    is_int(o.add, FLUX_OK, "add_listener from another thread works");
+    is_int(o.remove, FLUX_OK, "remove_listener from another thread works");
+    is_int(o.destroy, FLUX_ERR_ALREADY_DISPATCHING, "flux_store_destroy during a dispatch: ALREADY_DISPATCHING");
+    is_int(o.dispatcher_destroy, FLUX_ERR_ALREADY_DISPATCHING, "flux_dispatcher_destroy during a dispatch: ALREADY_DISPATCHING");
+    is_int(kept->calls, 1, "the kept listener ran");
+    is_int(o.added->calls, 1, "one added before the emit began runs in it");
+    is_int(count_events(EV_LISTENER + 2), 0, "the removed one did not");
+    t->hook = NULL;
+    flag_fini(&o.in_reduce);
+    flag_fini(&o.checked);
+    teardown(d, &t, 1);
+}
+
+typedef struct remover {
+    flag running, removed;
+    flux_store *s;
+    flux_token id;
+    flux_status status;
+    int destroyed_before_return;
+} remover;
+
+static void wait_hook(lis *l)
+{
+    remover *r = l->user;
+    flag_set(&r->running);
+    REQUIRE(flag_wait(&r->removed, prompt_seconds()));
+    r->destroyed_before_return = count_events(EV_LISTENER_DESTROY + l->id);
+}
+
+static void *remover_thread(void *arg)
+{
+    remover *r = arg;
+    REQUIRE(flag_wait(&r->running, prompt_seconds()));
+    r->status = flux_store_remove_listener(r->s, r->id);
+    flag_set(&r->removed);
+    return NULL;
+}
+
+static void listener_removed_by_another_thread_while_running(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    remover r;
+    memset(&r, 0, sizeof r);
+    flag_init(&r.running);
+    flag_init(&r.removed);
+    lis *l = listen(t->s, 1, wait_hook);
+    l->user = &r;
+    r.s = t->s;
+    r.id = l->token;
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, remover_thread, &r) == 0);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    pthread_join(th, NULL);
+    EXPECT_OK(r.status);
+    is_int(r.destroyed_before_return, 0, "the listener's destroy did not run under it");
+    is_trace(&L.events, INTS(EV_REDUCE + 1, EV_RELEASE + 1, EV_LISTENER + 1, EV_LISTENER_END + 1, EV_LISTENER_DESTROY + 1),
+             "it ran right after the listener returned");
+    flag_fini(&r.running);
+    flag_fini(&r.removed);
+    teardown(d, &t, 1);
+}
+
+int main(void)
+{
+    tap_init();
+    /* FluxStore-test.js */
+    RUN(registers_a_callback_with_the_dispatcher);
+    RUN(requires_that_subclasses_override_the___onDispatch_method);
+    RUN(throws_when___emitChange_is_invoked_outside_of_a_dispatch);
+    RUN(throws_when_hasChanged_is_invoked_outside_of_a_dispatch);
+    RUN(emits_an_event_on_state_change);
+    RUN(exposes_whether_the_state_has_changed_during_current_dispatch);
+    RUN(exposes_the_dispatch_token_in_a_getter);
+    RUN(wraps_EventEmitter_addListener_with_an_addListener_method);
+    /* FluxReduceStore-test.js */
+    RUN(should_respond_to_actions);
+    RUN(should_only_emit_one_change_for_multiple_cache_changes);
+    RUN(should_not_emit_for_empty_changes);
+    RUN(should_clear_the_cache);
+    /* FluxStoreGroup-test.js */
+    RUN(should_register_a_callback_with_the_dispatcher);
+    RUN(should_wait_for_the_store_dependencies);
+    RUN(should_not_run_the_callback_after_being_released);
+    RUN(should_have_at_least_one_store);
+    RUN(should_make_sure_dispatchers_are_uniform_in_DEV);
+    /* DESIGN.md section 6 */
+    RUN(same_state_pointer_is_not_compared_nor_released);
+    RUN(equal_gets_current_then_next_and_equal_next_is_released);
+    RUN(null_equal_is_pointer_identity);
+    RUN(failing_reduce_keeps_state_and_ignores_next);
+    RUN(reduce_failing_mid_chain);
+    RUN(destroy_releases_listeners_then_state_then_context);
+    RUN(emit_change_only_during_its_own_reduce);
+    RUN(has_changed_reports_the_previous_result_before_the_store_runs);
+    RUN(listener_ids_count_from_1_and_are_never_reused);
+    RUN(listener_removed_by_an_earlier_listener_is_not_called);
+    RUN(listener_added_during_an_emit_runs_from_the_next);
+    RUN(listener_removing_itself_is_destroyed_after_it_returns);
+    RUN(listener_dispatching_is_refused);
+    RUN(store_destroyed_during_a_dispatch_is_refused);
+    RUN(dispatcher_destroyed_while_stores_exist_is_refused);
+    RUN(group_release_when_idle_is_immediate);
+    RUN(group_released_from_a_listener);
+    RUN(group_bad_arguments_destroy_the_context);
+    RUN(group_does_not_run_when_a_store_fails);
+    RUN(another_store_waits_for_a_store_and_reads_its_new_state);
+    RUN(null_arguments);
+    RUN(closed_dispatcher_create);
+    RUN(a_failing_listener_stops_the_emit_and_fails_the_dispatch);
+    RUN(listener_fail_outside_a_listener_is_refused);
+    RUN(a_failing_group_function_fails_the_dispatch);
+    RUN(another_thread_during_a_dispatch);
+    RUN(listener_removed_by_another_thread_while_running);
+    return tap_done();
+}

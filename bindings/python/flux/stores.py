@@ -1,0 +1,517 @@
+"""Stores: Facebook's FluxStore, FluxReduceStore and FluxStoreGroup, and
+JBFlux's actions routed by name -- over libflux's ``flux_store_*``.
+
+::
+
+    class Counter(flux.ReduceStore):
+        def get_initial_state(self):
+            return 0
+
+        def reduce(self, state, action):
+            return state + 1 if action == "inc" else state
+
+    counter = Counter(dispatcher)
+    counter.add_listener(lambda: print(counter.state))
+    dispatcher.dispatch("inc")
+
+The rules (when a store counts as changed, when listeners run, what a
+failure does) are libflux's; this module only hands it Python objects. A
+store's state is a ``PyObject*`` the C store holds: the Python store keeps
+a reference for each state handed over, and the C store's ``release_state``
+drops it, so a state lives exactly as long as the C store holds it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterable
+from ctypes import byref, c_int, c_uint64, c_void_p, cast, py_object
+from threading import get_ident
+from types import TracebackType
+from typing import Any, ClassVar, Generic, TypeVar
+
+from ._native import (
+    DESTROY as _DESTROY_TYPE,
+)
+from ._native import (
+    LISTENER as _LISTENER_TYPE,
+)
+from ._native import (
+    REDUCE as _REDUCE_TYPE,
+)
+from ._native import (
+    RELEASE as _RELEASE_TYPE,
+)
+from ._native import (
+    flux_store_add_listener as _flux_store_add_listener,
+)
+from ._native import (
+    flux_store_create as _flux_store_create,
+)
+from ._native import (
+    flux_store_destroy as _flux_store_destroy,
+)
+from ._native import (
+    flux_store_emit_change as _flux_store_emit_change,
+)
+from ._native import (
+    flux_store_group_create as _flux_store_group_create,
+)
+from ._native import (
+    flux_store_group_release as _flux_store_group_release,
+)
+from ._native import (
+    flux_store_has_changed as _flux_store_has_changed,
+)
+from ._native import (
+    flux_store_listener_fail as _flux_store_listener_fail,
+)
+from ._native import (
+    flux_store_remove_listener as _flux_store_remove_listener,
+)
+from ._native import (
+    flux_store_state as _flux_store_state,
+)
+from ._native import (
+    flux_store_token as _flux_store_token,
+)
+from .dispatcher import Dispatcher, Token
+from .errors import InvalidArgumentError
+
+__all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "handles"]
+
+S = TypeVar("S")
+_id = id
+
+_write_pointer = c_void_p.from_address
+
+
+# --------------------------------------------------------------------------
+# Contexts: what each C store, listener and group hands its trampolines
+# --------------------------------------------------------------------------
+
+#: context -> the Python object of that store, listener or group. libflux
+#: runs each one's destroy exactly once, which takes the entry out.
+_objects: dict[int, Any] = {}
+_keys = itertools.count(1).__next__
+_lock = threading.Lock()
+
+
+def _add(obj: Any) -> int:
+    with _lock:
+        key = _keys()
+        _objects[key] = obj
+    return key
+
+
+def _on_destroy(context: int) -> None:
+    with _lock:
+        obj = _objects.pop(context, None)
+    del obj  # the last reference may go here, outside the lock
+
+
+def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
+    # The hot path: one dict lookup, the store's reduce, and -- only when
+    # the state changed -- a reference for the store and a write of *next.
+    store = _objects[context]
+    try:
+        new = store._flux_reduce(state, payload)
+    except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
+        # Re-raised by Dispatcher.dispatch, the very object.
+        store._pending[get_ident()] = exc
+        return 1
+    if new is not state:
+        key = _id(new)
+        # The C store's reference, until it releases the state (the store
+        # holds one state, and new is not it: no key is ever taken twice).
+        store._held[key] = new
+        # *next: a cell kept for the address, which is the same from one
+        # dispatch to the next as long as the C stack is.
+        if next_ != store._next_address:
+            store._next_cell = _write_pointer(next_)
+            store._next_address = next_
+        store._next_cell.value = key
+    return 0
+
+
+def _on_release(context: int, state: int) -> None:
+    # The C store lets go of a state: drop the reference it held.
+    store = _objects.get(context)
+    if store is not None:
+        store._held.pop(state, None)
+
+
+def _on_listener(context: int) -> None:
+    # A listener or a group's function. An exception is parked for the
+    # dispatching thread and fails the listener, which aborts the dispatch.
+    entry = _objects[context]
+    try:
+        entry[0]()
+    except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
+        dispatcher = entry[1]
+        dispatcher._pending[get_ident()] = exc
+        _flux_store_listener_fail(dispatcher._handle, 1)
+
+
+_reduce_trampoline = _REDUCE_TYPE(_on_reduce)
+_release_trampoline = _RELEASE_TYPE(_on_release)
+_listener_trampoline = _LISTENER_TYPE(_on_listener)
+_destroy_trampoline = _DESTROY_TYPE(_on_destroy)
+
+
+# --------------------------------------------------------------------------
+# Actions and routing (JBFlux)
+# --------------------------------------------------------------------------
+
+
+class Action:
+    """JBFlux's action: a name (``type``), a payload, and an error.
+
+    Immutable and hashable by value. A :class:`ReduceStore` routes an
+    ``Action`` (or any object with a ``type`` attribute, or a mapping with a
+    ``"type"`` key) to its ``@flux.handles(type)`` methods.
+    """
+
+    __slots__ = ("error", "payload", "type")
+
+    type: Any
+    payload: Any
+    error: Any
+
+    def __init__(self, type: Any, payload: Any = None, error: Any = None) -> None:
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "payload", payload)
+        object.__setattr__(self, "error", error)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("flux.Action is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Action:
+            return NotImplemented
+        return (self.type, self.payload, self.error) == (other.type, other.payload, other.error)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.payload, self.error))
+
+    def __repr__(self) -> str:
+        extra = "".join(
+            f", {name}={value!r}" for name, value in (("payload", self.payload), ("error", self.error)) if value is not None
+        )
+        return f"flux.Action({self.type!r}{extra})"
+
+
+def handles(action_type: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Routes actions of ``action_type`` to the decorated method of a
+    :class:`ReduceStore`: ``method(self, state, action) -> new state``.
+
+    Actions of a type no method handles go to ``reduce`` when the class
+    defines one; otherwise the state stays as it is.
+    """
+
+    def mark(method: Callable[..., Any]) -> Callable[..., Any]:
+        types = getattr(method, "_flux_handles", ())
+        method._flux_handles = (*types, action_type)  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+def _action_type(action: Any) -> Any:
+    if type(action) is Action:
+        return action.type
+    if isinstance(action, dict):
+        return action.get("type")
+    return getattr(action, "type", None)
+
+
+# --------------------------------------------------------------------------
+# Stores
+# --------------------------------------------------------------------------
+
+
+class Subscription:
+    """A listener's handle: :meth:`remove` ends it. ``id`` is the listener's
+    id in its store (they count up from 1)."""
+
+    __slots__ = ("_store", "id")
+
+    def __init__(self, store: Store, id: int) -> None:
+        self._store = store
+        self.id = id
+
+    def remove(self) -> None:
+        """Removes the listener: no later emit calls it; when it is running,
+        it is released once it returns.
+
+        :raises UnknownTokenError: already removed.
+        :raises InvalidArgumentError: the store is closed.
+        """
+        _flux_store_remove_listener(self._store._live_handle("remove"), self.id)
+
+    def __repr__(self) -> str:
+        return f"<flux.Subscription {self.id}>"
+
+
+class Store:
+    """Facebook's FluxStore: override :meth:`on_dispatch` to handle every
+    payload, and call :meth:`emit_change` there when something changed;
+    listeners then run once, after ``on_dispatch``, still in the dispatch.
+
+    The store is registered with its dispatcher until :meth:`close` (or the
+    dispatcher's ``close``); until then the dispatcher keeps it alive.
+    An exception raised by ``on_dispatch`` or by a listener aborts the
+    dispatch and comes out of ``dispatch`` unchanged.
+    """
+
+    def __init__(self, dispatcher: Dispatcher[Any]) -> None:
+        self._create(dispatcher, None)
+
+    def _create(self, dispatcher: Dispatcher[Any], initial: Any) -> None:
+        if not isinstance(dispatcher, Dispatcher):
+            raise TypeError(f"expected a flux.Dispatcher, not {type(dispatcher).__name__}")
+        handle = dispatcher._handle
+        if handle is None:
+            raise InvalidArgumentError("store: the dispatcher is closed")
+        self._dispatcher = dispatcher
+        self._pending = dispatcher._pending
+        self._handle: int | None = None
+        self._flux_reduce = self._reducer()
+        # id(state) -> state, for each state the C store holds (one, and a
+        # new one for the moment between its reduce and the release of
+        # either): these references keep them alive exactly that long.
+        self._held: dict[int, Any] = {_id(initial): initial}
+        self._next_address = 0
+        self._next_cell: Any = None
+        key = _add(self)
+        out = c_void_p()
+        # Handed over: libflux releases the state and destroys the context
+        # even when the create fails.
+        _flux_store_create(handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key,
+                           _destroy_trampoline, byref(out))
+        self._handle = out.value
+        self._token = Token(dispatcher._serial, int(_flux_store_token(out.value)))
+        dispatcher._children[self] = None
+
+    def _reducer(self) -> Callable[[Any, Any], Any]:
+        on_dispatch = self.on_dispatch
+
+        def handle(state: Any, payload: Any) -> Any:
+            on_dispatch(payload)
+            return state
+
+        return handle
+
+    def on_dispatch(self, payload: Any) -> None:
+        """Handles a payload. Subclasses must override it."""
+        raise NotImplementedError(f"{type(self).__name__} has not overridden Store.on_dispatch(), which is required")
+
+    # -- Facebook's API ----------------------------------------------------
+
+    @property
+    def dispatcher(self) -> Dispatcher[Any]:
+        return self._dispatcher
+
+    @property
+    def dispatch_token(self) -> Token:
+        """The store's registration, for ``wait_for`` and groups."""
+        return self._token
+
+    def has_changed(self) -> bool:
+        """Whether the store changed in its most recent handling (call it
+        after ``wait_for([store.dispatch_token])`` for this dispatch).
+
+        :raises NotDispatchingError: not inside a dispatch on this thread.
+        """
+        changed = c_int()
+        _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
+        return bool(changed.value)
+
+    def emit_change(self) -> None:
+        """Marks the store changed: its listeners run once the handling ends.
+
+        :raises NotDispatchingError: not called while the store handles a payload.
+        """
+        _flux_store_emit_change(self._live_handle("emit_change"))
+
+    def add_listener(self, listener: Callable[[], object]) -> Subscription:
+        """Runs ``listener()`` once per dispatch that changed the store (from
+        the next change on, when added during one)."""
+        if not callable(listener):
+            raise TypeError(f"listener must be callable, not {type(listener).__name__}")
+        handle = self._live_handle("add_listener")
+        key = _add((listener, self._dispatcher))
+        out = c_uint64()
+        _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, byref(out))
+        return Subscription(self, out.value)
+
+    # -- lifetime ----------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def close(self) -> None:
+        """Unregisters the store and releases its state and listeners.
+        Idempotent.
+
+        :raises AlreadyDispatchingError: a dispatch is running; nothing changed.
+        :raises InvalidArgumentError: the store is in a live group; release it first.
+        """
+        handle = self._handle
+        if handle is None:
+            return
+        _flux_store_destroy(handle)
+        self._handle = None
+        self._dispatcher._children.pop(self, None)
+
+    def __enter__(self) -> Store:  # noqa: PYI034 -- no typing.Self before Python 3.11
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _live_handle(self, operation: str) -> int:
+        handle = self._handle
+        if handle is None:
+            raise InvalidArgumentError(f"{operation}: the store is closed")
+        return handle
+
+    def __repr__(self) -> str:
+        state = "closed" if self._handle is None else f"token {self._token.value}"
+        return f"<{type(self).__name__} {state}>"
+
+
+class ReduceStore(Store, Generic[S]):
+    """Facebook's FluxReduceStore: override :meth:`get_initial_state` and
+    :meth:`reduce` (or route actions with ``@flux.handles``). When the new
+    state is not the old one (``are_equal``, by default ``is``), the store
+    keeps it and its listeners run once.
+
+    Overriding :meth:`are_equal` makes the comparison Python's; left alone,
+    libflux compares the objects' identities and never calls into Python.
+    """
+
+    _routes: ClassVar[dict[Any, Callable[..., Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        routes: dict[Any, Callable[..., Any]] = {}
+        for klass in reversed(cls.__mro__):
+            for value in vars(klass).values():
+                for action_type in getattr(value, "_flux_handles", ()):
+                    routes[action_type] = value
+        cls._routes = routes
+
+    def __init__(self, dispatcher: Dispatcher[Any]) -> None:
+        self._create(dispatcher, self.get_initial_state())
+
+    def get_initial_state(self) -> S:
+        raise NotImplementedError(f"{type(self).__name__} must override ReduceStore.get_initial_state()")
+
+    def reduce(self, state: S, action: Any) -> S:
+        raise NotImplementedError(f"{type(self).__name__} must override ReduceStore.reduce() or route with @handles")
+
+    def are_equal(self, one: S, two: S) -> bool:
+        return one is two
+
+    @property
+    def state(self) -> S:
+        """The current state (Facebook's ``getState()``)."""
+        # A PyObject* the C store holds a reference to; cast takes one more
+        # for the caller.
+        return cast(_flux_store_state(self._live_handle("state")), py_object).value  # type: ignore[no-any-return]
+
+    def get_state(self) -> S:
+        return self.state
+
+    def _reducer(self) -> Callable[[Any, Any], Any]:
+        cls = type(self)
+        routes = cls._routes
+        has_reduce = cls.reduce is not ReduceStore.reduce
+        reduce: Callable[[Any, Any], Any] = self.reduce
+        if routes:
+            fallback = reduce if has_reduce else None
+
+            def reduce(state: Any, action: Any) -> Any:
+                method = routes.get(_action_type(action))
+                if method is not None:
+                    return method(self, state, action)
+                return fallback(state, action) if fallback is not None else state
+
+        if cls.are_equal is ReduceStore.are_equal:
+            # Identity: libflux compares the pointers itself.
+            return reduce
+        are_equal = self.are_equal
+        plain = reduce
+
+        def reduce_and_compare(state: Any, action: Any) -> Any:
+            # Compared here rather than through flux_equal_fn, which cannot
+            # fail: an are_equal that raises then fails the dispatch like a
+            # reduce that raises. Equal: hand libflux the old state back,
+            # and the new one is let go.
+            new = plain(state, action)
+            if new is not state and are_equal(state, new):
+                return state
+            return new
+
+        return reduce_and_compare
+
+
+class StoreGroup:
+    """Facebook's FluxStoreGroup: ``fn()`` runs once per dispatch, after
+    every store of the group. Needs at least one store, all on one
+    dispatcher. While the group lives its stores cannot be closed.
+
+    An exception ``fn`` raises aborts the dispatch and comes out of
+    ``dispatch`` unchanged.
+    """
+
+    def __init__(self, stores: Iterable[Store], fn: Callable[[], object]) -> None:
+        stores = list(stores)
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, not {type(fn).__name__}")
+        for store in stores:
+            if not isinstance(store, Store):
+                raise TypeError(f"expected flux stores, not {type(store).__name__}")
+        if not stores:
+            raise InvalidArgumentError("StoreGroup: a group needs at least one store")
+        dispatcher = stores[0]._dispatcher
+        if any(store._dispatcher is not dispatcher for store in stores):
+            raise InvalidArgumentError("StoreGroup: all stores in a group must use the same dispatcher")
+        handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
+        self._stores = stores
+        self._dispatcher = dispatcher
+        key = _add((fn, dispatcher))
+        out = c_void_p()
+        _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, byref(out))
+        self._handle: int | None = out.value
+        dispatcher._children[self] = None
+
+    def release(self) -> None:
+        """Unregisters the group: no later dispatch runs ``fn``. Idempotent."""
+        handle = self._handle
+        if handle is None:
+            return
+        self._handle = None
+        _flux_store_group_release(handle)
+        self._dispatcher._children.pop(self, None)
+
+    close = release
+
+    def __enter__(self) -> StoreGroup:  # noqa: PYI034 -- no typing.Self before Python 3.11
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+def live_objects() -> int:
+    """How many stores, listeners and groups libflux still holds a Python
+    object for. For tests."""
+    return len(_objects)

@@ -1,0 +1,606 @@
+"""flux.Store, flux.ReduceStore, flux.StoreGroup, flux.Action and
+@flux.handles: Facebook's FluxStore-test.js, FluxReduceStore-test.js and
+FluxStoreGroup-test.js case by case, then DESIGN.md section 6's rules."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import weakref
+from typing import Any
+
+import pytest
+
+import flux
+from flux.stores import live_objects
+
+
+@pytest.fixture(autouse=True)
+def no_store_objects_left() -> Any:
+    yield
+    gc.collect()
+    assert live_objects() == 0
+
+
+class Spy:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+# ---------------------------------------------------------------------------
+# FluxStore-test.js
+# ---------------------------------------------------------------------------
+
+
+class FluxTestStore(flux.Store):
+    def on_dispatch(self, action: Any) -> None:
+        if action["type"] == "store-will-change-state":
+            self.emit_change()
+
+
+class IncompleteFluxStore(flux.Store):
+    pass
+
+
+class IllegalFluxStore(flux.Store):
+    def on_dispatch(self, action: Any) -> None:
+        pass
+
+    def illegal_emit(self) -> None:
+        self.emit_change()
+
+
+def test_registers_a_callback_with_the_dispatcher(d: flux.Dispatcher[Any]) -> None:
+    store = FluxTestStore(d)
+    token = d.register(lambda payload: None)
+    assert token.value == store.dispatch_token.value + 1
+
+
+def test_requires_that_subclasses_override_the___onDispatch_method(d: flux.Dispatcher[Any]) -> None:
+    IncompleteFluxStore(d)
+    with pytest.raises(NotImplementedError):
+        d.dispatch({"type": "action-type"})
+    FluxTestStore(d)
+    d.close()
+    d2: flux.Dispatcher[Any] = flux.Dispatcher()
+    FluxTestStore(d2)
+    d2.dispatch({"type": "action-type"})  # does not throw
+    d2.close()
+
+
+def test_throws_when___emitChange_is_invoked_outside_of_a_dispatch(d: flux.Dispatcher[Any]) -> None:
+    store = IllegalFluxStore(d)
+    with pytest.raises(flux.NotDispatchingError):
+        store.illegal_emit()
+
+
+def test_throws_when_hasChanged_is_invoked_outside_of_a_dispatch(d: flux.Dispatcher[Any]) -> None:
+    store = FluxTestStore(d)
+    with pytest.raises(flux.NotDispatchingError):
+        store.has_changed()
+
+
+def test_emits_an_event_on_state_change(d: flux.Dispatcher[Any]) -> None:
+    store = FluxTestStore(d)
+    spy = Spy()
+    store.add_listener(spy)
+    d.dispatch({"type": "store-will-change-state"})
+    assert spy.calls == 1
+
+
+def test_exposes_whether_the_state_has_changed_during_current_dispatch(d: flux.Dispatcher[Any]) -> None:
+    store = FluxTestStore(d)
+    seen: list[bool] = []
+
+    def after(payload: Any) -> None:
+        d.wait_for([store.dispatch_token])
+        seen.append(store.has_changed())
+
+    d.register(after)
+    d.dispatch({"type": "store-will-change-state"})
+    d.dispatch({"type": "store-will-ignore"})
+    assert seen == [True, False]
+
+
+def test_exposes_the_dispatch_token_in_a_getter(d: flux.Dispatcher[Any]) -> None:
+    store = FluxTestStore(d)
+    assert store.dispatch_token
+    assert isinstance(store.dispatch_token, flux.Token)
+    assert store.dispatcher is d
+
+
+def test_wraps_EventEmitter_addListener_with_an_addListener_method(d: flux.Dispatcher[Any]) -> None:
+    store = FluxTestStore(d)
+    spy = Spy()
+    sub = store.add_listener(spy)
+    assert isinstance(sub, flux.Subscription) and sub.id == 1
+    d.dispatch({"type": "store-will-change-state"})
+    sub.remove()
+    d.dispatch({"type": "store-will-change-state"})
+    assert spy.calls == 1
+    with pytest.raises(TypeError):
+        store.add_listener("not callable")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------
+# FluxReduceStore-test.js
+# ---------------------------------------------------------------------------
+
+
+class Map:
+    """Immutable.Map's part: set() returns the same map when nothing changes."""
+
+    def __init__(self, items: dict[str, Any] | None = None) -> None:
+        self._items = dict(items or {})
+
+    def get(self, key: str) -> Any:
+        return self._items.get(key)
+
+    def has(self, key: str) -> bool:
+        return key in self._items
+
+    def set(self, key: str, value: Any) -> Map:
+        if key in self._items and self._items[key] == value:
+            return self
+        return Map({**self._items, key: value})
+
+    def clear(self) -> Map:
+        return Map() if self._items else self
+
+
+class FooStore(flux.ReduceStore[Map]):
+    def get_initial_state(self) -> Map:
+        return Map()
+
+    def reduce(self, state: Map, action: Any) -> Map:
+        t = action["type"]
+        if t == "foo":
+            return state.set("foo", action["foo"])
+        if t == "bar":
+            return state.set("bar", action["bar"])
+        if t == "foobar":
+            return state.set("foo", action["foo"]).set("bar", action["bar"])
+        if t == "boom":
+            return state.clear()
+        return state
+
+
+@pytest.fixture
+def foo(d: flux.Dispatcher[Any]) -> tuple[FooStore, Spy]:
+    store = FooStore(d)
+    on_change = Spy()
+    store.add_listener(on_change)
+    return store, on_change
+
+
+def test_should_respond_to_actions(d: flux.Dispatcher[Any], foo: tuple[FooStore, Spy]) -> None:
+    store, _ = foo
+    assert store.get_state().get("foo") is None
+    assert not store.get_state().has("foo")
+    d.dispatch({"type": "foo", "foo": 100})
+    assert store.get_state().get("foo") == 100
+    assert store.get_state().has("foo")
+
+
+def test_should_only_emit_one_change_for_multiple_cache_changes(
+    d: flux.Dispatcher[Any], foo: tuple[FooStore, Spy]
+) -> None:
+    store, on_change = foo
+    d.dispatch({"type": "foo", "foo": 100})
+    assert on_change.calls == 1
+    assert store.get_state().get("foo") == 100
+    d.dispatch({"type": "foobar", "foo": 200, "bar": 400})
+    assert on_change.calls == 2
+    assert store.get_state().get("foo") == 200
+    assert store.get_state().get("bar") == 400
+
+
+def test_should_not_emit_for_empty_changes(d: flux.Dispatcher[Any], foo: tuple[FooStore, Spy]) -> None:
+    store, on_change = foo
+    d.dispatch({"type": "foo", "foo": 100})
+    assert on_change.calls == 1
+    d.dispatch({"type": "foo", "foo": 100})
+    assert on_change.calls == 1
+    assert store.get_state().get("foo") == 100
+
+
+def test_should_clear_the_cache(d: flux.Dispatcher[Any], foo: tuple[FooStore, Spy]) -> None:
+    store, on_change = foo
+    d.dispatch({"type": "foo", "foo": 100})
+    assert on_change.calls == 1
+    d.dispatch({"type": "boom"})
+    assert on_change.calls == 2
+    assert store.get_state().get("foo") is None
+    assert not store.get_state().has("foo")
+
+
+# ---------------------------------------------------------------------------
+# FluxStoreGroup-test.js
+# ---------------------------------------------------------------------------
+
+
+class SimpleStore(flux.Store):
+    def on_dispatch(self, payload: Any) -> None:
+        self.emit_change()
+
+
+def test_should_register_a_callback_with_the_dispatcher(d: flux.Dispatcher[Any]) -> None:
+    a, b = SimpleStore(d), SimpleStore(d)
+    callback = Spy()
+    flux.StoreGroup([a, b], callback)
+    d.dispatch({"type": "foo"})
+    assert callback.calls == 1
+
+
+def test_should_wait_for_the_store_dependencies(d: flux.Dispatcher[Any]) -> None:
+    a, b = SimpleStore(d), SimpleStore(d)
+    seen: list[bool] = []
+
+    def callback() -> None:
+        seen.extend([a.has_changed(), b.has_changed()])
+
+    flux.StoreGroup([a, b], callback)
+    d.dispatch({"type": "foo"})
+    assert seen == [True, True]
+
+
+def test_should_not_run_the_callback_after_being_released(d: flux.Dispatcher[Any]) -> None:
+    a, b = SimpleStore(d), SimpleStore(d)
+    callback = Spy()
+    group = flux.StoreGroup([a, b], callback)
+    group.release()
+    d.dispatch({"type": "foo"})
+    assert callback.calls == 0
+
+
+def test_should_have_at_least_one_store() -> None:
+    with pytest.raises(flux.InvalidArgumentError):
+        flux.StoreGroup([], Spy())
+
+
+def test_should_make_sure_dispatchers_are_uniform_in_DEV(d: flux.Dispatcher[Any]) -> None:
+    other: flux.Dispatcher[Any] = flux.Dispatcher()
+    a, c = SimpleStore(d), SimpleStore(other)
+    with pytest.raises(flux.InvalidArgumentError):
+        flux.StoreGroup([a, c], Spy())
+    other.close()
+
+
+# ---------------------------------------------------------------------------
+# DESIGN.md section 6
+# ---------------------------------------------------------------------------
+
+
+class Counter(flux.ReduceStore[int]):
+    def get_initial_state(self) -> int:
+        return 0
+
+    def reduce(self, state: int, action: Any) -> int:
+        if action == "fail":
+            raise Boom("reduce")
+        return state + 1 if action == "inc" else state
+
+
+class Boom(Exception):
+    pass
+
+
+def test_a_reduce_exception_comes_out_of_dispatch_unchanged(d: flux.Dispatcher[Any]) -> None:
+    store = Counter(d)
+    spy = Spy()
+    store.add_listener(spy)
+    d.dispatch("inc")
+    with pytest.raises(Boom) as info:
+        d.dispatch("fail")
+    assert str(info.value) == "reduce"
+    assert info.value.__traceback__ is not None
+    assert store.state == 1 and spy.calls == 1
+    d.dispatch("inc")
+    assert store.state == 2
+
+
+def test_a_listener_exception_stops_the_emit_and_comes_out_of_dispatch(d: flux.Dispatcher[Any]) -> None:
+    store = Counter(d)
+    error = Boom("listener")
+
+    def bad() -> None:
+        raise error
+
+    after = Spy()
+    store.add_listener(bad)
+    store.add_listener(after)
+    later = Spy()
+    d.register(lambda payload: later())
+    with pytest.raises(Boom) as info:
+        d.dispatch("inc")
+    assert info.value is error
+    assert after.calls == 0 and later.calls == 0
+    assert store.state == 1  # the state had changed before the listeners ran
+
+
+def test_a_group_exception_comes_out_of_dispatch(d: flux.Dispatcher[Any]) -> None:
+    store = Counter(d)
+    error = Boom("group")
+
+    def bad() -> None:
+        raise error
+
+    flux.StoreGroup([store], bad)
+    with pytest.raises(Boom) as info:
+        d.dispatch("inc")
+    assert info.value is error
+
+
+def test_reduce_failing_mid_chain(d: flux.Dispatcher[Any]) -> None:
+    seen: list[str] = []
+    low_box: list[Counter] = []
+
+    class Top(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 100
+
+        def reduce(self, state: int, action: Any) -> int:
+            try:
+                d.wait_for([low_box[0].dispatch_token])
+            except Boom as exc:
+                seen.append(f"top saw {exc}")
+            return state + 1
+
+    top = Top(d)
+    low = Counter(d)
+    low_box.append(low)
+    spy = Spy()
+    top.add_listener(spy)
+    low.add_listener(spy)
+    with pytest.raises(Boom):
+        d.dispatch("fail")
+    assert seen == ["top saw reduce"]
+    assert top.state == 100 and low.state == 0 and spy.calls == 0
+    d.dispatch("inc")
+    assert top.state == 101 and low.state == 1 and spy.calls == 2
+
+
+def test_states_are_held_exactly_as_long_as_the_store_holds_them(d: flux.Dispatcher[Any]) -> None:
+    class Box:
+        pass
+
+    initial = [Box()]
+    first_ref = weakref.ref(initial[0])
+    made: list[weakref.ref[Box]] = []
+
+    class Boxes(flux.ReduceStore[Box]):
+        def get_initial_state(self) -> Box:
+            return initial.pop()  # the store's reference is then the only one
+
+        def reduce(self, state: Box, action: Any) -> Box:
+            if action == "new":
+                box = Box()
+                made.append(weakref.ref(box))
+                return box
+            return state
+
+    store = Boxes(d)
+    gc.collect()
+    assert first_ref() is not None, "the store holds its initial state"
+    d.dispatch("same")
+    assert first_ref() is not None
+    d.dispatch("new")
+    gc.collect()
+    assert first_ref() is None, "a replaced state is released"
+    current = made[0]
+    assert current() is store.state
+    store.close()
+    gc.collect()
+    assert current() is None, "the last state is released on close"
+
+
+def test_refcounts_balance_over_many_dispatches(d: flux.Dispatcher[Any]) -> None:
+    token = object()
+
+    class Same(flux.ReduceStore[object]):
+        def get_initial_state(self) -> object:
+            return token
+
+        def reduce(self, state: object, action: Any) -> object:
+            return token if action == "same" else object()
+
+    store = Same(d)
+    before = sys.getrefcount(token)
+    for _ in range(100):
+        d.dispatch("same")
+    assert sys.getrefcount(token) == before
+    d.dispatch("new")
+    assert sys.getrefcount(token) == before - 1
+    store.close()
+
+
+def test_are_equal_overridden_decides_and_an_equal_new_state_is_dropped(d: flux.Dispatcher[Any]) -> None:
+    calls: list[tuple[Any, Any]] = []
+
+    class Tens(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        def reduce(self, state: int, action: Any) -> int:
+            return int(action)
+
+        def are_equal(self, one: int, two: int) -> bool:
+            calls.append((one, two))
+            return one // 10 == two // 10
+
+    store = Tens(d)
+    spy = Spy()
+    store.add_listener(spy)
+    d.dispatch(5)
+    assert store.state == 0 and spy.calls == 0
+    d.dispatch(15)
+    assert store.state == 15 and spy.calls == 1
+    assert calls == [(0, 5), (0, 15)], "current first, then next"
+
+
+def test_are_equal_raising_fails_the_dispatch(d: flux.Dispatcher[Any]) -> None:
+    class Picky(Counter):
+        def are_equal(self, one: int, two: int) -> bool:
+            raise Boom("equal")
+
+    store = Picky(d)
+    with pytest.raises(Boom):
+        d.dispatch("inc")
+    assert store.state == 0
+
+
+def test_default_equality_is_identity(d: flux.Dispatcher[Any]) -> None:
+    class Lists(flux.ReduceStore[list[int]]):
+        def get_initial_state(self) -> list[int]:
+            return []
+
+        def reduce(self, state: list[int], action: Any) -> list[int]:
+            return list(state)  # equal, but not the same object
+
+    store = Lists(d)
+    spy = Spy()
+    store.add_listener(spy)
+    d.dispatch("x")
+    assert spy.calls == 1
+
+
+def test_handles_routes_by_action_type_and_falls_back(d: flux.Dispatcher[Any]) -> None:
+    class User(flux.ReduceStore[Any]):
+        def get_initial_state(self) -> Any:
+            return None
+
+        @flux.handles("user-refreshed")
+        def on_refreshed(self, state: Any, action: flux.Action) -> Any:
+            return action.payload
+
+        @flux.handles("user-cleared")
+        @flux.handles("user-logged-out")
+        def on_cleared(self, state: Any, action: Any) -> Any:
+            return None
+
+    class UserWithFallback(User):
+        def reduce(self, state: Any, action: Any) -> Any:
+            return ("fallback", _type(action))
+
+    def _type(action: Any) -> Any:
+        return action.type if isinstance(action, flux.Action) else action["type"]
+
+    user = User(d)
+    fallback = UserWithFallback(d)
+    d.dispatch(flux.Action("user-refreshed", {"name": "ada"}))
+    assert user.state == {"name": "ada"} and fallback.state == {"name": "ada"}
+    d.dispatch(flux.Action("unrelated"))
+    assert user.state == {"name": "ada"}, "unrouted, no reduce: the state stays"
+    assert fallback.state == ("fallback", "unrelated"), "unrouted: reduce"
+    d.dispatch({"type": "user-logged-out"})
+    assert user.state is None, "a mapping with a 'type' routes too; one method may handle several types"
+
+
+def test_action_is_a_name_a_payload_and_an_error() -> None:
+    a = flux.Action("failed", error=ValueError("x"))
+    assert a.type == "failed" and a.payload is None and isinstance(a.error, ValueError)
+    assert flux.Action("t", 1) == flux.Action("t", 1) != flux.Action("t", 2)
+    with pytest.raises(AttributeError):
+        a.type = "other"
+    assert "failed" in repr(a)
+
+
+def test_listeners_added_or_removed_during_an_emit(d: flux.Dispatcher[Any]) -> None:
+    store = Counter(d)
+    log: list[str] = []
+    subs: dict[str, flux.Subscription] = {}
+
+    def first() -> None:
+        log.append("first")
+        if "second" in subs:
+            subs.pop("second").remove()
+        if "added" not in subs:
+            subs["added"] = store.add_listener(lambda: log.append("added"))
+
+    store.add_listener(first)
+    subs["second"] = store.add_listener(lambda: log.append("second"))
+    d.dispatch("inc")
+    assert log == ["first"]
+    d.dispatch("inc")
+    assert log == ["first", "first", "added"]
+
+
+def test_a_listener_dispatching_is_refused(d: flux.Dispatcher[Any]) -> None:
+    store = Counter(d)
+    errors: list[type] = []
+
+    def nested() -> None:
+        try:
+            d.dispatch("inc")
+        except flux.FluxError as exc:
+            errors.append(type(exc))
+
+    store.add_listener(nested)
+    d.dispatch("inc")
+    assert errors == [flux.AlreadyDispatchingError] and store.state == 1
+
+
+def test_closing_a_store_during_a_dispatch_is_refused(d: flux.Dispatcher[Any]) -> None:
+    store = Counter(d)
+    errors: list[type] = []
+
+    def close() -> None:
+        try:
+            store.close()
+        except flux.FluxError as exc:
+            errors.append(type(exc))
+
+    store.add_listener(close)
+    d.dispatch("inc")
+    assert errors == [flux.AlreadyDispatchingError] and not store.closed
+
+
+def test_a_store_in_a_group_cannot_be_closed(d: flux.Dispatcher[Any]) -> None:
+    store = Counter(d)
+    group = flux.StoreGroup([store], Spy())
+    with pytest.raises(flux.InvalidArgumentError):
+        store.close()
+    group.release()
+    store.close()
+    assert store.closed
+    with pytest.raises(flux.InvalidArgumentError):
+        _ = store.state
+
+
+def test_closing_the_dispatcher_closes_its_stores_and_groups() -> None:
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    a, b = Counter(d), Counter(d)
+    a.add_listener(Spy())
+    flux.StoreGroup([a, b], Spy())
+    d.close()
+    assert a.closed and b.closed
+    assert live_objects() == 0
+
+
+def test_has_changed_from_another_thread_is_refused(d: flux.Dispatcher[Any]) -> None:
+    results: list[Any] = []
+
+    class Slow(Counter):
+        def reduce(self, state: int, action: Any) -> int:
+            t = threading.Thread(target=check)
+            t.start()
+            t.join()
+            return state + 1
+
+    def check() -> None:
+        try:
+            store.has_changed()
+        except flux.NotDispatchingError as exc:
+            results.append(type(exc))
+        try:
+            store.emit_change()
+        except flux.NotDispatchingError as exc:
+            results.append(type(exc))
+
+    store = Slow(d)
+    d.dispatch("inc")
+    assert results == [flux.NotDispatchingError, flux.NotDispatchingError]
