@@ -11,6 +11,8 @@ import FluxCore
 public typealias FluxCallbackFunction = @convention(c) (UnsafeMutableRawPointer?, UnsafeRawPointer?) -> Int32
 /// `flux_destroy`: `void (*)(void *context)`.
 public typealias FluxDestroyFunction = @convention(c) (UnsafeMutableRawPointer?) -> Void
+/// `flux_done_fn`: `void (*)(void *payload, flux_status status)`.
+public typealias FluxDoneFunction = @convention(c) (UnsafeMutableRawPointer?, Int32) -> Void
 
 /// A C callback as the engine stores it: the raw (function, context) pair and
 /// the context's destroy function, 24 bytes, called with no Swift closure in
@@ -27,6 +29,13 @@ struct CCallback: DispatchCallback {
     }
 
     func release() { destroy?(context) }
+
+    /// flux_enqueue's done(payload, status); flux_last_error() describes a
+    /// failure while it runs.
+    static func complete(_ done: FluxDoneFunction?, _ payload: UnsafeRawPointer?, _ error: DispatchError<CallbackFailure>?) {
+        let status = error.map { fail("flux_enqueue", $0) } ?? 0
+        done?(UnsafeMutableRawPointer(mutating: payload), status)
+    }
 }
 
 /// A C callback returned non-zero.
