@@ -24,6 +24,7 @@ from __future__ import annotations
 from . import _native
 from .dispatcher import Dispatcher, Token
 from .trampoline import Trampoline, call
+from .trace import Trace, TraceEvent
 from .errors import (
     AlreadyDispatchingError,
     CallbackFailedError,
@@ -39,6 +40,8 @@ from .errors import (
 __all__ = [
     "Dispatcher",
     "Token",
+    "Trace",
+    "TraceEvent",
     "Trampoline",
     "call",
     "Status",
