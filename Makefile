@@ -1,7 +1,7 @@
 # libflux -- build, test, demo, bench, install.
 #
 #   make            the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
-#   make demo       the flight-destination example, in C and in Python
+#   make demo       the flight-destination example, in C and in Python, and its trace
 #   make check      every test: swift test, the C harness, the header test, pytest
 #   make check-memory   the C harness under valgrind memcheck
 #   make bench      benchmarks, with ratios against baselines measured in the same run
@@ -75,6 +75,8 @@ demo: $(B)/examples/flight
 	$(B)/examples/flight
 	@echo "== flight-destination example, Python =="
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight.py
+	@echo "== flight-destination example, traced (flux.Trace), with a queued action =="
+	PYTHONPATH=bindings/python $(PYTHON) examples/flight_trace.py $(B)/flight-trace.json
 
 # --- tests -----------------------------------------------------------------
 check: check-swift check-c check-header check-python
