@@ -48,6 +48,9 @@
  * run on the thread that removed the registration, except when it was removed
  * while a dispatch was running: then destroy runs on the dispatching thread
  * when that dispatch finishes. flux_last_error() is per thread.
+ * flux_enqueue() never waits: while a dispatch runs it queues the payload for
+ * the dispatching thread, which runs it before its own call returns.
+ * Observer hooks run on the dispatching thread.
  *
  * The one thing the library cannot guard against is a dispatcher used after
  * (or while) flux_dispatcher_destroy() frees it, from any thread: as with

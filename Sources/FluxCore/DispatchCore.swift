@@ -111,8 +111,14 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         /// The observer of this dispatch, fixed when it starts (nil: the
         /// unobserved loop, chosen once per dispatch).
         @usableFromInline var observer: Observer?
-        /// The innermost callback `waitFor` is running (nil: the cursor's).
-        @usableFromInline var top: UnsafeMutablePointer<WaitFrame>?
+        /// The index of the innermost callback `waitFor` is running (-1:
+        /// none, the cursor's callback is innermost).
+        @usableFromInline var top = -1
+        /// waitedBy[i]: the index of the callback that waited for (and so
+        /// runs) callback i, -1 for the cursor's; valid while i is pending.
+        /// Grown on first need, never per dispatch; what names a cycle.
+        @usableFromInline var waitedBy: UnsafeMutablePointer<Int>?
+        @usableFromInline var waitedByCapacity = 0
     }
 
     package typealias Observer = DispatchObserver<Callback.Payload, Callback.Failure>
@@ -161,6 +167,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         locked.pointee.joined?.deallocate()
         locked.pointee.spare?.deallocate()
         locked.pointee.queue.deallocate()
+        freeBytes(UnsafeMutableRawPointer(run.pointee.waitedBy))
         let observer = run.pointee.observer
         locked.deinitialize(count: 1)
         run.deinitialize(count: 1)
@@ -520,14 +527,18 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     @inlinable
     func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
         table.setMark(i, pending)
-        // Link this call to its waiter's, for circular errors and observers.
+        // Who waits for whom, for circular errors and observers: the waiter
+        // stays in a register, one store records it.
         let run = self.run
-        var frame = WaitFrame(index: i, waiter: run.pointee.top)
-        let error = withUnsafeMutablePointer(to: &frame) { frame in
-            run.pointee.top = frame
-            defer { run.pointee.top = frame.pointee.waiter }
-            return table.callbacks[i].invoke(payload)
+        let waiter = run.pointee.top
+        if i < run.pointee.waitedByCapacity, let waitedBy = run.pointee.waitedBy {
+            waitedBy[i] = waiter
+        } else {
+            recordWaiterSlow(i, waiter)
         }
+        run.pointee.top = i
+        let error = table.callbacks[i].invoke(payload)
+        run.pointee.top = waiter
         // The table and the epoch are read again rather than kept across the
         // call (they cannot change during a dispatch): fewer registers to
         // save, so a smaller frame for every link of a chain of waits.
@@ -854,7 +865,25 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     }
 
     /// The index of the callback running innermost (the waiter of a wait).
-    var waiterIndex: Int { run.pointee.top?.pointee.index ?? run.pointee.cursor }
+    var waiterIndex: Int { run.pointee.top >= 0 ? run.pointee.top : run.pointee.cursor }
+
+    /// Grows `waitedBy` to the table's size and records the waiter. When
+    /// memory runs out, nothing is recorded: only a cycle's message is poorer.
+    @usableFromInline
+    func recordWaiterSlow(_ i: Int, _ waiter: Int) {
+        let run = self.run
+        let capacity = max(slots.pointee.capacity, i + 1, 8)
+        let (bytes, overflow) = capacity.multipliedReportingOverflow(by: MemoryLayout<Int>.stride)
+        guard !overflow, let raw = allocateBytes(bytes) else { return }
+        let bigger = raw.bindMemory(to: Int.self, capacity: capacity)
+        if let old = run.pointee.waitedBy {
+            bigger.update(from: old, count: run.pointee.waitedByCapacity)
+            freeBytes(UnsafeMutableRawPointer(old))
+        }
+        run.pointee.waitedBy = bigger
+        run.pointee.waitedByCapacity = capacity
+        bigger[i] = waiter
+    }
 
     /// `invoke` with callback_begin / callback_end around the call.
     @usableFromInline
@@ -864,13 +893,16 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         let token = DispatchToken(rawValue: table.tokens[i])
         table.setMark(i, pending)
         let run = self.run
-        var frame = WaitFrame(index: i, waiter: run.pointee.top)
-        observer.callbackBegin?(token)
-        let error = withUnsafeMutablePointer(to: &frame) { frame in
-            run.pointee.top = frame
-            defer { run.pointee.top = frame.pointee.waiter }
-            return table.callbacks[i].invoke(payload)
+        let waiter = run.pointee.top
+        if i < run.pointee.waitedByCapacity, let waitedBy = run.pointee.waitedBy {
+            waitedBy[i] = waiter
+        } else {
+            recordWaiterSlow(i, waiter)
         }
+        observer.callbackBegin?(token)
+        run.pointee.top = i
+        let error = table.callbacks[i].invoke(payload)
+        run.pointee.top = waiter
         observer.callbackEnd?(token, error)
         let table = slots.pointee
         table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
@@ -886,10 +918,11 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     func circularError(_ token: DispatchToken, _ target: Int) -> FluxError {
         // The running callbacks, innermost first, down to the cursor's.
         var chain: [Int] = []
-        var frame = run.pointee.top
-        while let f = frame {
-            chain.append(f.pointee.index)
-            frame = f.pointee.waiter
+        var node = run.pointee.top
+        while node >= 0, chain.count <= slots.pointee.count {
+            chain.append(node)
+            guard node < run.pointee.waitedByCapacity, let waitedBy = run.pointee.waitedBy else { return .circular(token) }
+            node = waitedBy[node]
         }
         chain.append(run.pointee.cursor)
         let tokens = slots.pointee.tokens

@@ -35,17 +35,3 @@ package final class DispatchObserver<Payload, Failure: Error>: @unchecked Sendab
         self.release = release
     }
 }
-
-/// A callback that `waitFor` runs, linked to the one that waits for it: the
-/// chain a circular-dependency error names, and the waiter an observer sees.
-/// Lives in `invoke`'s frame; `Run.top` points at the innermost.
-@usableFromInline
-struct WaitFrame {
-    @usableFromInline let index: Int
-    @usableFromInline let waiter: UnsafeMutablePointer<WaitFrame>?
-
-    @inlinable init(index: Int, waiter: UnsafeMutablePointer<WaitFrame>?) {
-        self.index = index
-        self.waiter = waiter
-    }
-}
