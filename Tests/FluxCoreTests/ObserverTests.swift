@@ -82,4 +82,27 @@ func recordingObserver(_ log: Log) -> Dispatcher<Int>.Observer {
         try d.dispatch(0)
         #expect(message.value == "circular dependency: token 3 waits for 1, which is waiting for 2, which is waiting for 3")
     }
+
+    @Test func setFromAnotherThreadDuringADispatchTakesEffectFromTheNext() throws {
+        let d = Dispatcher<Int>()
+        let first = Log()
+        let second = Log()
+        let entered = Gate()
+        let release = Gate()
+        d.register { p in
+            if p == 1 {
+                entered.open()
+                _ = release.wait()
+            }
+        }
+        d.setObserver(recordingObserver(first))
+        let holder = Thread { try! d.dispatch(1) }
+        #expect(entered.wait())
+        d.setObserver(recordingObserver(second))  // never waits for the dispatch
+        release.open()
+        holder.join()
+        try d.dispatch(2)
+        #expect(first.all == ["D1", "b1", "e1", "E"])
+        #expect(second.all == ["D2", "b1", "e1", "E"])
+    }
 }

@@ -264,6 +264,65 @@ static void test_dying_dispatcher(void)
     is_int(dying_ev.destroyed, 1, "and destroys its context at once");
 }
 
+/* Set from another thread while a dispatch is held open: never waits, and
+ * takes effect from the next dispatch. */
+typedef struct holder {
+    flag entered, release;
+    int calls;
+} holder;
+
+static int holder_cb(void *ctx, const void *payload)
+{
+    (void)payload;
+    holder *h = ctx;
+    if (h->calls++ == 0) {
+        flag_set(&h->entered);
+        REQUIRE(flag_wait(&h->release, 60));
+    }
+    return 0;
+}
+
+typedef struct dispatch_thread {
+    flux_dispatcher *d;
+    flux_status status;
+} dispatch_thread;
+
+static void *dispatch_main(void *arg)
+{
+    dispatch_thread *t = arg;
+    t->status = flux_dispatch(t->d, &one);
+    return NULL;
+}
+
+static void test_set_from_another_thread_during_a_dispatch(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    holder h = {0};
+    flag_init(&h.entered);
+    flag_init(&h.release);
+    flux_token t;
+    REQUIRE(flux_register(d, holder_cb, &h, NULL, &t) == FLUX_OK);
+    events first = {0}, second = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &first, on_destroy));
+    dispatch_thread dt = {d, (flux_status)-1};
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, NULL, dispatch_main, &dt) == 0);
+    REQUIRE(flag_wait(&h.entered, 60));
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &second, on_destroy));
+    is_int(first.destroyed, 0, "the running dispatch's observer is not destroyed under it");
+    flag_set(&h.release);
+    pthread_join(thread, NULL);
+    is_int(dt.status, FLUX_OK, "the held dispatch finished");
+    is_str(first.text, "D1 b1 e1=0 E=0", "it reported to the observer it began with");
+    is_int(first.destroyed, 1, "the replaced context was destroyed when it returned");
+    EXPECT_OK(flux_dispatch(d, &two));
+    is_str(second.text, "D2 b1 e1=0 E=0", "the next dispatch reports to the new one");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(second.destroyed, 1, "destroyed with the dispatcher");
+    flag_fini(&h.entered);
+    flag_fini(&h.release);
+}
+
 /* ---- cycles named in full ---------------------------------------------- */
 
 static void test_circular_names_the_whole_cycle(void)
@@ -322,6 +381,7 @@ int main(void)
     RUN(test_queued_dispatches_see_the_observer_as_they_begin);
     RUN(test_context_ownership_on_every_path);
     RUN(test_dying_dispatcher);
+    RUN(test_set_from_another_thread_during_a_dispatch);
     RUN(test_circular_names_the_whole_cycle);
     RUN(test_circular_names_the_cycle_under_an_observer);
     return tap_done();
