@@ -354,7 +354,6 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     ///   dispatching thread (the running dispatch goes on unharmed);
     ///   `.callback(failure, token)` when a callback failed: the dispatch was
     ///   aborted and the dispatcher is idle again.
-    @inlinable @inline(__always)
     package func dispatch(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
         let me = currentThreadID()
         if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
@@ -430,7 +429,6 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     /// when the wait failed, and then `waitFailure(token)` says why. Nothing
     /// is thrown or formatted here, so this inlines into one small frame per
     /// link of a chain of waits.
-    @inlinable @inline(__always)
     package func tryWaitFor(_ token: DispatchToken) -> Bool {
         guard isDispatchingOnCurrentThread else { return false }
         if run.pointee.observer != nil { return tryWaitForObserved(token) }
