@@ -112,13 +112,9 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         /// unobserved loop, chosen once per dispatch).
         @usableFromInline var observer: Observer?
         /// The index of the innermost callback `waitFor` is running (-1:
-        /// none, the cursor's callback is innermost).
+        /// none, the cursor's callback is innermost). With the table's
+        /// `waitedBy`, what names a cycle and an observer's waiter.
         @usableFromInline var top = -1
-        /// waitedBy[i]: the index of the callback that waited for (and so
-        /// runs) callback i, -1 for the cursor's; valid while i is pending.
-        /// Grown on first need, never per dispatch; what names a cycle.
-        @usableFromInline var waitedBy: UnsafeMutablePointer<Int>?
-        @usableFromInline var waitedByCapacity = 0
     }
 
     package typealias Observer = DispatchObserver<Callback.Payload, Callback.Failure>
@@ -167,7 +163,6 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         locked.pointee.joined?.deallocate()
         locked.pointee.spare?.deallocate()
         locked.pointee.queue.deallocate()
-        freeBytes(UnsafeMutableRawPointer(run.pointee.waitedBy))
         let observer = run.pointee.observer
         locked.deinitialize(count: 1)
         run.deinitialize(count: 1)
@@ -526,14 +521,11 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
         table.setMark(i, pending)
         // Who waits for whom, for circular errors and observers: the waiter
-        // stays in a register, one store records it.
+        // stays in a register, one store records it. (Indices fit in Int32:
+        // a table of 2^31 slots cannot be allocated.)
         let run = self.run
         let waiter = run.pointee.top
-        if i < run.pointee.waitedByCapacity, let waitedBy = run.pointee.waitedBy {
-            waitedBy[i] = waiter
-        } else {
-            recordWaiterSlow(i, waiter)
-        }
+        table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
         run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
         run.pointee.top = waiter
@@ -865,24 +857,6 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     /// The index of the callback running innermost (the waiter of a wait).
     var waiterIndex: Int { run.pointee.top >= 0 ? run.pointee.top : run.pointee.cursor }
 
-    /// Grows `waitedBy` to the table's size and records the waiter. When
-    /// memory runs out, nothing is recorded: only a cycle's message is poorer.
-    @usableFromInline
-    func recordWaiterSlow(_ i: Int, _ waiter: Int) {
-        let run = self.run
-        let capacity = max(slots.pointee.capacity, i + 1, 8)
-        let (bytes, overflow) = capacity.multipliedReportingOverflow(by: MemoryLayout<Int>.stride)
-        guard !overflow, let raw = allocateBytes(bytes) else { return }
-        let bigger = raw.bindMemory(to: Int.self, capacity: capacity)
-        if let old = run.pointee.waitedBy {
-            bigger.update(from: old, count: run.pointee.waitedByCapacity)
-            freeBytes(UnsafeMutableRawPointer(old))
-        }
-        run.pointee.waitedBy = bigger
-        run.pointee.waitedByCapacity = capacity
-        bigger[i] = waiter
-    }
-
     /// `invoke` with callback_begin / callback_end around the call.
     @usableFromInline
     func invokeObserved(
@@ -892,11 +866,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         table.setMark(i, pending)
         let run = self.run
         let waiter = run.pointee.top
-        if i < run.pointee.waitedByCapacity, let waitedBy = run.pointee.waitedBy {
-            waitedBy[i] = waiter
-        } else {
-            recordWaiterSlow(i, waiter)
-        }
+        table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
         observer.callbackBegin?(token)
         run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
@@ -916,11 +886,11 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     func circularError(_ token: DispatchToken, _ target: Int) -> FluxError {
         // The running callbacks, innermost first, down to the cursor's.
         var chain: [Int] = []
+        let table = slots.pointee
         var node = run.pointee.top
-        while node >= 0, chain.count <= slots.pointee.count {
+        while node >= 0, node < table.count, chain.count <= table.count {
             chain.append(node)
-            guard node < run.pointee.waitedByCapacity, let waitedBy = run.pointee.waitedBy else { return .circular(token) }
-            node = waitedBy[node]
+            node = Int(table.waitedBy[node])
         }
         chain.append(run.pointee.cursor)
         let tokens = slots.pointee.tokens
