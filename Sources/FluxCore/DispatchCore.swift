@@ -4,9 +4,11 @@ import Synchronization
 /// generic over how a callback is stored and called.
 ///
 /// `Dispatcher<Payload>` wraps it for Swift callers with closures; the C ABI
-/// specializes it over raw (function pointer, context) pairs. The hot paths are
-/// `@inlinable` so that each host gets a specialized loop with no witness-table
-/// calls.
+/// specializes it over raw (function pointer, context) pairs. Each host gets
+/// the hot paths specialized, with no witness-table calls: cross-module
+/// optimization specializes the plain `package` entry points (`dispatch`,
+/// `tryWaitFor`, `enqueue`) for the host's callback type, which it did not
+/// do for them while they were `@inlinable`.
 ///
 /// ## Concurrency design
 ///
@@ -422,8 +424,8 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     /// `waitFor(token)` for hosts that report errors themselves (the C ABI):
     /// true when the callback has run in this dispatch, now or before; false
     /// when the wait failed, and then `waitFailure(token)` says why. Nothing
-    /// is thrown or formatted here, so this inlines into one small frame per
-    /// link of a chain of waits.
+    /// is thrown or formatted here, so this is one small frame per link of a
+    /// chain of waits.
     package func tryWaitFor(_ token: DispatchToken) -> Bool {
         guard isDispatchingOnCurrentThread else { return false }
         if run.pointee.observer != nil { return tryWaitForObserved(token) }
