@@ -62,7 +62,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// - Throws: the error a callback threw (the dispatch was aborted: no
     ///   further callback ran, and the dispatcher is ready for the next
     ///   dispatch), or `FluxError` with `.alreadyDispatching` when called from
-    ///   inside a callback on the dispatching thread.
+    ///   inside a callback on the dispatching thread. Payloads enqueued
+    ///   meanwhile are dispatched before this returns; their failures with no
+    ///   `onError` are thrown too (see `enqueue(_:onError:)`).
     public func dispatch(_ payload: Payload) throws {
         do {
             try core.dispatch(payload)
