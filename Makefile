@@ -1,7 +1,8 @@
 # libflux -- build, test, demo, bench, install.
 #
 #   make            the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
-#   make demo       the flight-destination example in C and Python; the Swift counter
+#   make demo       the flight-destination example in C and Python (plain, with stores,
+#                   traced); the Swift counter
 #   make check      every test: swift test, the C harness, the header test, pytest
 #   make check-memory   the C harness under valgrind memcheck
 #   make bench      benchmarks, with ratios against baselines measured in the same run
@@ -105,6 +106,8 @@ demo: $(B)/examples/flight $(B)/examples/flight-stores
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight_stores.py
 	@echo "== counter example, Swift (VueFlux layer) =="
 	$(SWIFT) run --quiet counter
+	@echo "== flight-destination example, traced (flux.Trace), with a queued action =="
+	PYTHONPATH=bindings/python $(PYTHON) examples/flight_trace.py $(B)/flight-trace.json
 
 # --- tests -----------------------------------------------------------------
 check: check-swift check-c check-header check-python

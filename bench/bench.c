@@ -14,7 +14,10 @@
  *      the same chain through a plain C wait_for and against the bare
  *      recursion of such a chain (both in baseline-chain.c);
  *   4. heap allocations per dispatch in steady state, and heap bytes per
- *      registration, counted by the malloc interposer below.
+ *      registration, counted by the malloc interposer below;
+ *   5. a dispatch with an observer (all hooks, and all NULL) against none,
+ *      flux_enqueue on an idle dispatcher against flux_dispatch, and a
+ *      dispatch whose callback enqueues one payload against two dispatches.
  *
  * Timing: clock_gettime(CLOCK_MONOTONIC); each measurement is calibrated to
  * about FLUX_BENCH_SECONDS (default 0.2 s) and repeated FLUX_BENCH_REPEATS
@@ -438,6 +441,134 @@ static void bench_dispatch(void)
         free(pairs);
         free(shared_pairs);
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 5: the observer and queued dispatch                                       */
+/* ------------------------------------------------------------------------ */
+
+#define EXTRA_N 10
+static void hook_begin(void *c, const void *p) { (void)c; (void)p; }
+static void hook_end(void *c, const void *p, flux_status s) { (void)c; (void)p; (void)s; }
+static void hook_cb_begin(void *c, flux_token t) { (void)c; (void)t; }
+static void hook_cb_end(void *c, flux_token t, int r) { (void)c; (void)t; (void)r; }
+static void hook_wait(void *c, flux_token w, const flux_token *t, size_t n) { (void)c; (void)w; (void)t; (void)n; }
+
+static int run_enqueue(void *arg, uint64_t iters)
+{
+    flux_arg *a = arg;
+    for (uint64_t i = 0; i < iters; i++) {
+        flux_status s = flux_enqueue(a->d, (void *)&g_payload, NULL);
+        if (s != FLUX_OK) {
+            api_error("flux_enqueue", s);
+            return -1;
+        }
+    }
+    a->done += iters;
+    return 0;
+}
+
+/* One flux_dispatch whose first callback enqueues a second payload: two full
+ * dispatches per iteration (compare with two flux_dispatch calls). */
+static const int g_trigger = 1;
+static flux_dispatcher *g_enqueue_target;
+static int cb_enqueue_once(void *context, const void *payload)
+{
+    (void)context;
+    if (payload == &g_trigger)
+        return flux_enqueue(g_enqueue_target, (void *)&g_payload, NULL) == FLUX_OK ? 0 : 1;
+    return 0;
+}
+static int run_dispatch_queueing(void *arg, uint64_t iters)
+{
+    flux_arg *a = arg;
+    for (uint64_t i = 0; i < iters; i++) {
+        flux_status s = flux_dispatch(a->d, &g_trigger);
+        if (s != FLUX_OK) {
+            api_error("flux_dispatch (queueing)", s);
+            return -1;
+        }
+    }
+    return 0;
+}
+static int run_two_dispatches(void *arg, uint64_t iters)
+{
+    flux_arg *a = arg;
+    for (uint64_t i = 0; i < iters; i++) {
+        if (flux_dispatch(a->d, &g_trigger) != FLUX_OK || flux_dispatch(a->d, &g_payload) != FLUX_OK) {
+            api_error("flux_dispatch", FLUX_ERR_CALLBACK_FAILED);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static double g_extra[7];
+
+static void bench_extras(void)
+{
+    uint64_t counters[5][EXTRA_N];
+    memset(counters, 0, sizeof counters);
+    flux_arg plain = {make_dispatcher(EXTRA_N, counters[0]), 0};
+    flux_arg hooked = {make_dispatcher(EXTRA_N, counters[1]), 0};
+    flux_arg empty = {make_dispatcher(EXTRA_N, counters[2]), 0};
+    flux_arg queue = {make_dispatcher(EXTRA_N, counters[3]), 0};
+    flux_observer all = {FLUX_OBSERVER_VERSION, hook_begin, hook_end, hook_cb_begin, hook_cb_end, hook_wait};
+    flux_observer none = {FLUX_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL};
+    flux_status s = flux_dispatcher_set_observer(hooked.d, &all, NULL, NULL);
+    if (s == FLUX_OK)
+        s = flux_dispatcher_set_observer(empty.d, &none, NULL, NULL);
+    if (s != FLUX_OK)
+        api_error("flux_dispatcher_set_observer", s);
+    variant vs[5] = {{run_flux, &plain, 0, 0, 0}, {run_flux, &hooked, 0, 0, 0},
+                     {run_flux, &empty, 0, 0, 0}, {run_enqueue, &plain, 0, 0, 0},
+                     {run_flux, &queue, 0, 0, 0}};
+    measure(vs, 5);
+    for (int i = 0; i < 5; i++)
+        g_extra[i] = vs[i].best;
+    /* run_flux and run_enqueue both count into plain.done: every callback
+     * ran once per call, so the enqueue figure is a whole dispatch. */
+    if (check_counters("flux_dispatch / flux_enqueue", counters[0], EXTRA_N, plain.done) != 0)
+        g_extra[0] = g_extra[3] = NAN;
+    if (check_counters("observed dispatch", counters[1], EXTRA_N, hooked.done) != 0)
+        g_extra[1] = NAN;
+
+    /* Queued dispatch from a callback vs two dispatches. */
+    flux_dispatcher *d = flux_dispatcher_create();
+    g_enqueue_target = d;
+    flux_token t;
+    if (!d || flux_register(d, cb_enqueue_once, NULL, NULL, &t) != FLUX_OK) {
+        fprintf(stderr, "bench: setup failed\n");
+        exit(1);
+    }
+    for (size_t i = 1; i < EXTRA_N; i++)
+        if (flux_register(d, cb_inc, &counters[4][i], NULL, &t) != FLUX_OK)
+            exit(1);
+    flux_arg qa = {d, 0};
+    variant qs[2] = {{run_dispatch_queueing, &qa, 0, 0, 0}, {run_two_dispatches, &qa, 0, 0, 0}};
+    measure(qs, 2);
+    g_extra[5] = qs[0].best;
+    g_extra[6] = qs[1].best;
+    flux_dispatcher_destroy(d);
+    flux_dispatcher_destroy(plain.d);
+    flux_dispatcher_destroy(hooked.d);
+    flux_dispatcher_destroy(empty.d);
+    flux_dispatcher_destroy(queue.d);
+}
+
+static void print_extras(void)
+{
+    double base = g_extra[0];
+    printf("\nobserver and queued dispatch (%d trivial callbacks; ns per call)\n", EXTRA_N);
+    printf("  dispatch, no observer                %8.1f   (again, another dispatcher: %.1f)\n", base, g_extra[4]);
+    printf("  dispatch, observer, all 5 hooks      %8.1f   +%.1f per dispatch, +%.2f per callback\n",
+           g_extra[1], g_extra[1] - base, (g_extra[1] - base) / EXTRA_N);
+    printf("  dispatch, observer, every hook NULL  %8.1f   +%.1f (the observed loop itself)\n",
+           g_extra[2], g_extra[2] - base);
+    printf("  flux_enqueue, idle (NULL done)       %8.1f   %+.1f vs flux_dispatch\n",
+           g_extra[3], g_extra[3] - base);
+    printf("  dispatch that enqueues 1 from a callback %4.1f   vs 2 x flux_dispatch %.1f: queueing costs %+.1f\n",
+           g_extra[5], g_extra[6], g_extra[5] - g_extra[6]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -935,6 +1066,10 @@ int main(void)
     printf("  heap bytes left after destroy      %9.0f\n", g_destroy_leftover);
     printf("  register+unregister one callback beside 1,000 others: "
            "%.1f ns, %.2f allocation calls\n", g_churn_ns, g_churn_allocs);
+
+    /* 5. observer and queued dispatch */
+    bench_extras();
+    print_extras();
     printf("\ntotal %.1f s; the best samples spent up to %.1f%% of their "
            "wall time off the CPU", (now_ns() - start) / 1e9,
            100 * g_worst_offcpu);

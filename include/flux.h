@@ -49,6 +49,9 @@
  * run on the thread that removed the registration, except when it was removed
  * while a dispatch was running: then destroy runs on the dispatching thread
  * when that dispatch finishes. flux_last_error() is per thread.
+ * flux_enqueue() never waits: while a dispatch runs it queues the payload for
+ * the dispatching thread, which runs it before its own call returns.
+ * Observer hooks run on the dispatching thread.
  *
  * The one thing the library cannot guard against is a dispatcher used after
  * (or while) flux_dispatcher_destroy() frees it, from any thread: as with
@@ -268,7 +271,8 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  *         registered during this dispatch (such callbacks join the next one).
  *         FLUX_ERR_CIRCULAR: a token's callback is running further up the
  *         stack (a cycle, or a callback waiting on itself). The message names
- *         the token.
+ *         every token of the cycle: "token 3 waits for 1, which is waiting
+ *         for 2, which is waiting for 3" (or "token 3 waits for itself").
  *         FLUX_ERR_CALLBACK_FAILED: a callback run by this call, or earlier
  *         in this dispatch, failed; the dispatch is being aborted. Once it
  *         is, this comes before any token error.
@@ -584,6 +588,133 @@ FLUX_API flux_status flux_store_group_create(flux_store *const *stores, size_t c
 FLUX_API flux_status flux_store_group_release(flux_store_group *g);
 
 /* ------------------------------------------------------------------------ */
+/* Queued dispatch                                                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * flux_dispatch() keeps Facebook's rule: no dispatch in the middle of a
+ * dispatch. flux_enqueue() is for an action that causes another: when the
+ * dispatcher is busy it queues the payload for the thread running the
+ * dispatch, which dispatches it -- a full dispatch of its own -- before its
+ * own call returns.
+ */
+
+/** Reports an enqueued payload's outcome: called exactly once per
+ *  flux_enqueue() call, with the payload as given and the status of its own
+ *  dispatch (FLUX_OK, FLUX_ERR_CALLBACK_FAILED), or of flux_enqueue()'s
+ *  refusal. It runs on the thread that dispatched the payload, with no
+ *  callback running; the dispatcher is still dispatching (see
+ *  flux_enqueue()). When status is not FLUX_OK, flux_last_error() describes
+ *  the failure while it runs. */
+typedef void (*flux_done_fn)(void *payload, flux_status status);
+
+/**
+ * Dispatches payload now, or after the running dispatch, never waiting.
+ *
+ * - Idle: dispatches payload on the calling thread (exactly as
+ *   flux_dispatch()), runs done(payload, status), then runs every payload
+ *   that got queued meanwhile, and returns the status of payload's own
+ *   dispatch.
+ * - A dispatch is running (on this thread -- from a callback or a done -- or
+ *   on another): appends payload to the dispatcher's FIFO queue and returns
+ *   FLUX_OK at once.
+ *
+ * The thread running a dispatch runs every queued payload, in FIFO order,
+ * each a full dispatch of its own (flux_wait_for() works in each; callbacks
+ * registered meanwhile take part), after its own dispatch and before its
+ * flux_dispatch() or flux_enqueue() returns; then done(payload, status) for
+ * that payload. A queued dispatch that fails does not stop the queue. Every
+ * accepted payload is dispatched exactly once: one enqueued from another
+ * thread just as the running dispatch ends is either run by that thread or
+ * finds the dispatcher idle and is dispatched by its caller.
+ *
+ * From the outermost call's start until it returns, draining included, the
+ * dispatcher is dispatching: flux_is_dispatching() is 1, flux_dispatch()
+ * (even from a done) fails with FLUX_ERR_ALREADY_DISPATCHING, flux_enqueue()
+ * queues, and flux_dispatcher_destroy() is refused. A thread that keeps
+ * enqueueing keeps the draining thread busy.
+ *
+ * @param payload  opaque, may be NULL; callbacks receive it as their payload.
+ *                 It stays the caller's and must stay valid until done runs.
+ * @param done     may be NULL.
+ * @return FLUX_OK: dispatched with success, or queued.
+ *         FLUX_ERR_CALLBACK_FAILED: dispatched at once, and a callback
+ *         failed (as flux_dispatch()).
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
+ *         FLUX_ERR_NO_MEMORY: the queue could not grow.
+ *         On these three errors done(payload, status) has run, at once,
+ *         before this returns.
+ * Threads: any thread, from inside a callback or a done too; never waits for
+ *          a running dispatch.
+ */
+FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_fn done);
+
+/* ------------------------------------------------------------------------ */
+/* Observer                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/** The version of struct flux_observer this header describes. */
+#define FLUX_OBSERVER_VERSION 1
+
+/**
+ * Hooks that watch a dispatcher: for logging, tracing, profiling. Events
+ * arrive in this exact order, on the dispatching thread:
+ *
+ *   dispatch_begin(payload);
+ *   for each callback the dispatch runs: callback_begin(token) ...
+ *   callback_end(token, result), result being the callback's return value;
+ *   a callback's flux_wait_for() first reports wait_for(waiter, tokens,
+ *   count) -- the waiter's token and the array as given, on entry, whatever
+ *   the call then returns -- then the begin/end pairs of the callbacks it
+ *   runs, nested inside the waiter's pair;
+ *   dispatch_end(payload, status) last, status being what the dispatch ends
+ *   with (FLUX_OK or FLUX_ERR_CALLBACK_FAILED).
+ *
+ * Queued dispatches (flux_enqueue()) report their own begin and end. A
+ * flux_dispatch() refused with FLUX_ERR_ALREADY_DISPATCHING reports nothing;
+ * neither does a flux_wait_for() that fails with FLUX_ERR_INVALID_ARGUMENT,
+ * nor one called from no callback (say, from a hook or a done). Any hook
+ * may be NULL. Hooks may call any function of this header that a callback
+ * may call, but the tokens array is valid only during the wait_for call.
+ */
+typedef struct flux_observer {
+    int version; /**< FLUX_OBSERVER_VERSION */
+    void (*dispatch_begin)(void *context, const void *payload);
+    void (*dispatch_end)(void *context, const void *payload, flux_status status);
+    void (*callback_begin)(void *context, flux_token token);
+    void (*callback_end)(void *context, flux_token token, int result);
+    void (*wait_for)(void *context, flux_token waiter, const flux_token *tokens,
+                     size_t count);
+} flux_observer;
+
+/**
+ * Sets d's observer (one per dispatcher): the hooks are copied, and each is
+ * called with context. hooks == NULL clears it. With no observer the
+ * dispatch loop pays nothing for the feature (the observed loop is chosen
+ * once per dispatch).
+ *
+ * Idle, it takes effect at once; set during a dispatch (from a callback or
+ * another thread), it takes effect from the next dispatch -- a queued one
+ * included -- and the running one keeps its observer to the end.
+ *
+ * Ownership: context is handed over whatever the outcome. destroy(context),
+ * when destroy is not NULL, runs exactly once: when this observer is replaced
+ * or cleared, or d is destroyed; at once when this call fails, or when hooks
+ * is NULL (clearing takes no context). A context replaced or cleared during
+ * a dispatch is destroyed when the outermost flux_dispatch() or
+ * flux_enqueue() returns, outside the dispatch.
+ *
+ * @return FLUX_OK.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed;
+ *         hooks->version is not FLUX_OBSERVER_VERSION.
+ * Threads: any thread, from inside a callback or a hook too; never waits.
+ */
+FLUX_API flux_status flux_dispatcher_set_observer(flux_dispatcher *d,
+                                                  const flux_observer *hooks,
+                                                  void *context,
+                                                  void (*destroy)(void *context));
+
+/* ------------------------------------------------------------------------ */
 /* Trampolines and dynamic calls (libffi)                                   */
 /* ------------------------------------------------------------------------ */
 
@@ -760,7 +891,7 @@ FLUX_API const char *flux_status_name(flux_status status);
 /**
  * @return this thread's message for its most recent failed call, naming the
  *         function and the tokens involved, e.g. "flux_wait_for: circular
- *         dependency detected while waiting for token 3"; "" when no call on
+ *         dependency: token 3 waits for 1, which is waiting for 3"; "" when no call on
  *         this thread has failed. Successful calls leave it unchanged. The
  *         string belongs to the library and stays valid until this thread's
  *         next failing call or the thread's exit. Never NULL.

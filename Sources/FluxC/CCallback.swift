@@ -14,6 +14,9 @@ import Synchronization
 public typealias FluxCallbackFunction = flux_callback
 /// `flux_destroy`: `void (*)(void *context)`, as the header declares it.
 public typealias FluxDestroyFunction = flux_destroy
+/// `flux_done_fn`: `void (*)(void *payload, flux_status status)`, as the
+/// header declares it.
+public typealias FluxDoneFunction = flux_done_fn
 
 /// A C callback as the engine stores it: the raw (function, context) pair and
 /// the context's destroy function, 24 bytes, called with no Swift closure in
@@ -30,6 +33,18 @@ struct CCallback: DispatchCallback {
     }
 
     func release() { destroy?(context) }
+
+    /// flux_enqueue's done(payload, status); flux_last_error() describes a
+    /// failure while it runs.
+    static func complete(_ done: FluxDoneFunction?, _ payload: UnsafeRawPointer?, _ error: DispatchError<CallbackFailure>?) {
+        let status = error.map { fail("flux_enqueue", $0) } ?? 0
+        done?(UnsafeMutableRawPointer(mutating: payload), flux_status(status))
+    }
+}
+
+extension flux_status {
+    /// The header's status for a status code the exports return as `int`.
+    init(_ code: Int32) { self.init(rawValue: UInt32(bitPattern: code)) }
 }
 
 /// A C callback returned non-zero.

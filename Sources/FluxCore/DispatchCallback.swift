@@ -7,6 +7,9 @@
 @_spi(Engine) public protocol DispatchCallback {
     associatedtype Payload
     associatedtype Failure: Error
+    /// What `enqueue` reports a payload's outcome to (C: a `flux_done_fn`).
+    /// Hosts that do not enqueue leave it at `NoCompletion`.
+    associatedtype Completion = NoCompletion
 
     /// Calls the callback; a non-nil result is its failure, which aborts the
     /// running dispatch. (A return value, not `throws(Failure)`: the optimizer
@@ -17,6 +20,19 @@
     /// value: on unregister, on `close()`, or when registering fails. Never
     /// called with the engine's lock held, so it may call back into the engine.
     func release()
+
+    /// Reports the outcome of an enqueued payload's dispatch (nil: it
+    /// succeeded), or the error that refused it. Called exactly once per
+    /// `enqueue`, on the thread that dispatched the payload, with no callback
+    /// running and no lock held.
+    static func complete(_ completion: Completion, _ payload: Payload, _ error: DispatchError<Failure>?)
+}
+
+/// The completion of hosts that never enqueue.
+@_spi(Engine) public struct NoCompletion {}
+
+extension DispatchCallback where Completion == NoCompletion {
+    @_spi(Engine) public static func complete(_ completion: Completion, _ payload: Payload, _ error: DispatchError<Failure>?) {}
 }
 
 /// What a dispatch or `waitFor` can fail with: the engine's own error, or the

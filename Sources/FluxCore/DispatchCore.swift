@@ -4,9 +4,11 @@ import Synchronization
 /// generic over how a callback is stored and called.
 ///
 /// `Dispatcher<Payload>` wraps it for Swift callers with closures; the C ABI
-/// specializes it over raw (function pointer, context) pairs. The hot paths are
-/// `@inlinable` so that each host gets a specialized loop with no witness-table
-/// calls.
+/// specializes it over raw (function pointer, context) pairs. Each host gets
+/// the hot paths specialized, with no witness-table calls: cross-module
+/// optimization specializes the plain `package` entry points (`dispatch`,
+/// `tryWaitFor`, `enqueue`) for the host's callback type, which it did not
+/// do for them while they were `@inlinable`.
 ///
 /// ## Concurrency design
 ///
@@ -58,6 +60,9 @@ import Synchronization
     /// Set for good by `close()`: the fast-path start then fails, and the slow
     /// path refuses, so a closed dispatcher costs the hot path nothing.
     @usableFromInline static var closedBit: UInt { 16 }
+    /// Payloads wait in `Locked.queue`: like `dirty`, it makes the ending
+    /// swap fail, and `endSlow` drains the queue before the dispatch ends.
+    @usableFromInline static var queuedBit: UInt { 32 }
 
     @usableFromInline let state = Atomic<UInt>(0)
     /// The thread running the dispatch, 0 when none. Only that thread stores
@@ -114,7 +119,17 @@ import Synchronization
         /// Where the dispatch loop stops: the table's count, or 0 once a
         /// callback failed, so one compare per callback covers both.
         @usableFromInline var end = 0
+        /// The observer of this dispatch, fixed when it starts (nil: the
+        /// unobserved loop, chosen once per dispatch).
+        @usableFromInline var observer: Observer?
+        /// The index of the innermost callback `waitFor` is running (-1:
+        /// none, the cursor's callback is innermost). With the table's
+        /// `waitedBy`, what names a cycle and an observer's waiter.
+        @usableFromInline var top = -1
     }
+
+    @_spi(Engine) public typealias Observer = DispatchObserver<Callback.Payload, Callback.Failure>
+    @usableFromInline typealias Queued = (payload: Callback.Payload, completion: Callback.Completion)
 
     @usableFromInline
     struct Locked {
@@ -127,6 +142,13 @@ import Synchronization
         /// Callbacks that joined and left during the running dispatch.
         var joinedLeft: [Callback] = []
         var waiters = 0
+        /// Enqueued payloads, FIFO, for the thread running the dispatch.
+        var queue = PayloadQueue<Queued>()
+        /// An observer set during a dispatch, installed when it ends.
+        var observerChanged = false
+        var nextObserver: Observer?
+        /// Observers replaced during a dispatch, released when it ends.
+        var retired: [Observer] = []
     }
 
     /// A dispatcher with no callbacks, or nil when memory runs out.
@@ -151,11 +173,14 @@ import Synchronization
         slots.pointee.deallocate()
         locked.pointee.joined?.deallocate()
         locked.pointee.spare?.deallocate()
+        locked.pointee.queue.deallocate()
+        let observer = run.pointee.observer
         locked.deinitialize(count: 1)
         run.deinitialize(count: 1)
         slots.deinitialize(count: 1)
         freeBytes(UnsafeMutableRawPointer(slots))
         for callback in callbacks { callback.release() }
+        observer?.release?()
     }
 
     // MARK: - Queries
@@ -300,10 +325,15 @@ import Synchronization
             throw FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
         }
         slots.pointee.removeAll { callbacks.append($0) }
+        // Idle and holding the table: the run state is ours too.
+        let run = self.run
+        let observer = run.pointee.observer
+        run.pointee.observer = nil
         state.bitwiseOr(Self.closedBit, ordering: .relaxed)
         releaseTable()
         lock.unlock()
         for callback in callbacks { callback.release() }
+        observer?.release?()
     }
 
     /// Under the lock: when idle, sets the mutating bit and returns true (the
@@ -345,6 +375,8 @@ import Synchronization
         }
         owner.store(me, ordering: .relaxed)
         let run = self.run
+        // Observed or not is decided here, once per dispatch.
+        if run.pointee.observer != nil { return try dispatchObserved(payload) }
         run.pointee.epoch &+= 1
         let pending = run.pointee.epoch &* 2
         run.pointee.payload = payload
@@ -385,13 +417,16 @@ import Synchronization
         _ tokens: Tokens
     ) throws(DispatchError<Callback.Failure>) {
         if tokens.count == 1, let token = tokens.first { return try waitFor(token) }
+        let observer = isDispatchingOnCurrentThread ? run.pointee.observer : nil
+        if let observer { reportWait(observer, tokens) }
         let (payload, table, pending) = try beginWait()
         for token in tokens { _ = try waitable(token, table, pending) }
         for token in tokens {
             // Found by the first pass; the table cannot change shape mid-dispatch.
             guard let i = table.index(of: token.rawValue) else { continue }
-            if phase(table, i, pending) == .notRun && !invoke(table, i, payload, pending) {
-                throw currentFailure()
+            if phase(table, i, pending) == .notRun {
+                let ok = if let observer { invokeObserved(observer, table, i, payload, pending) } else { invoke(table, i, payload, pending) }
+                if !ok { throw currentFailure() }
             }
         }
     }
@@ -410,7 +445,9 @@ import Synchronization
     /// link of a chain of waits.
     @inlinable @inline(__always)
     @_spi(Engine) public func tryWaitFor(_ token: DispatchToken) -> Bool {
-        guard isDispatchingOnCurrentThread, !run.pointee.aborted, let payload = run.pointee.payload,
+        guard isDispatchingOnCurrentThread else { return false }
+        if run.pointee.observer != nil { return tryWaitForObserved(token) }
+        guard !run.pointee.aborted, let payload = run.pointee.payload,
               let i = slots.pointee.index(of: token.rawValue) else { return false }
         let table = slots.pointee
         let pending = run.pointee.epoch &* 2
@@ -448,7 +485,7 @@ import Synchronization
         let phase = phase(table, i, pending)
         switch phase {
         case .removed: throw .flux(unknownTokenError(token))
-        case .pending: throw .flux(.circular(token))
+        case .pending: throw .flux(circularError(token, i))
         case .handled, .notRun: return (i, phase)
         }
     }
@@ -503,7 +540,15 @@ import Synchronization
     @inlinable
     func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
         table.setMark(i, pending)
+        // Who waits for whom, for circular errors and observers: the waiter
+        // stays in a register, one store records it. (Indices fit in Int32:
+        // a table of 2^31 slots cannot be allocated.)
+        let run = self.run
+        let waiter = run.pointee.top
+        table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
+        run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
+        run.pointee.top = waiter
         // The table and the epoch are read again rather than kept across the
         // call (they cannot change during a dispatch): fewer registers to
         // save, so a smaller frame for every link of a chain of waits.
@@ -560,12 +605,40 @@ import Synchronization
     }
 
     /// The contended end: merges registrations that joined, drops those that
-    /// left, wakes waiting dispatchers, then releases what left (outside the
-    /// lock, after the dispatch is over).
+    /// left, installs an observer set meanwhile, runs the queued payloads
+    /// (each a dispatch of its own, still owning the dispatcher), wakes
+    /// waiting dispatchers, then releases what left and retired observers
+    /// (outside the lock, after the dispatch is over).
     @usableFromInline
     func endSlow() {
+        var released: [Callback] = []
+        var retired: [Observer] = []
         lock.lock()
-        var released = locked.pointee.joinedLeft
+        while true {
+            mergeLocked(&released, &retired)
+            guard let next = locked.pointee.queue.popFirst() else { break }
+            // Still dispatching: keep the waiters' bit, and the queued bit
+            // while payloads remain, so the next end comes back here.
+            state.store(Self.dispatchingBit
+                        | (locked.pointee.waiters > 0 ? Self.waitersBit : 0)
+                        | (locked.pointee.queue.isEmpty ? 0 : Self.queuedBit), ordering: .releasing)
+            lock.unlock()
+            owner.store(currentThreadID(), ordering: .relaxed)
+            let error = runBody(next.payload)
+            Callback.complete(next.completion, next.payload, error)
+            owner.store(0, ordering: .relaxed)
+            lock.lock()
+        }
+        state.store(0, ordering: .releasing)
+        if locked.pointee.waiters > 0 { lock.broadcast() }
+        lock.unlock()
+        for callback in released { callback.release() }
+        for observer in retired { observer.release?() }
+    }
+
+    /// Under the lock, at the end of a dispatch: what mutators left for it.
+    private func mergeLocked(_ released: inout [Callback], _ retired: inout [Observer]) {
+        released += locked.pointee.joinedLeft
         locked.pointee.joinedLeft = []
         if !locked.pointee.leaving.isEmpty {
             // Stamp them again: waitFor may have overwritten a stamp (see invoke).
@@ -589,10 +662,267 @@ import Synchronization
         }
         locked.pointee.spare?.deallocate()
         locked.pointee.spare = nil
-        state.store(0, ordering: .releasing)
-        if locked.pointee.waiters > 0 { lock.broadcast() }
+        if locked.pointee.observerChanged {
+            let run = self.run
+            if let old = run.pointee.observer { retired.append(old) }
+            run.pointee.observer = locked.pointee.nextObserver
+            locked.pointee.nextObserver = nil
+            locked.pointee.observerChanged = false
+        }
+        retired += locked.pointee.retired
+        locked.pointee.retired = []
+    }
+
+    // MARK: - Queued dispatch
+
+    /// What `enqueue` did with a payload.
+    @_spi(Engine) public enum EnqueueOutcome {
+        /// Dispatched at once on this thread (completion has run; so has the
+        /// queue); the error is the payload's own outcome.
+        case dispatched(DispatchError<Callback.Failure>?)
+        /// Queued for the thread running the dispatch; completion runs there.
+        case queued
+        /// Refused (closed, out of memory); completion has run with it.
+        case refused(FluxError)
+    }
+
+    /// Dispatches `payload` now when idle (then completes it, then runs what
+    /// got queued, before returning); while a dispatch runs, on this thread
+    /// or another, appends it to the queue and returns at once. Never waits.
+    /// `Callback.complete(completion, ...)` runs exactly once per call.
+    @_spi(Engine) public func enqueue(_ payload: Callback.Payload, _ completion: Callback.Completion) -> EnqueueOutcome {
+        if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
+            lock.lock()
+            let refusal = enqueueLocked(payload, completion)
+            lock.unlock()
+            switch refusal {
+            case .some(.some(let error)):
+                Callback.complete(completion, payload, .flux(error))
+                return .refused(error)
+            case .some(.none):
+                return .queued
+            case .none:
+                break  // found idle and claimed: dispatch it here
+            }
+        }
+        owner.store(currentThreadID(), ordering: .relaxed)
+        let error = runBody(payload)
+        // The dispatcher stays ours until the queue is drained, so a
+        // dispatch from the completion is refused and an enqueue queues.
+        Callback.complete(completion, payload, error)
+        owner.store(0, ordering: .relaxed)
+        if !state.compareExchange(expected: Self.dispatchingBit, desired: 0, ordering: .releasing).exchanged {
+            endSlow()
+        }
+        return .dispatched(error)
+    }
+
+    /// Under the lock: queues the payload (.some(nil)), refuses it
+    /// (.some(error)), or claims the idle dispatcher for the caller (nil).
+    private func enqueueLocked(_ payload: Callback.Payload, _ completion: Callback.Completion) -> FluxError?? {
+        if isClosed { return .some(.closed) }
+        var current = state.load(ordering: .relaxed)
+        while true {
+            if current & Self.dispatchingBit == 0 {
+                // Idle: the dispatch ended before we got here (never lost).
+                let (exchanged, original) = state.compareExchange(
+                    expected: current, desired: current | Self.dispatchingBit, ordering: .acquiringAndReleasing)
+                if exchanged { return nil }
+                current = original
+                continue
+            }
+            guard locked.pointee.queue.reserveOne() else { return .some(.outOfMemory) }
+            // The bit first: once it is up, the running dispatch cannot end
+            // by its fast path, and its slow end needs this lock.
+            let (exchanged, original) = state.compareExchange(
+                expected: current, desired: current | Self.queuedBit, ordering: .acquiringAndReleasing)
+            if exchanged {
+                locked.pointee.queue.append((payload, completion))
+                return .some(nil)
+            }
+            current = original
+        }
+    }
+
+    /// One whole dispatch of `payload`, observed or not, by the thread that
+    /// owns the dispatcher, leaving it owned. Returns its failure.
+    @usableFromInline
+    func runBody(_ payload: Callback.Payload) -> DispatchError<Callback.Failure>? {
+        if let observer = run.pointee.observer { return runObserved(payload, observer) }
+        let run = self.run
+        run.pointee.epoch &+= 1
+        let pending = run.pointee.epoch &* 2
+        run.pointee.payload = payload
+        run.pointee.cursor = -1
+        let table = slots.pointee
+        run.pointee.end = table.count
+        var i = 0
+        while i < run.pointee.end {
+            if table.mark(i) < pending {
+                run.pointee.cursor = i
+                if let error = table.callbacks[i].invoke(payload) { recordFailure(error, token: table.tokens[i]) }
+            }
+            i &+= 1
+        }
+        return finishRun()
+    }
+
+    /// The dispatch loop with the observer's events.
+    func runObserved(_ payload: Callback.Payload, _ observer: Observer) -> DispatchError<Callback.Failure>? {
+        observer.dispatchBegin?(payload)
+        let run = self.run
+        run.pointee.epoch &+= 1
+        let pending = run.pointee.epoch &* 2
+        run.pointee.payload = payload
+        run.pointee.cursor = -1
+        let table = slots.pointee
+        run.pointee.end = table.count
+        var i = 0
+        while i < run.pointee.end {
+            if table.mark(i) < pending {
+                run.pointee.cursor = i
+                let token = DispatchToken(rawValue: table.tokens[i])
+                observer.callbackBegin?(token)
+                let error = table.callbacks[i].invoke(payload)
+                observer.callbackEnd?(token, error)
+                if let error { recordFailure(error, token: token.rawValue) }
+            }
+            i &+= 1
+        }
+        let error = finishRun()
+        observer.dispatchEnd?(payload, error)
+        return error
+    }
+
+    /// Resets the run state after the loop; returns the dispatch's failure.
+    private func finishRun() -> DispatchError<Callback.Failure>? {
+        let run = self.run
+        let failure = run.pointee.failure.take()
+        run.pointee.aborted = false
+        run.pointee.payload = nil
+        guard let failure else { return nil }
+        return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken))
+    }
+
+    /// `dispatch` once it found an observer: the observed loop and the end.
+    @usableFromInline
+    func dispatchObserved(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
+        let error = runBody(payload)
+        owner.store(0, ordering: .relaxed)
+        if !state.compareExchange(expected: Self.dispatchingBit, desired: 0, ordering: .releasing).exchanged {
+            endSlow()
+        }
+        if let error { throw error }
+    }
+
+    // MARK: - Observer
+
+    /// Sets (nil: clears) the observer. Idle, it takes effect at once and the
+    /// previous one is released before this returns; during a dispatch, it
+    /// takes effect from the next dispatch (a queued one included) and the
+    /// previous one is released when the running call returns. Never waits.
+    ///
+    /// - Throws: `invalidArgument` once closed; `observer.release` has run.
+    @_spi(Engine) public func setObserver(_ observer: Observer?) throws(FluxError) {
+        lock.lock()
+        if isClosed {
+            lock.unlock()
+            observer?.release?()
+            throw .closed
+        }
+        var old: Observer?
+        if claimTable(orSet: Self.dirtyBit) {
+            let run = self.run
+            old = run.pointee.observer
+            run.pointee.observer = observer
+            releaseTable()
+        } else {
+            if locked.pointee.observerChanged, let replaced = locked.pointee.nextObserver {
+                locked.pointee.retired.append(replaced)
+            }
+            locked.pointee.nextObserver = observer
+            locked.pointee.observerChanged = true
+        }
         lock.unlock()
-        for callback in released { callback.release() }
+        old?.release?()
+    }
+
+    /// `tryWaitFor` with an observer: reports the wait, then waits, reporting
+    /// the callbacks it runs.
+    @usableFromInline
+    func tryWaitForObserved(_ token: DispatchToken) -> Bool {
+        let run = self.run
+        guard let observer = run.pointee.observer, let payload = run.pointee.payload else { return false }
+        reportWait(observer, CollectionOfOne(token))
+        guard !run.pointee.aborted, let i = slots.pointee.index(of: token.rawValue) else { return false }
+        let table = slots.pointee
+        let pending = run.pointee.epoch &* 2
+        switch phase(table, i, pending) {
+        case .handled: return true
+        case .notRun: return invokeObserved(observer, table, i, payload, pending)
+        case .pending, .removed: return false
+        }
+    }
+
+    /// Reports a wait of the running callback, when a callback is running.
+    @usableFromInline
+    func reportWait<Tokens: Collection<DispatchToken>>(_ observer: Observer, _ tokens: Tokens) {
+        guard let hook = observer.waitFor, run.pointee.payload != nil else { return }
+        let waiter = DispatchToken(rawValue: slots.pointee.tokens[waiterIndex])
+        if let done: Void = tokens.withContiguousStorageIfAvailable({ hook(waiter, $0) }) { return done }
+        let copy = Array(tokens)
+        copy.withUnsafeBufferPointer { hook(waiter, $0) }
+    }
+
+    /// The index of the callback running innermost (the waiter of a wait).
+    var waiterIndex: Int { run.pointee.top >= 0 ? run.pointee.top : run.pointee.cursor }
+
+    /// `invoke` with callback_begin / callback_end around the call.
+    @usableFromInline
+    func invokeObserved(
+        _ observer: Observer, _ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64
+    ) -> Bool {
+        let token = DispatchToken(rawValue: table.tokens[i])
+        table.setMark(i, pending)
+        let run = self.run
+        let waiter = run.pointee.top
+        table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
+        observer.callbackBegin?(token)
+        run.pointee.top = i
+        let error = table.callbacks[i].invoke(payload)
+        run.pointee.top = waiter
+        observer.callbackEnd?(token, error)
+        let table = slots.pointee
+        table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
+        if let error { recordFailure(error, token: token.rawValue) }
+        return !run.pointee.aborted
+    }
+
+    /// The cycle a wait on the pending callback at `target` closes, named in
+    /// full from the chain of waiting frames: "token 3 waits for 1, which is
+    /// waiting for 2, which is waiting for 3". Cold: the success path keeps
+    /// only the frame links.
+    @usableFromInline
+    func circularError(_ token: DispatchToken, _ target: Int) -> FluxError {
+        // The running callbacks, innermost first, down to the cursor's.
+        var chain: [Int] = []
+        let table = slots.pointee
+        var node = run.pointee.top
+        while node >= 0, node < table.count, chain.count <= table.count {
+            chain.append(node)
+            node = Int(table.waitedBy[node])
+        }
+        chain.append(run.pointee.cursor)
+        let tokens = slots.pointee.tokens
+        guard let k = chain.firstIndex(of: target), let waiter = chain.first else { return .circular(token) }
+        if k == 0 {
+            return FluxError(.circularDependency, "circular dependency: token \(tokens[waiter]) waits for itself")
+        }
+        var text = "circular dependency: token \(tokens[waiter]) waits for \(tokens[target])"
+        for j in stride(from: k - 1, through: 0, by: -1) {
+            text += ", which is waiting for \(tokens[chain[j]])"
+        }
+        return FluxError(.circularDependency, text)
     }
 
     // MARK: - Error messages (cold)

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Broadcasts payloads to registered callbacks: Facebook's Flux Dispatcher.
 ///
 /// Every payload goes to every callback, in registration order. A callback
@@ -20,6 +22,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     public typealias Callback = @Sendable (Payload) throws -> Void
 
     let core: DispatchCore<ClosureCallback<Payload>>
+    /// Failures of queued dispatches that had no `onError`, for the
+    /// outermost call of the thread that ran them (keyed by thread).
+    let queuedFailures = QueuedFailures()
 
     public init() {
         // Swift's own allocations trap when memory runs out; so does this.
@@ -57,13 +62,50 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// - Throws: the error a callback threw (the dispatch was aborted: no
     ///   further callback ran, and the dispatcher is ready for the next
     ///   dispatch), or `FluxError` with `.alreadyDispatching` when called from
-    ///   inside a callback on the dispatching thread.
+    ///   inside a callback on the dispatching thread. Payloads enqueued
+    ///   meanwhile are dispatched before this returns; their failures with no
+    ///   `onError` are thrown too (see `enqueue(_:onError:)`).
     public func dispatch(_ payload: Payload) throws {
         do {
             try core.dispatch(payload)
+        } catch .flux(let error) {
+            // Refused: not the outermost call, it ran nothing.
+            throw error
         } catch {
-            throw error.unwrapped
+            try queuedFailures.throwPending(first: error.unwrapped)
         }
+        if queuedFailures.any { try queuedFailures.throwPending(first: nil) }
+    }
+
+    /// Dispatches `payload` now when idle; while a dispatch runs (from a
+    /// callback, or on another thread), queues it for the thread running the
+    /// dispatch, which dispatches it -- a full dispatch of its own -- before
+    /// its own `dispatch` or `enqueue` returns. Never waits.
+    ///
+    /// The payload's error goes to `onError` when given (on the thread that
+    /// dispatched it). Otherwise the outermost `dispatch`/`enqueue` call of
+    /// that thread throws it once the queue has drained: the first failure
+    /// unchanged when it is the only one, else `QueuedDispatchFailures` with
+    /// all of them in order.
+    ///
+    /// - Throws: as above; `FluxError` `.noMemory` when the queue cannot grow.
+    public func enqueue(_ payload: Payload, onError: (@Sendable (any Error) -> Void)? = nil) throws {
+        switch core.enqueue(payload, EnqueueCompletion(onError: onError, failures: queuedFailures)) {
+        case .queued:
+            return
+        case .refused(let error):
+            throw error
+        case .dispatched:
+            // The outermost call: its own failure was recorded first.
+            if queuedFailures.any { try queuedFailures.throwPending(first: nil) }
+        }
+    }
+
+    /// Watches every dispatch: see `Observer`. nil removes it. Set during a
+    /// dispatch, it takes effect from the next one. Never waits.
+    public func setObserver(_ observer: Observer?) {
+        // Only a closed dispatcher refuses, and only deinit closes.
+        try? core.setObserver(observer.map { $0.engineObserver })
     }
 
     /// From inside a callback: runs the callbacks of `tokens` that have not
@@ -83,6 +125,96 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     public var isDispatching: Bool { core.isDispatching }
 }
 
+extension Dispatcher {
+    /// Closures called on the dispatching thread as a dispatch runs, in this
+    /// order: `dispatchBegin`; `callbackBegin` … `callbackEnd` around each
+    /// callback (with the error it threw, nil when none); `waitFor` on entry
+    /// to a callback's `waitFor` (the waiter's token and the tokens as given,
+    /// whatever it then throws), then the pairs of the callbacks it runs,
+    /// nested inside the waiter's; `dispatchEnd` last, with the dispatch's
+    /// error (nil when it succeeded).
+    public struct Observer: Sendable {
+        public var dispatchBegin: (@Sendable (Payload) -> Void)?
+        public var dispatchEnd: (@Sendable (Payload, (any Error)?) -> Void)?
+        public var callbackBegin: (@Sendable (DispatchToken) -> Void)?
+        public var callbackEnd: (@Sendable (DispatchToken, (any Error)?) -> Void)?
+        public var waitFor: (@Sendable (DispatchToken, [DispatchToken]) -> Void)?
+
+        public init(
+            dispatchBegin: (@Sendable (Payload) -> Void)? = nil,
+            dispatchEnd: (@Sendable (Payload, (any Error)?) -> Void)? = nil,
+            callbackBegin: (@Sendable (DispatchToken) -> Void)? = nil,
+            callbackEnd: (@Sendable (DispatchToken, (any Error)?) -> Void)? = nil,
+            waitFor: (@Sendable (DispatchToken, [DispatchToken]) -> Void)? = nil
+        ) {
+            self.dispatchBegin = dispatchBegin
+            self.dispatchEnd = dispatchEnd
+            self.callbackBegin = callbackBegin
+            self.callbackEnd = callbackEnd
+            self.waitFor = waitFor
+        }
+
+        var engineObserver: DispatchCore<ClosureCallback<Payload>>.Observer {
+            let end = dispatchEnd
+            let wait = waitFor
+            return DispatchObserver(
+                dispatchBegin: dispatchBegin,
+                dispatchEnd: end.map { f in { payload, error in f(payload, error?.unwrapped) } },
+                callbackBegin: callbackBegin,
+                callbackEnd: callbackEnd.map { f in { token, error in f(token, error) } },
+                waitFor: wait.map { f in { waiter, tokens in f(waiter, Array(tokens)) } })
+        }
+    }
+}
+
+/// Where an enqueued payload's outcome goes: its `onError`, or the failures
+/// the outermost call throws.
+@_spi(Engine) public struct EnqueueCompletion: @unchecked Sendable {
+    let onError: (@Sendable (any Error) -> Void)?
+    let failures: QueuedFailures
+}
+
+/// Failures of queued dispatches waiting to be thrown, per thread: the
+/// thread that drained the queue throws them from its outermost call.
+final class QueuedFailures: @unchecked Sendable {
+    // @unchecked: `byThread` is guarded by `lock`; `count` is atomic, so the
+    // common check (nothing pending) takes no lock.
+    private let lock = ConditionLock()
+    private var byThread: [UInt: [any Error]] = [:]
+    private let count = Atomic<Int>(0)
+
+    var any: Bool { count.load(ordering: .relaxed) != 0 }
+
+    func add(_ error: any Error) {
+        lock.lock()
+        byThread[currentThreadID(), default: []].append(error)
+        lock.unlock()
+        count.add(1, ordering: .relaxed)
+    }
+
+    /// Throws `first` (the outer call's own error) or else this thread's
+    /// first pending failure; later ones ride along in `QueuedDispatchFailures`.
+    func throwPending(first: (any Error)?) throws {
+        lock.lock()
+        let mine = byThread.removeValue(forKey: currentThreadID()) ?? []
+        lock.unlock()
+        count.subtract(mine.count, ordering: .relaxed)
+        var all = mine
+        if let first { all.insert(first, at: 0) }
+        guard let head = all.first else { return }
+        if all.count == 1 { throw head }
+        throw QueuedDispatchFailures(first: head, later: Array(all.dropFirst()))
+    }
+}
+
+/// Thrown by the outermost `dispatch`/`enqueue` when more than one dispatch
+/// it ran (its own, or queued ones with no `onError`) failed: the first
+/// error, and the later ones in the order they happened.
+public struct QueuedDispatchFailures: Error, @unchecked Sendable {
+    public let first: any Error
+    public let later: [any Error]
+}
+
 /// A Swift closure as a dispatcher callback.
 @_spi(Engine) public struct ClosureCallback<Payload>: DispatchCallback {
     @_spi(Engine) public let body: @Sendable (Payload) throws -> Void
@@ -97,6 +229,13 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
         }
     }
     @inlinable @_spi(Engine) public func release() {}
+
+    @_spi(Engine) public static func complete(_ completion: EnqueueCompletion, _ payload: Payload, _ error: DispatchError<any Error>?) {
+        // A refusal (.flux) is thrown by enqueue itself; dispatches fail
+        // only with a callback's error.
+        guard case .callback(let error, _) = error else { return }
+        if let onError = completion.onError { onError(error) } else { completion.failures.add(error) }
+    }
 }
 
 extension DispatchError where Failure == any Error {

@@ -68,7 +68,7 @@ import Testing
             message.value = fluxMessage { try d.waitFor([me.value!]) }
         }
         try d.dispatch(0)
-        #expect(message.value == "circular dependency detected while waiting for token \(me.value!.rawValue)")
+        #expect(message.value == "circular dependency: token \(me.value!.rawValue) waits for itself")
     }
 
     @Test func aMultiCallbackCycleIsCircular() throws {

@@ -57,6 +57,9 @@ struct header_api {
     const char *(*version_string)(void);
     int (*callback)(void *, const void *);
     void (*destroy)(void *);
+    flux_status (*enqueue)(flux_dispatcher *, void *, flux_done_fn);
+    void (*done)(void *, flux_status);
+    flux_status (*set_observer)(flux_dispatcher *, const flux_observer *, void *, void (*)(void *));
 };
 
 /* The "Stores" section, with the signatures of DESIGN.md section 6. */
@@ -81,6 +84,8 @@ struct header_store_api {
     flux_release_fn release;
     flux_listener_fn listener;
 };
+
+HEADER_ASSERT(observer_version_is_1, FLUX_OBSERVER_VERSION == 1);
 
 #ifdef __cplusplus
 extern "C" {
@@ -113,6 +118,9 @@ struct header_api header_test_api(void)
     api.version_string = flux_version_string;
     api.callback = cb;
     api.destroy = destroy;
+    api.enqueue = flux_enqueue;
+    api.done = (flux_done_fn)0;
+    api.set_observer = flux_dispatcher_set_observer;
     return api;
 }
 
@@ -149,6 +157,20 @@ flux_status header_test_values(flux_dispatcher *d, flux_token token)
     (void)version;
     (void)number;
     return d == 0 || token == 0 ? FLUX_ERR_INVALID_ARGUMENT : s;
+}
+
+/* The observer struct, filled field by field (C99 and C++ alike). */
+flux_observer header_test_observer(void);
+flux_observer header_test_observer(void)
+{
+    flux_observer o;
+    o.version = FLUX_OBSERVER_VERSION;
+    o.dispatch_begin = 0;
+    o.dispatch_end = 0;
+    o.callback_begin = 0;
+    o.callback_end = 0;
+    o.wait_for = 0;
+    return o;
 }
 
 #ifdef __cplusplus

@@ -16,6 +16,11 @@ import Synchronization
 internal struct SlotTable<Callback> {
     @usableFromInline let tokens: UnsafeMutablePointer<UInt64>
     @usableFromInline let marks: UnsafeMutablePointer<Atomic<UInt64>>
+    /// waitedBy[i]: the index of the callback whose wait runs callback i (-1:
+    /// the dispatch loop's), written by the dispatching thread as it starts
+    /// i, meaningful while i is pending; names a cycle's every link. Never
+    /// moved with the registrations: it is per dispatch.
+    @usableFromInline let waitedBy: UnsafeMutablePointer<Int32>
     @usableFromInline let callbacks: UnsafeMutablePointer<Callback>
     @usableFromInline var count: Int
     @usableFromInline let capacity: Int
@@ -30,7 +35,8 @@ internal struct SlotTable<Callback> {
         let capacity = max(capacity, 1)
         let stride = MemoryLayout<Callback>.stride
         let align = max(MemoryLayout<Callback>.alignment, MemoryLayout<UInt64>.alignment)
-        let (header, o1) = capacity.multipliedReportingOverflow(by: 2 * MemoryLayout<UInt64>.stride)
+        let (header, o1) = capacity.multipliedReportingOverflow(
+            by: 2 * MemoryLayout<UInt64>.stride + MemoryLayout<Int32>.stride)
         let (body, o2) = capacity.multipliedReportingOverflow(by: max(stride, 1))
         let offset = (header + align - 1) / align * align
         let (total, o3) = offset.addingReportingOverflow(body)
@@ -44,6 +50,7 @@ internal struct SlotTable<Callback> {
         self.count = 0
         tokens = block.bindMemory(to: UInt64.self, capacity: capacity)
         marks = (block + capacity * MemoryLayout<UInt64>.stride).bindMemory(to: Atomic<UInt64>.self, capacity: capacity)
+        waitedBy = (block + 2 * capacity * MemoryLayout<UInt64>.stride).bindMemory(to: Int32.self, capacity: capacity)
         callbacks = (block + callbacksOffset).bindMemory(to: Callback.self, capacity: capacity)
     }
 

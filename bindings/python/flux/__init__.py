@@ -36,6 +36,7 @@ from .errors import (
     UnknownTokenError,
 )
 from .stores import Action, ReduceStore, Store, StoreGroup, Subscription, handles
+from .trace import Trace, TraceEvent
 from .trampoline import Trampoline, call
 
 __all__ = [
@@ -54,6 +55,8 @@ __all__ = [
     "StoreGroup",
     "Subscription",
     "Token",
+    "Trace",
+    "TraceEvent",
     "Trampoline",
     "UnknownTokenError",
     "__version__",

@@ -229,6 +229,30 @@ flux_dispatch = declare("flux_dispatch", c_int, (c_void_p, c_void_p))
 # array they keep alive across the call (an int converts fastest).
 flux_wait_for = declare("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
 flux_is_dispatching = declare("flux_is_dispatching", c_int, (c_void_p,))
+#: flux_done_fn: void (*)(void *payload, flux_status status)
+DONE = CFUNCTYPE(None, c_void_p, c_int)
+# No errcheck: Dispatcher.enqueue tests the status (a failed own dispatch
+# re-raises the callback's exception, as dispatch does).
+flux_enqueue = declare("flux_enqueue", c_int, (c_void_p, c_void_p, DONE))
+
+
+class Observer(ctypes.Structure):
+    """struct flux_observer (FLUX_OBSERVER_VERSION 1)."""
+
+    _fields_ = [
+        ("version", c_int),
+        # The payload is a PyObject* for every dispatch a Python Dispatcher makes.
+        ("dispatch_begin", CFUNCTYPE(None, c_void_p, ctypes.py_object)),
+        ("dispatch_end", CFUNCTYPE(None, c_void_p, ctypes.py_object, c_int)),
+        ("callback_begin", CFUNCTYPE(None, c_void_p, c_uint64)),
+        ("callback_end", CFUNCTYPE(None, c_void_p, c_uint64, c_int)),
+        ("wait_for", CFUNCTYPE(None, c_void_p, c_uint64, POINTER(c_uint64), c_size_t)),
+    ]
+
+
+flux_dispatcher_set_observer = declare(
+    "flux_dispatcher_set_observer", c_int, (c_void_p, POINTER(Observer), c_void_p, DESTROY), True
+)
 flux_status_name = declare("flux_status_name", c_char_p, (c_int,))
 flux_version = declare("flux_version", c_uint, ())
 flux_version_string = declare("flux_version_string", c_char_p, ())
@@ -253,7 +277,7 @@ library_version_string: str = (flux_version_string() or b"").decode("ascii", "re
 #: context -> the Python callable of that registration (None: a free slot).
 callbacks: list[Callable[[Any], object] | None] = [None]  # slot 0 unused: context 0 is NULL
 #: context -> the owning dispatcher's pending-exception table.
-pending_tables: list[dict[int, BaseException] | None] = [None]
+pending_tables: list[dict[int, list[tuple[object, BaseException]]] | None] = [None]
 _free_contexts: list[int] = []
 # Reentrant: a signal handler or a finalizer (a collected Dispatcher runs its
 # destroys) may run Python code on this thread while it is held.
@@ -263,7 +287,7 @@ _table_lock = threading.RLock()
 stray = {"callback": 0, "destroy": 0}
 
 
-def add_registration(callback: Callable[[Any], object], pending: dict[int, BaseException]) -> int:
+def add_registration(callback: Callable[[Any], object], pending: dict[int, list[tuple[object, BaseException]]]) -> int:
     """Puts a callable in the table; returns its context (never 0)."""
     with _table_lock:
         if _free_contexts:
@@ -291,9 +315,27 @@ def _on_callback(context: int, payload: object) -> int:
         if table is None or callbacks[context] is None:
             stray["callback"] += 1
         else:
-            table[get_ident()] = exc
+            park_exception(table, payload, exc)
         return 1
     return 0
+
+
+#: The payload of an exception parked where the payload is not known (a
+#: store's listener or group function): it belongs to the dispatch running.
+UNKNOWN_PAYLOAD = object()
+
+
+def park_exception(table: dict[int, list[tuple[object, BaseException]]], payload: object, exc: BaseException) -> None:
+    """Keeps ``exc`` for the thread running the dispatch, with its payload,
+    oldest first: a dispatch that failed may drain queued dispatches
+    (flux_enqueue) before it returns, and each queued one's done takes only
+    its own entries."""
+    ident = get_ident()
+    entries = table.get(ident)
+    if entries is None:
+        table[ident] = [(payload, exc)]
+    else:
+        entries.append((payload, exc))
 
 
 def _on_destroy(context: int) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import re
+import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from ctypes import addressof, byref, c_uint64
 from threading import get_ident
@@ -11,6 +14,9 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar, final
 
 from . import _native
+from ._native import (
+    DONE as _DONE_TYPE,
+)
 from ._native import (
     add_registration as _add_registration,
 )
@@ -30,6 +36,9 @@ from ._native import (
     flux_dispatcher_destroy as _flux_dispatcher_destroy,
 )
 from ._native import (
+    flux_enqueue as _flux_enqueue,
+)
+from ._native import (
     flux_is_dispatching as _flux_is_dispatching,
 )
 from ._native import (
@@ -46,6 +55,7 @@ from ._native import (
 )
 from .errors import (
     AlreadyDispatchingError,
+    CircularDependencyError,
     FluxError,
     InvalidArgumentError,
     NoMemoryError,
@@ -56,6 +66,7 @@ from .errors import (
 _id = id
 _CALLBACK_FAILED = int(Status.ERR_CALLBACK_FAILED)
 _INVALID_ARGUMENT = int(Status.ERR_INVALID_ARGUMENT)
+_CIRCULAR = int(Status.ERR_CIRCULAR)
 
 __all__ = ["Dispatcher", "Token"]
 
@@ -113,6 +124,85 @@ def _closed(operation: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"{operation}: the dispatcher is closed")
 
 
+# -- enqueue's done --------------------------------------------------------
+#
+# flux_enqueue hands libflux the payload's PyObject* (callbacks must receive
+# that very object) and one module-level done trampoline. The trampoline finds
+# the call's record by the payload's address: the record keeps the payload
+# alive until done has run, so the address cannot be reused meanwhile; one
+# object enqueued several times has one record per call, in FIFO order (the
+# order its dones run in, for one dispatcher).
+
+
+class _Enqueued:
+    __slots__ = ("done", "on_error", "payload", "pending", "queued_errors")
+
+    def __init__(self, payload: object, on_error: Callable[[BaseException], object] | None,
+                 pending: dict[int, list[tuple[object, BaseException]]], queued_errors: dict[int, list[BaseException]]) -> None:
+        self.payload = payload
+        self.on_error = on_error
+        self.pending = pending
+        self.queued_errors = queued_errors
+        self.done = False
+
+
+_enqueued: dict[int, deque[_Enqueued]] = {}
+_enqueued_lock = threading.Lock()
+
+
+def _on_done(address: int | None, status: int) -> None:
+    with _enqueued_lock:
+        records = _enqueued.get(address or 0)
+        if not records:
+            _native.stray["done"] = _native.stray.get("done", 0) + 1
+            return
+        record = records.popleft()
+        if not records:
+            del _enqueued[address or 0]
+    record.done = True
+    if status == 0 or status != _CALLBACK_FAILED:
+        return  # success, or a refusal that enqueue raises itself
+    ident = get_ident()
+    # This dispatch's entries are the trailing ones with its payload; any
+    # before them belong to the failed dispatch that is draining the queue.
+    exc = None
+    entries = record.pending.get(ident)
+    while entries and (entries[-1][0] is record.payload or entries[-1][0] is _native.UNKNOWN_PAYLOAD):
+        last = entries.pop()[1]
+        if exc is None:
+            exc = last  # the last raised, as dispatch() re-raises
+    if entries is not None and not entries:
+        del record.pending[ident]
+    if exc is None:  # a native callback failed: no Python exception
+        exc = _status_error(status)
+    if record.on_error is not None:
+        try:
+            record.on_error(exc)
+        except BaseException as handler_exc:  # noqa: BLE001 -- the handler's own failure is not lost
+            record.queued_errors.setdefault(ident, []).append(handler_exc)
+    else:
+        record.queued_errors.setdefault(ident, []).append(exc)
+
+
+_DONE = _DONE_TYPE(_on_done)
+
+
+def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseException | None) -> None:
+    """Raises ``first`` or this thread's first queued failure, the later
+    ones attached as notes; returns when there is nothing to raise."""
+    later = queued_errors.pop(get_ident(), [])
+    if first is None:
+        if not later:
+            return
+        first, later = later[0], later[1:]
+    for exc in later:
+        first.add_note(f"a later queued dispatch also failed: {type(exc).__name__}: {exc}")
+    raise first
+
+
+_TOKEN_IN_MESSAGE = re.compile(r"token (\d+)|(?<=, which is waiting for )(\d+)|(?<= waits for )(\d+)")
+
+
 def _destroy_handle(handle: int) -> None:
     # weakref.finalize: the native dispatcher is freed when the Dispatcher
     # object is gone. No call can be in flight then -- every call holds a
@@ -153,7 +243,17 @@ class Dispatcher(Generic[P]):
     it alive while registered, so close dispatchers you are done with.
     """
 
-    __slots__ = ("__weakref__", "_children", "_finalizer", "_handle", "_pending", "_serial", "_tokens")
+    __slots__ = (
+        "__weakref__",
+        "_children",
+        "_finalizer",
+        "_handle",
+        "_names",
+        "_pending",
+        "_queued_errors",
+        "_serial",
+        "_tokens",
+    )
 
     def __init__(self) -> None:
         handle = _flux_dispatcher_create()
@@ -168,19 +268,29 @@ class Dispatcher(Generic[P]):
         # thread is running. Dispatches of one dispatcher are serialized, but a
         # finished dispatch's thread may read its entry after the next thread's
         # dispatch started, so the key is the thread, not the dispatcher.
-        self._pending: dict[int, BaseException] = {}
+        # Entries are (payload, exception), oldest first (see _native).
+        self._pending: dict[int, list[tuple[object, BaseException]]] = {}
         # The token values registered and not yet unregistered, for close().
         self._tokens: set[int] = set()
         # The live stores and groups on this dispatcher (flux/stores.py), in
         # creation order: close() closes them, groups before their stores.
         self._children: dict[Any, None] = {}
+        # token value -> its name in traces and circular-dependency messages.
+        self._names: dict[int, str] = {}
+        # thread ident -> failures of queued dispatches that thread ran with
+        # no on_error, for its outermost dispatch/enqueue to raise.
+        self._queued_errors: dict[int, list[BaseException]] = {}
         self._finalizer = weakref.finalize(self, _destroy_handle, handle)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
     # -- registration ------------------------------------------------------
 
-    def register(self, callback: Callable[[P], object]) -> Token:
+    def register(self, callback: Callable[[P], object], name: str | None = None) -> Token:
         """Registers ``callback(payload)`` to be called by every dispatch.
+
+        ``name`` names the registration in traces (:class:`flux.Trace`) and
+        circular-dependency messages; by default the callback's
+        ``__qualname__`` (or its ``repr``).
 
         A callback registered during a dispatch is first called by the next
         one. Its return value is ignored; an exception it raises aborts the
@@ -203,6 +313,7 @@ class Dispatcher(Generic[P]):
         _flux_register(handle, _CALLBACK, context, _DESTROY, byref(out))
         value = out.value
         self._tokens.add(value)
+        self._names[value] = name if name is not None else getattr(callback, "__qualname__", None) or repr(callback)
         if self._handle is None:
             # close() ran on another thread meanwhile and may have missed this
             # one: take it out again (the handle stays valid, see close()).
@@ -230,6 +341,12 @@ class Dispatcher(Generic[P]):
             raise _closed("unregister")
         _flux_unregister(handle, value)
         self._tokens.discard(value)
+        self._names.pop(value, None)
+
+    def name_of(self, token: Token | int) -> str | None:
+        """The name a registration was given (see :meth:`register`), by token
+        or token value; None once unregistered."""
+        return self._names.get(int(token))
 
     # -- dispatching -------------------------------------------------------
 
@@ -254,11 +371,56 @@ class Dispatcher(Generic[P]):
         status = _flux_dispatch(self._handle, _id(payload))
         if status:
             # Raised here, so the traceback goes dispatch -> the callback.
-            raise self._dispatch_error(status)
+            exc = self._dispatch_error(status)
+            if status == _CALLBACK_FAILED and self._queued_errors:
+                _raise_queued(self._queued_errors, exc)
+            raise exc
+        if self._queued_errors:
+            # This call ran the queue: raise what failed there with no on_error.
+            _raise_queued(self._queued_errors, None)
+
+    def enqueue(self, payload: P, on_error: Callable[[BaseException], object] | None = None) -> None:
+        """Dispatches ``payload`` now when the dispatcher is idle; while a
+        dispatch runs -- from a callback, or on another thread -- queues it
+        and returns at once, never waiting. The thread running the dispatch
+        dispatches every queued payload, in order, each a full dispatch of
+        its own, before its own ``dispatch``/``enqueue`` returns.
+
+        A failed dispatch of ``payload`` (the exception a callback raised) is
+        given to ``on_error(exc)`` when passed, on the thread that ran it.
+        Otherwise the outermost ``dispatch``/``enqueue`` call of that thread
+        raises it once the queue has drained: the first failure, with any
+        later ones attached as notes (``add_note``).
+
+        :raises BaseException: as above.
+        :raises InvalidArgumentError: the dispatcher is closed.
+        :raises NoMemoryError: the queue could not grow.
+        """
+        handle = self._handle
+        if handle is None:
+            raise _closed("enqueue")
+        address = _id(payload)
+        record = _Enqueued(payload, on_error, self._pending, self._queued_errors)
+        with _enqueued_lock:
+            records = _enqueued.get(address)
+            if records is None:
+                records = _enqueued[address] = deque()
+            records.append(record)
+        status = _flux_enqueue(handle, address, _DONE)
+        if status and status != _CALLBACK_FAILED:
+            # Refused: done has run and taken the record out again.
+            raise _closed("enqueue") if self._handle is None else _status_error(status)
+        if record.done and self._queued_errors:
+            # Dispatched here, so this call ran the queue (the payload's own
+            # failure, if any, is first in line).
+            _raise_queued(self._queued_errors, None)
 
     def _dispatch_error(self, status: int) -> BaseException:
         if status == _CALLBACK_FAILED:
-            exc = self._pending.pop(get_ident(), None)
+            # Queued dispatches drained since took their own entries: what
+            # is left is this dispatch's, the last one the one to raise.
+            entries = self._pending.pop(get_ident(), None)
+            exc = entries[-1][1] if entries else None
             if exc is not None:
                 return exc  # the callback's own object, with its traceback
             # A native callback failed: there is no Python exception to re-raise.
@@ -307,8 +469,25 @@ class Dispatcher(Generic[P]):
         if status:
             # Not popped: dispatch() re-raises it when the abort reaches it,
             # whether or not this callback lets it propagate.
-            exc = self._pending.get(get_ident()) if status == _CALLBACK_FAILED else None
-            raise exc if exc is not None else _status_error(status)
+            entries = self._pending.get(get_ident()) if status == _CALLBACK_FAILED else None
+            exc = entries[-1][1] if entries else None
+            if exc is not None:
+                raise exc
+            if status == _CIRCULAR:
+                raise self._named(_status_error(status))
+            raise _status_error(status)
+
+    def _named(self, error: FluxError) -> FluxError:
+        """The error with each token in its message followed by its name."""
+        names = self._names
+
+        def name(match: re.Match[str]) -> str:
+            text = match.group(0)
+            value = int(match.group(1) or match.group(2) or match.group(3))
+            label = names.get(value)
+            return f"{text} ({label})" if label else text
+
+        return CircularDependencyError(_TOKEN_IN_MESSAGE.sub(name, error.message), error.status)
 
     @property
     def is_dispatching(self) -> bool:

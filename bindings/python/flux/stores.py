@@ -27,10 +27,10 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable
 from ctypes import byref, c_int, c_uint64, c_void_p, cast, py_object
-from threading import get_ident
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar
 
+from . import _native
 from ._native import (
     DESTROY as _DESTROY_TYPE,
 )
@@ -119,7 +119,7 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
         new = store._flux_reduce(state, payload)
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
         # Re-raised by Dispatcher.dispatch, the very object.
-        store._pending[get_ident()] = exc
+        _native.park_exception(store._pending, payload, exc)
         return 1
     if new is not state:
         key = _id(new)
@@ -150,7 +150,7 @@ def _on_listener(context: int) -> None:
         entry[0]()
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
         dispatcher = entry[1]
-        dispatcher._pending[get_ident()] = exc
+        _native.park_exception(dispatcher._pending, _native.UNKNOWN_PAYLOAD, exc)
         _flux_store_listener_fail(dispatcher._handle, 1)
 
 

@@ -1,0 +1,388 @@
+/*
+ * test-observer.c -- flux_dispatcher_set_observer(): events in their exact
+ * order (dispatch_begin; callback_begin/end around each callback, a
+ * wait_for's callbacks nested inside the waiter's pair; wait_for reported on
+ * entry with the list as given, whatever it returns; dispatch_end with the
+ * final status), for chains, failures and aborts; set or cleared during a
+ * dispatch; the context handed over and destroyed exactly once on every
+ * path; circular errors naming the whole cycle.
+ *
+ * Events are written as one string: "D" dispatch_begin (payload id), "b3"
+ * callback_begin of token 3, "e3=0" its end with the result, "w1[3,2]" a
+ * wait_for by token 1 of tokens 3 and 2, "E=6" dispatch_end with its status.
+ */
+#include "helpers.h"
+
+typedef struct events {
+    char text[2048];
+    int destroyed;
+} events;
+
+static void put(events *ev, const char *fmt, ...) TAP_PRINTF(2, 3);
+static void put(events *ev, const char *fmt, ...)
+{
+    size_t used = strlen(ev->text);
+    if (used && used + 1 < sizeof ev->text)
+        ev->text[used++] = ' ', ev->text[used] = '\0';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ev->text + used, sizeof ev->text - used, fmt, ap);
+    va_end(ap);
+}
+
+static void on_dispatch_begin(void *c, const void *payload)
+{
+    put(c, "D%d", payload ? *(const int *)payload : 0);
+}
+static void on_dispatch_end(void *c, const void *payload, flux_status status)
+{
+    (void)payload;
+    put(c, "E=%d", (int)status);
+}
+static void on_callback_begin(void *c, flux_token t) { put(c, "b%llu", (unsigned long long)t); }
+static void on_callback_end(void *c, flux_token t, int result)
+{
+    put(c, "e%llu=%d", (unsigned long long)t, result);
+}
+static void on_wait_for(void *c, flux_token waiter, const flux_token *tokens, size_t count)
+{
+    char list[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < count && used + 24 < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%llu", i ? "," : "",
+                                 (unsigned long long)tokens[i]);
+    put(c, "w%llu[%s]", (unsigned long long)waiter, list);
+}
+static void on_destroy(void *c) { ((events *)c)->destroyed++; }
+
+static const flux_observer hooks = {
+    FLUX_OBSERVER_VERSION, on_dispatch_begin, on_dispatch_end,
+    on_callback_begin, on_callback_end, on_wait_for,
+};
+
+static const int one = 1, two = 2;
+
+/* Three nodes with tokens 1, 2, 3 on a fresh dispatcher. */
+static flux_dispatcher *three(node n[3])
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    for (int i = 0; i < 3; i++) {
+        node_init(&n[i], i + 1, d, NULL);
+        REQUIRE(node_register(&n[i]) == FLUX_OK);
+        REQUIRE(n[i].token == (flux_token)(i + 1));
+    }
+    return d;
+}
+
+static void test_events_of_a_chain_with_wait_for(void)
+{
+    node n[3];
+    flux_dispatcher *d = three(n);
+    events ev = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &ev, on_destroy));
+    node_wait_on(&n[0], 1, (flux_token[]){3});  /* 1 waits for 3 */
+    node_wait_on(&n[2], 1, (flux_token[]){2});  /* 3 waits for 2 */
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(ev.text, "D1 b1 w1[3] b3 w3[2] b2 e2=0 e3=0 e1=0 E=0",
+           "begin; each callback's pair; waits reported on entry, their callbacks nested; end");
+    is_int(ev.destroyed, 0, "the context is not destroyed while set");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(ev.destroyed, 1, "destroying the dispatcher destroys the observer's context once");
+}
+
+static void test_failures_and_aborts(void)
+{
+    node n[3];
+    flux_dispatcher *d = three(n);
+    events ev = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &ev, on_destroy));
+    node_wait_on(&n[0], 1, (flux_token[]){2});
+    n[1].fail_times = 1;
+    n[1].fail_value = 5;
+    EXPECT_STATUS(flux_dispatch(d, &two), FLUX_ERR_CALLBACK_FAILED);
+    is_str(ev.text, "D2 b1 w1[2] b2 e2=5 e1=0 E=6",
+           "the failing callback's result; its waiter ends; nothing more runs; end with the status");
+
+    /* A wait reported whatever it returns: unknown token, circular, several. */
+    ev.text[0] = '\0';
+    node_wait_on(&n[0], 2, (flux_token[]){3, 99});
+    node_wait_on(&n[2], 1, (flux_token[]){3});
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_int(n[0].wait_status, FLUX_ERR_UNKNOWN_TOKEN, "token 99 is unknown");
+    is_int(n[2].wait_status, FLUX_ERR_CIRCULAR, "3 waiting on itself is circular");
+    is_str(ev.text, "D1 b1 w1[3,99] e1=0 b2 e2=0 b3 w3[3] e3=0 E=0",
+           "failing waits are reported on entry with the list as given");
+    flux_dispatcher_destroy(d);
+}
+
+/* A callback that dispatches (refused: reports nothing) and sets things. */
+typedef struct setter {
+    flux_dispatcher *d;
+    events *next;            /* set this observer from the callback */
+    bool clear;
+    flux_status dispatch_status;
+    int destroyed_seen;      /* the current observer's destroy count, inside */
+    events *current;
+} setter;
+
+static int setter_cb(void *ctx, const void *payload)
+{
+    (void)payload;
+    setter *s = ctx;
+    s->dispatch_status = flux_dispatch(s->d, &two);
+    if (s->next)
+        flux_dispatcher_set_observer(s->d, &hooks, s->next, on_destroy);
+    if (s->clear)
+        flux_dispatcher_set_observer(s->d, NULL, NULL, NULL);
+    if (s->current)
+        s->destroyed_seen = s->current->destroyed;
+    return 0;
+}
+
+static void test_set_during_a_dispatch_takes_effect_from_the_next(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    events first = {0}, second = {0};
+    setter s = {d, &second, false, FLUX_OK, -1, &first};
+    flux_token t, t2;
+    REQUIRE(flux_register(d, setter_cb, &s, NULL, &t) == FLUX_OK);
+    node n;
+    node_init(&n, 2, d, NULL);
+    REQUIRE(node_register(&n) == FLUX_OK);
+    t2 = n.token;
+    (void)t2;
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &first, on_destroy));
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_int(s.dispatch_status, FLUX_ERR_ALREADY_DISPATCHING, "the nested dispatch was refused");
+    is_str(first.text, "D1 b1 e1=0 b2 e2=0 E=0",
+           "the running dispatch keeps its observer to the end; the refused dispatch reports nothing");
+    is_str(second.text, "", "the new observer saw nothing of it");
+    is_int(s.destroyed_seen, 0, "the replaced context is not destroyed inside the dispatch");
+    is_int(first.destroyed, 1, "it is destroyed once the outermost call returned");
+
+    s.next = NULL;
+    s.current = &second;
+    s.clear = true;
+    EXPECT_OK(flux_dispatch(d, &two));
+    is_str(second.text, "D2 b1 e1=0 b2 e2=0 E=0", "the next dispatch reports to the new observer");
+    is_int(s.destroyed_seen, 0, "cleared during a dispatch: not destroyed inside it");
+    is_int(second.destroyed, 1, "destroyed when the call returned");
+    s.clear = false;
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(second.text, "D2 b1 e1=0 b2 e2=0 E=0", "cleared: nothing more is reported");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(first.destroyed + second.destroyed, 2, "each context destroyed exactly once");
+}
+
+/* Queued dispatches report their own begin/end, each seeing the observer as
+ * it is when it begins. */
+static events *queued_observer;
+static int enqueue_and_set_cb(void *ctx, const void *payload)
+{
+    flux_dispatcher *d = ctx;
+    if (*(const int *)payload == 1) {
+        flux_enqueue(d, (void *)&two, NULL);
+        flux_dispatcher_set_observer(d, &hooks, queued_observer, on_destroy);
+    }
+    return 0;
+}
+
+static void test_queued_dispatches_see_the_observer_as_they_begin(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    events first = {0}, second = {0};
+    queued_observer = &second;
+    flux_token t;
+    REQUIRE(flux_register(d, enqueue_and_set_cb, d, NULL, &t) == FLUX_OK);
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &first, on_destroy));
+    EXPECT_OK(flux_enqueue(d, (void *)&one, NULL));
+    is_str(first.text, "D1 b1 e1=0 E=0", "the first observer saw the outer dispatch");
+    is_str(second.text, "D2 b1 e1=0 E=0", "the queued dispatch reported to the observer set meanwhile");
+    is_int(first.destroyed, 1, "the replaced one was destroyed after the call");
+    flux_dispatcher_destroy(d);
+    is_int(second.destroyed, 1, "the last one with the dispatcher");
+}
+
+static void test_context_ownership_on_every_path(void)
+{
+    events ev = {0};
+    EXPECT_STATUS(flux_dispatcher_set_observer(NULL, &hooks, &ev, on_destroy), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(ev.destroyed, 1, "NULL dispatcher: destroyed at once");
+
+    flux_dispatcher *d = flux_dispatcher_create();
+    flux_observer bad = hooks;
+    bad.version = 2;
+    EXPECT_STATUS(flux_dispatcher_set_observer(d, &bad, &ev, on_destroy), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(ev.destroyed, 2, "bad version: destroyed at once");
+    has_number(flux_last_error(), 2, "the message names the version given");
+
+    EXPECT_OK(flux_dispatcher_set_observer(d, NULL, &ev, on_destroy));
+    is_int(ev.destroyed, 3, "NULL hooks with a context: destroyed at once");
+
+    events a = {0}, b = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &a, on_destroy));
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &b, on_destroy));
+    is_int(a.destroyed, 1, "replaced while idle: destroyed before the call returns");
+    EXPECT_OK(flux_dispatcher_set_observer(d, NULL, NULL, NULL));
+    is_int(b.destroyed, 1, "cleared while idle: destroyed before the call returns");
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &b, NULL));
+    EXPECT_OK(flux_dispatcher_set_observer(d, NULL, NULL, NULL));
+    is_int(b.destroyed, 1, "a NULL destroy is fine");
+
+    /* Partial hooks: any may be NULL. */
+    flux_observer only_ends = {FLUX_OBSERVER_VERSION, NULL, on_dispatch_end, NULL, NULL, NULL};
+    events c = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &only_ends, &c, on_destroy));
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(c.text, "E=0", "only the hooks given are called");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(c.destroyed, 1, "destroyed with the dispatcher");
+}
+
+static flux_status set_during_destroy;
+static events dying_ev;
+static void destroy_that_sets_observer(void *ctx)
+{
+    set_during_destroy = flux_dispatcher_set_observer(((node *)ctx)->d, &hooks, &dying_ev, on_destroy);
+}
+
+static void test_dying_dispatcher(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    flux_token t;
+    node n;
+    node_init(&n, 1, d, NULL);
+    REQUIRE(flux_register(d, node_cb, &n, NULL, &t) == FLUX_OK);
+    flux_token t2;
+    REQUIRE(flux_register(d, node_cb, &n, destroy_that_sets_observer, &t2) == FLUX_OK);
+    /* destroy_that_sets_observer gets &n as ctx: use d through n. */
+    (void)t2;
+    memset(&dying_ev, 0, sizeof dying_ev);
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(set_during_destroy, FLUX_ERR_INVALID_ARGUMENT, "a dying dispatcher refuses an observer");
+    is_int(dying_ev.destroyed, 1, "and destroys its context at once");
+}
+
+/* Set from another thread while a dispatch is held open: never waits, and
+ * takes effect from the next dispatch. */
+typedef struct holder {
+    flag entered, release;
+    int calls;
+} holder;
+
+static int holder_cb(void *ctx, const void *payload)
+{
+    (void)payload;
+    holder *h = ctx;
+    if (h->calls++ == 0) {
+        flag_set(&h->entered);
+        REQUIRE(flag_wait(&h->release, 60));
+    }
+    return 0;
+}
+
+typedef struct dispatch_thread {
+    flux_dispatcher *d;
+    flux_status status;
+} dispatch_thread;
+
+static void *dispatch_main(void *arg)
+{
+    dispatch_thread *t = arg;
+    t->status = flux_dispatch(t->d, &one);
+    return NULL;
+}
+
+static void test_set_from_another_thread_during_a_dispatch(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    holder h = {0};
+    flag_init(&h.entered);
+    flag_init(&h.release);
+    flux_token t;
+    REQUIRE(flux_register(d, holder_cb, &h, NULL, &t) == FLUX_OK);
+    events first = {0}, second = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &first, on_destroy));
+    dispatch_thread dt = {d, (flux_status)-1};
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, NULL, dispatch_main, &dt) == 0);
+    REQUIRE(flag_wait(&h.entered, 60));
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &second, on_destroy));
+    is_int(first.destroyed, 0, "the running dispatch's observer is not destroyed under it");
+    flag_set(&h.release);
+    pthread_join(thread, NULL);
+    is_int(dt.status, FLUX_OK, "the held dispatch finished");
+    is_str(first.text, "D1 b1 e1=0 E=0", "it reported to the observer it began with");
+    is_int(first.destroyed, 1, "the replaced context was destroyed when it returned");
+    EXPECT_OK(flux_dispatch(d, &two));
+    is_str(second.text, "D2 b1 e1=0 E=0", "the next dispatch reports to the new one");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(second.destroyed, 1, "destroyed with the dispatcher");
+    flag_fini(&h.entered);
+    flag_fini(&h.release);
+}
+
+/* ---- cycles named in full ---------------------------------------------- */
+
+static void test_circular_names_the_whole_cycle(void)
+{
+    node n[3];
+    flux_dispatcher *d = three(n);
+    node_wait_on(&n[0], 1, (flux_token[]){2});  /* 1 waits for 2 */
+    node_wait_on(&n[1], 1, (flux_token[]){3});  /* 2 waits for 3 */
+    node_wait_on(&n[2], 1, (flux_token[]){1});  /* 3 waits for 1: the cycle */
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_int(n[2].wait_status, FLUX_ERR_CIRCULAR, "the closing wait is circular");
+    is_str(n[2].wait_error,
+           "flux_wait_for: circular dependency: token 3 waits for 1, which is waiting for 2, "
+           "which is waiting for 3",
+           "the message names every token of the cycle");
+
+    /* A shorter cycle inside a longer chain: only the cycle is named. */
+    node_wait_on(&n[2], 2, (flux_token[]){1, 2});  /* several tokens: the first bad one */
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(n[2].wait_error,
+           "flux_wait_for: circular dependency: token 3 waits for 1, which is waiting for 2, "
+           "which is waiting for 3",
+           "the many-token path names it too");
+    node_wait_on(&n[2], 1, (flux_token[]){2});
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(n[2].wait_error, "flux_wait_for: circular dependency: token 3 waits for 2, which is waiting for 3",
+           "a cycle of two inside a chain of three");
+    node_wait_on(&n[2], 1, (flux_token[]){3});
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(n[2].wait_error, "flux_wait_for: circular dependency: token 3 waits for itself",
+           "waiting on yourself");
+    flux_dispatcher_destroy(d);
+}
+
+static void test_circular_names_the_cycle_under_an_observer(void)
+{
+    node n[3];
+    flux_dispatcher *d = three(n);
+    events ev = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &ev, NULL));
+    node_wait_on(&n[0], 1, (flux_token[]){2});
+    node_wait_on(&n[1], 1, (flux_token[]){1});
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(n[1].wait_error, "flux_wait_for: circular dependency: token 2 waits for 1, which is waiting for 2",
+           "the observed path names the cycle too");
+    is_str(ev.text, "D1 b1 w1[2] b2 w2[1] e2=0 e1=0 b3 e3=0 E=0", "and reports the failed wait");
+    flux_dispatcher_destroy(d);
+}
+
+int main(void)
+{
+    tap_init();
+    RUN(test_events_of_a_chain_with_wait_for);
+    RUN(test_failures_and_aborts);
+    RUN(test_set_during_a_dispatch_takes_effect_from_the_next);
+    RUN(test_queued_dispatches_see_the_observer_as_they_begin);
+    RUN(test_context_ownership_on_every_path);
+    RUN(test_dying_dispatcher);
+    RUN(test_set_from_another_thread_during_a_dispatch);
+    RUN(test_circular_names_the_whole_cycle);
+    RUN(test_circular_names_the_cycle_under_an_observer);
+    return tap_done();
+}

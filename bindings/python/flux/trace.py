@@ -1,0 +1,306 @@
+"""flux.Trace: record what a dispatcher does, render it, export it.
+
+::
+
+    with flux.Trace(dispatcher) as trace:
+        dispatcher.dispatch(action)
+    print(trace.render())                 # a tree: dispatches, callbacks, waits
+    trace.write_chrome_trace("trace.json")  # open in Perfetto or chrome://tracing
+
+The trace is libflux's observer (``flux_dispatcher_set_observer``): every
+event arrives on the dispatching thread, in order, and is stamped with
+``time.perf_counter_ns()`` (monotonic). Callbacks are named by
+``Dispatcher.register(..., name=...)``, by default their ``__qualname__``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+from ctypes import byref
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _native
+from .dispatcher import Dispatcher
+from .errors import InvalidArgumentError
+
+__all__ = ["Trace", "TraceEvent"]
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One observer event.
+
+    ``kind`` is ``"dispatch_begin"``, ``"dispatch_end"``, ``"callback_begin"``,
+    ``"callback_end"`` or ``"wait_for"``. ``time_ns`` is a
+    ``time.perf_counter_ns()`` stamp; ``thread`` the native thread id. The
+    other fields are set for the kinds they concern: ``payload`` (dispatch
+    events), ``status`` (dispatch_end: 0 or the ``flux.Status`` of the
+    failure), ``token``/``name`` (callback events; for wait_for, the
+    waiter), ``result`` (callback_end: 0, or non-zero when it raised),
+    ``tokens``/``names`` (wait_for: the tokens waited for, as given).
+    """
+
+    kind: str
+    time_ns: int
+    thread: int
+    payload: Any = None
+    status: int | None = None
+    token: int | None = None
+    name: str | None = None
+    result: int | None = None
+    tokens: tuple[int, ...] = ()
+    names: tuple[str, ...] = ()
+
+
+# Live traces by the small integer each hands libflux as its context. The
+# destroy hook removes the entry once libflux is done with the observer, so
+# the hooks never see a trace that is gone, even when the trace is closed
+# during a dispatch (libflux keeps the old observer to the end of it).
+_traces: dict[int, Trace] = {}
+_contexts = itertools.count(1).__next__
+_clock = time.perf_counter_ns
+_thread = threading.get_native_id
+
+
+def _trace(context: int | None) -> Trace | None:
+    return _traces.get(context or 0)
+
+
+def _on_dispatch_begin(context: int | None, payload: Any) -> None:
+    t = _trace(context)
+    if t is not None:
+        t.events.append(TraceEvent("dispatch_begin", _clock(), _thread(), payload=payload))
+
+
+def _on_dispatch_end(context: int | None, payload: Any, status: int) -> None:
+    t = _trace(context)
+    if t is not None:
+        t.events.append(TraceEvent("dispatch_end", _clock(), _thread(), payload=payload, status=status))
+
+
+def _on_callback_begin(context: int | None, token: int) -> None:
+    t = _trace(context)
+    if t is not None:
+        t.events.append(TraceEvent("callback_begin", _clock(), _thread(), token=token, name=t._name(token)))
+
+
+def _on_callback_end(context: int | None, token: int, result: int) -> None:
+    t = _trace(context)
+    if t is not None:
+        t.events.append(
+            TraceEvent("callback_end", _clock(), _thread(), token=token, name=t._name(token), result=result)
+        )
+
+
+def _on_wait_for(context: int | None, waiter: int, tokens: Any, count: int) -> None:
+    t = _trace(context)
+    if t is not None:
+        values = tuple(int(tokens[i]) for i in range(count))
+        t.events.append(
+            TraceEvent(
+                "wait_for", _clock(), _thread(), token=waiter, name=t._name(waiter),
+                tokens=values, names=tuple(t._name(v) for v in values),
+            )
+        )
+
+
+def _on_destroy(context: int | None) -> None:
+    _traces.pop(context or 0, None)
+
+
+_HOOKS = _native.Observer(
+    1,
+    _native.Observer._fields_[1][1](_on_dispatch_begin),
+    _native.Observer._fields_[2][1](_on_dispatch_end),
+    _native.Observer._fields_[3][1](_on_callback_begin),
+    _native.Observer._fields_[4][1](_on_callback_end),
+    _native.Observer._fields_[5][1](_on_wait_for),
+)
+_DESTROY = _native.DESTROY(_on_destroy)
+_NO_DESTROY = _native.DESTROY()  # NULL
+
+
+@dataclass
+class _Node:
+    """A dispatch or a callback in the rendered tree."""
+
+    label: str
+    begin: int
+    end: int | None = None
+    thread: int = 0
+    outcome: str = ""
+    #: In the order they happened: waits (str) and nested nodes.
+    items: list[str | _Node] = field(default_factory=list)
+
+
+class Trace:
+    """Records every event of ``dispatcher`` while active (a context
+    manager, or :meth:`start` / :meth:`stop`). The dispatcher has one observer:
+    starting a trace replaces any other. Events of a dispatch already running
+    when the trace starts or stops go to whoever observed its start."""
+
+    def __init__(self, dispatcher: Dispatcher[Any]) -> None:
+        self.dispatcher = dispatcher
+        #: Every event recorded, in order (:class:`TraceEvent`).
+        self.events: list[TraceEvent] = []
+        self._context = 0
+
+    def _name(self, token: int) -> str:
+        return self.dispatcher.name_of(token) or f"token {token}"
+
+    def start(self) -> Trace:
+        """Sets this trace as the dispatcher's observer."""
+        if self._context:
+            return self
+        handle = self.dispatcher._handle
+        if handle is None:
+            raise InvalidArgumentError("Trace: the dispatcher is closed")
+        self._context = _contexts()
+        _traces[self._context] = self
+        # On failure libflux runs _DESTROY at once, which forgets the trace.
+        _native.flux_dispatcher_set_observer(handle, byref(_HOOKS), self._context, _DESTROY)
+        return self
+
+    def stop(self) -> None:
+        """Clears the observer (if it is still this trace)."""
+        if not self._context:
+            return
+        handle = self.dispatcher._handle
+        if handle is not None and self._context in _traces:
+            _native.flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
+        self._context = 0
+
+    def __enter__(self) -> Trace:  # noqa: PYI034 -- no typing.Self before Python 3.11
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the tree ------------------------------------------------------------
+
+    def _tree(self) -> list[_Node]:
+        roots: list[_Node] = []
+        stacks: dict[int, list[_Node]] = {}
+        for ev in self.events:
+            stack = stacks.setdefault(ev.thread, [])
+            if ev.kind == "dispatch_begin":
+                node = _Node(f"dispatch {_short(ev.payload)}", ev.time_ns, thread=ev.thread)
+                if stack:
+                    stack[-1].items.append(node)  # another dispatcher, from a callback
+                else:
+                    roots.append(node)
+                stack.append(node)
+            elif ev.kind == "callback_begin":
+                node = _Node(f"{ev.name} (token {ev.token})", ev.time_ns, thread=ev.thread)
+                if stack:
+                    stack[-1].items.append(node)
+                else:
+                    roots.append(node)
+                stack.append(node)
+            elif ev.kind in ("callback_end", "dispatch_end") and stack:
+                node = stack.pop()
+                node.end = ev.time_ns
+                if ev.kind == "callback_end":
+                    node.outcome = "" if ev.result == 0 else f"failed ({ev.result})"
+                else:
+                    node.outcome = "ok" if ev.status == 0 else f"failed ({_status_name(ev.status)})"
+            elif ev.kind == "wait_for" and stack:
+                stack[-1].items.append(", ".join(ev.names) or "nothing")
+        return roots
+
+    def render(self) -> str:
+        """A readable tree: each dispatch with its duration and outcome; under
+        it, its callbacks in the order they ran, each callback a wait_for ran
+        nested under the callback that waited for it."""
+        lines: list[str] = []
+
+        def walk(node: _Node, prefix: str, last: bool, top: bool) -> None:
+            took = _duration(node.begin, node.end)
+            tail = f"  {took}" + (f"  {node.outcome}" if node.outcome else "")
+            if top:
+                lines.append(node.label + tail)
+                child_prefix = ""
+            else:
+                lines.append(prefix + ("└─ " if last else "├─ ") + node.label + tail)
+                child_prefix = prefix + ("   " if last else "│  ")
+            for i, item in enumerate(node.items):
+                is_last = i == len(node.items) - 1
+                if isinstance(item, str):
+                    lines.append(child_prefix + ("└─ " if is_last else "├─ ") + f"waits for {item}")
+                else:
+                    walk(item, child_prefix, is_last, False)
+
+        for root in self._tree():
+            walk(root, "", True, True)
+        return "\n".join(lines)
+
+    def chrome_trace(self) -> dict[str, Any]:
+        """The trace in the Trace Event Format: one complete ("X") event per
+        dispatch and callback (nested callbacks are nested slices on the
+        thread's track), and an instant ("i") event per wait_for."""
+        out: list[dict[str, Any]] = []
+        pid = os.getpid()
+        open_: dict[int, list[TraceEvent]] = {}
+        for ev in self.events:
+            stack = open_.setdefault(ev.thread, [])
+            if ev.kind in ("dispatch_begin", "callback_begin"):
+                stack.append(ev)
+            elif ev.kind in ("dispatch_end", "callback_end") and stack:
+                begin = stack.pop()
+                args: dict[str, object]
+                if begin.kind == "dispatch_begin":
+                    name, cat = f"dispatch {_short(begin.payload)}", "dispatch"
+                    args = {"status": _status_name(ev.status)}
+                else:
+                    name, cat = begin.name or f"token {begin.token}", "callback"
+                    args = {"token": begin.token, "result": ev.result}
+                out.append({
+                    "name": name, "cat": cat, "ph": "X", "pid": pid, "tid": ev.thread,
+                    "ts": begin.time_ns / 1000, "dur": (ev.time_ns - begin.time_ns) / 1000, "args": args,
+                })
+            elif ev.kind == "wait_for":
+                out.append({
+                    "name": f"wait_for {', '.join(ev.names)}", "cat": "wait_for", "ph": "i", "s": "t",
+                    "pid": pid, "tid": ev.thread, "ts": ev.time_ns / 1000,
+                    "args": {"waiter": ev.token, "tokens": list(ev.tokens)},
+                })
+        # Parents before children at equal timestamps: viewers nest by order.
+        out.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+    def write_chrome_trace(self, path: str | os.PathLike[str]) -> None:
+        """Writes :meth:`chrome_trace` as JSON to ``path``: open it in
+        https://ui.perfetto.dev or chrome://tracing."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.chrome_trace(), f, indent=1)
+            f.write("\n")
+
+
+def _short(payload: Any, limit: int = 60) -> str:
+    text = repr(payload)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _duration(begin: int, end: int | None) -> str:
+    if end is None:
+        return "(unfinished)"
+    ns = end - begin
+    if ns < 10_000:
+        return f"{ns / 1000:.1f} µs"
+    if ns < 10_000_000:
+        return f"{ns / 1000:.0f} µs"
+    return f"{ns / 1_000_000:.1f} ms"
+
+
+def _status_name(status: int | None) -> str:
+    from .errors import Status
+
+    try:
+        return Status(status).c_name if status else "FLUX_OK"
+    except ValueError:
+        return str(status)

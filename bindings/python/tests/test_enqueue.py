@@ -1,0 +1,209 @@
+"""Dispatcher.enqueue: queued dispatch for actions that cause actions."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import flux
+
+
+class Boom(Exception):
+    pass
+
+
+def test_idle_enqueue_dispatches_at_once(d: flux.Dispatcher[Any]) -> None:
+    seen: list[object] = []
+    d.register(seen.append)
+    payload = object()
+    d.enqueue(payload)
+    assert seen == [payload]
+    assert not d.is_dispatching
+
+
+def test_cascading_enqueue_is_fifo_each_a_full_dispatch(d: flux.Dispatcher[Any]) -> None:
+    log: list[str] = []
+
+    def a(p: int) -> None:
+        log.append(f"a{p}")
+        if p < 3:
+            d.enqueue(p + 1)
+            log.append(f"a{p} queued {p + 1}")
+        if p == 1:
+            d.enqueue(10)
+
+    d.register(a)
+    d.register(lambda p: log.append(f"b{p}"))
+    d.dispatch(1)
+    assert log == ["a1", "a1 queued 2", "b1", "a2", "a2 queued 3", "b2", "a10", "b10", "a3", "b3"]
+
+
+def test_wait_for_works_in_each_queued_dispatch(d: flux.Dispatcher[Any]) -> None:
+    log: list[str] = []
+    tokens: dict[str, flux.Token] = {}
+
+    def a(p: int) -> None:
+        d.wait_for([tokens["b"]])
+        log.append(f"a{p}")
+
+    def b(p: int) -> None:
+        log.append(f"b{p}")
+        if p < 3:
+            d.enqueue(p + 1)
+
+    d.register(a)
+    tokens["b"] = d.register(b)
+    d.dispatch(1)
+    assert log == ["b1", "a1", "b2", "a2", "b3", "a3"]
+
+
+def test_dispatch_from_a_queued_dispatch_is_still_refused(d: flux.Dispatcher[Any]) -> None:
+    errors: list[BaseException] = []
+
+    def cb(p: int) -> None:
+        if p == 1:
+            d.enqueue(2)
+        elif p == 2:
+            try:
+                d.dispatch(3)
+            except flux.AlreadyDispatchingError as exc:
+                errors.append(exc)
+
+    d.register(cb)
+    d.dispatch(1)
+    assert len(errors) == 1
+
+
+def test_a_queued_failure_goes_to_on_error_and_the_queue_goes_on(d: flux.Dispatcher[Any]) -> None:
+    log: list[str] = []
+    failures: list[BaseException] = []
+    boom = Boom(2)
+
+    def cb(p: int) -> None:
+        log.append(f"cb{p}")
+        if p == 1:
+            d.enqueue(2, on_error=failures.append)
+            d.enqueue(3)
+        if p == 2:
+            raise boom
+
+    d.register(cb)
+    d.dispatch(1)  # nothing raised: on_error took it
+    assert log == ["cb1", "cb2", "cb3"]
+    assert failures == [boom]
+    assert failures[0] is boom
+
+
+def test_a_queued_failure_is_raised_by_the_outermost_call_after_the_queue_drained(
+    d: flux.Dispatcher[Any],
+) -> None:
+    log: list[str] = []
+    boom2, boom3 = Boom(2), Boom(3)
+
+    def cb(p: int) -> None:
+        log.append(f"cb{p}")
+        if p == 1:
+            d.enqueue(2)  # queued: returns at once, raises nothing here
+            d.enqueue(3)
+            d.enqueue(4)
+            log.append("queued")
+        if p == 2:
+            raise boom2
+        if p == 3:
+            raise boom3
+
+    d.register(cb)
+    with pytest.raises(Boom) as info:
+        d.dispatch(1)
+    assert info.value is boom2
+    assert log == ["cb1", "queued", "cb2", "cb3", "cb4"]
+    assert any("Boom: 3" in note for note in getattr(info.value, "__notes__", []))
+    d.dispatch(5)  # nothing left over
+
+
+def test_the_outer_failure_comes_first_and_queued_ones_are_notes(d: flux.Dispatcher[Any]) -> None:
+    outer, queued = Boom("outer"), Boom("queued")
+
+    def cb(p: str) -> None:
+        if p == "outer":
+            d.enqueue("queued")
+            raise outer
+        raise queued
+
+    d.register(cb)
+    with pytest.raises(Boom) as info:
+        d.enqueue("outer")
+    assert info.value is outer
+    assert any("queued" in note for note in info.value.__notes__)
+
+
+def test_enqueue_on_a_closed_dispatcher(d: flux.Dispatcher[Any]) -> None:
+    d.close()
+    with pytest.raises(flux.InvalidArgumentError):
+        d.enqueue(1)
+
+
+def test_enqueue_from_other_threads_never_blocks_nothing_lost_nothing_twice(
+    d: flux.Dispatcher[Any],
+) -> None:
+    seen: dict[int, int] = {}
+    entered = threading.Event()
+    release = threading.Event()
+    lock = threading.Lock()
+
+    def cb(p: int) -> None:
+        if p == 0:
+            entered.set()
+            assert release.wait(30)
+        with lock:
+            seen[p] = seen.get(p, 0) + 1
+
+    d.register(cb)
+    holder = threading.Thread(target=d.dispatch, args=(0,))
+    holder.start()
+    assert entered.wait(30)
+
+    def enqueue_many(base: int) -> None:
+        for i in range(1, 51):
+            d.enqueue(base + i)
+
+    workers = [threading.Thread(target=enqueue_many, args=(1000 * t,)) for t in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+        assert not w.is_alive(), "an enqueue blocked while a dispatch ran"
+    release.set()
+    holder.join(30)
+    assert len(seen) == 151
+    assert set(seen.values()) == {1}
+
+
+def test_enqueue_racing_the_end_of_dispatches(d: flux.Dispatcher[Any]) -> None:
+    seen: dict[int, int] = {}
+
+    def cb(p: int) -> None:
+        if p >= 0:
+            seen[p] = seen.get(p, 0) + 1
+
+    d.register(cb)
+    running = [3]
+    lock = threading.Lock()
+
+    def enqueue_many(base: int) -> None:
+        for i in range(300):
+            d.enqueue(base + i)
+        with lock:
+            running[0] -= 1
+
+    workers = [threading.Thread(target=enqueue_many, args=(1000 * t,)) for t in range(3)]
+    for w in workers:
+        w.start()
+    while running[0]:
+        d.dispatch(-1)
+    for w in workers:
+        w.join()
+    assert len(seen) == 900
+    assert set(seen.values()) == {1}

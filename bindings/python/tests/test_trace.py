@@ -1,0 +1,169 @@
+"""flux.Trace: every observer event, a rendered tree, a Chrome trace file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flux
+
+
+def flight(d: flux.Dispatcher[Any]) -> dict[str, flux.Token]:
+    """The flight-destination stores: city waits for country, price for city."""
+    t: dict[str, flux.Token] = {}
+
+    def country(p: Any) -> None:
+        pass
+
+    def city(p: Any) -> None:
+        d.wait_for([t["country"]])
+
+    def price(p: Any) -> None:
+        d.wait_for([t["city"]])
+
+    t["country"] = d.register(country, name="CountryStore")
+    t["price"] = d.register(price, name="FlightPriceStore")
+    t["city"] = d.register(city)  # default name: the qualified name
+    return t
+
+
+def kinds(trace: flux.Trace) -> list[str]:
+    short = {"dispatch_begin": "D", "dispatch_end": "E", "callback_begin": "b",
+             "callback_end": "e", "wait_for": "w"}
+    out = []
+    for ev in trace.events:
+        text = short[ev.kind]
+        if ev.kind == "wait_for":
+            text += f"{ev.token}{list(ev.tokens)}"
+        elif ev.token is not None:
+            text += str(ev.token)
+        out.append(text)
+    return out
+
+
+def test_events_in_exact_order_with_names_and_monotonic_times(d: flux.Dispatcher[Any]) -> None:
+    t = flight(d)
+    payload = {"type": "city-update"}
+    with flux.Trace(d) as trace:
+        d.dispatch(payload)
+    assert kinds(trace) == ["D", "b1", "e1", "b2", "w2[3]", "b3", "w3[1]", "e3", "e2", "E"]
+    assert trace.events[0].payload is payload
+    assert trace.events[-1].status == 0
+    names = {ev.token: ev.name for ev in trace.events if ev.kind == "callback_begin"}
+    assert names == {
+        t["country"].value: "CountryStore",
+        t["price"].value: "FlightPriceStore",
+        t["city"].value: "flight.<locals>.city",
+    }
+    times = [ev.time_ns for ev in trace.events]
+    assert times == sorted(times)
+
+
+def test_failures_abort_and_end_with_the_status(d: flux.Dispatcher[Any]) -> None:
+    def bad(p: Any) -> None:
+        raise ValueError("no")
+
+    d.register(lambda p: None, name="ok")
+    d.register(bad, name="bad")
+    d.register(lambda p: None, name="never")
+    with flux.Trace(d) as trace, pytest.raises(ValueError):
+        d.dispatch(1)
+    assert kinds(trace) == ["D", "b1", "e1", "b2", "e2", "E"]
+    assert trace.events[4].result != 0
+    assert trace.events[-1].status == flux.Status.ERR_CALLBACK_FAILED
+    assert "failed (FLUX_ERR_CALLBACK_FAILED)" in trace.render()
+
+
+def test_stopping_during_a_dispatch_keeps_it_to_the_end(d: flux.Dispatcher[Any]) -> None:
+    trace = flux.Trace(d)
+    d.register(lambda p: trace.stop(), name="stopper")
+    d.register(lambda p: None, name="after")
+    trace.start()
+    d.dispatch(1)
+    assert kinds(trace) == ["D", "b1", "e1", "b2", "e2", "E"]
+    d.dispatch(2)
+    assert len(trace.events) == 6  # stopped: the next dispatch is not recorded
+
+
+def test_queued_dispatches_are_traced_too(d: flux.Dispatcher[Any]) -> None:
+    def cb(p: int) -> None:
+        if p == 1:
+            d.enqueue(2)
+
+    d.register(cb)
+    with flux.Trace(d) as trace:
+        d.dispatch(1)
+    assert kinds(trace) == ["D", "b1", "e1", "E", "D", "b1", "e1", "E"]
+    assert [ev.payload for ev in trace.events if ev.kind == "dispatch_begin"] == [1, 2]
+
+
+def test_render_nests_waited_for_callbacks_under_the_waiter(d: flux.Dispatcher[Any]) -> None:
+    flight(d)
+    with flux.Trace(d) as trace:
+        d.dispatch("select")
+    lines = trace.render().splitlines()
+    assert lines[0].startswith("dispatch 'select'") and lines[0].endswith("ok")
+    assert lines[1].startswith("├─ CountryStore (token 1)")
+    assert lines[2].startswith("└─ FlightPriceStore (token 2)")
+    assert lines[3] == "   ├─ waits for flight.<locals>.city"
+    assert lines[4].startswith("   └─ flight.<locals>.city (token 3)")
+    assert lines[5] == "      └─ waits for CountryStore"
+    assert all("µs" in line or "ms" in line for line in (lines[0], lines[1], lines[2], lines[4]))
+
+
+def test_chrome_trace_file_is_trace_event_format_with_nested_slices(
+    d: flux.Dispatcher[Any], tmp_path: Path
+) -> None:
+    flight(d)
+    with flux.Trace(d) as trace:
+        d.dispatch("one")
+        d.dispatch("two")
+    path = tmp_path / "trace.json"
+    trace.write_chrome_trace(path)
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    for e in events:
+        assert {"name", "ph", "ts", "pid", "tid"} <= e.keys()
+        assert isinstance(e["ts"], (int, float))
+    assert len(slices) == 2 * (1 + 3)
+    assert sum(e["ph"] == "i" for e in events) == 2 * 2
+    # Slices on one track nest properly: each is inside the one open before it.
+    open_: list[dict[str, Any]] = []
+    depth_of: dict[str, int] = {}
+    for e in sorted(slices, key=lambda e: (e["ts"], -e["dur"])):
+        while open_ and open_[-1]["ts"] + open_[-1]["dur"] <= e["ts"]:
+            open_.pop()
+        if open_:
+            parent = open_[-1]
+            assert e["ts"] + e["dur"] <= parent["ts"] + parent["dur"], "slices overlap without nesting"
+        depth_of.setdefault(e["name"], len(open_))
+        open_.append(e)
+    assert depth_of["CountryStore"] == 1
+    assert depth_of["FlightPriceStore"] == 1
+    assert depth_of["flight.<locals>.city"] == 2  # nested under the price store that waited
+
+
+def test_circular_messages_use_the_names(d: flux.Dispatcher[Any]) -> None:
+    t: dict[str, flux.Token] = {}
+    errors: list[flux.CircularDependencyError] = []
+
+    def a(p: Any) -> None:
+        d.wait_for([t["b"]])
+
+    def b(p: Any) -> None:
+        try:
+            d.wait_for([t["a"]])
+        except flux.CircularDependencyError as exc:
+            errors.append(exc)
+
+    t["a"] = d.register(a, name="StoreA")
+    t["b"] = d.register(b, name="StoreB")
+    d.dispatch(None)
+    assert str(errors[0]) == (
+        f"flux_wait_for: circular dependency: token {t['b'].value} (StoreB) waits for "
+        f"{t['a'].value} (StoreA), which is waiting for {t['b'].value} (StoreB)"
+    )
