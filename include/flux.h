@@ -49,6 +49,22 @@
  * while a dispatch was running: then destroy runs on the dispatching thread
  * when that dispatch finishes. flux_last_error() is per thread.
  *
+ * Depth
+ * -----
+ * Every callback that flux_wait_for() runs is one more link of a chain on
+ * the dispatching thread's stack (callback -> flux_wait_for -> callback ...).
+ * Chains of any depth work as long as they fit: before running a callback,
+ * flux_wait_for() checks that the thread has at least a safety margin of
+ * stack left (256 KiB, or a quarter of a smaller stack; the bound of each
+ * thread's stack is looked up once per thread). When it has not, the wait
+ * fails with FLUX_ERR_TOO_DEEP and the dispatch is aborted exactly as if a
+ * callback had failed: no further callback runs, the waits still unwinding
+ * return FLUX_ERR_TOO_DEEP, and flux_dispatch() returns FLUX_ERR_TOO_DEEP
+ * (or FLUX_ERR_CALLBACK_FAILED when a callback had failed first). On an
+ * 8 MiB stack a chain of C callbacks can be several tens of thousands of
+ * links deep. A callback that itself uses more stack than the margin
+ * between two waits is not protected.
+ *
  * The one thing the library cannot guard against is a dispatcher used after
  * (or while) flux_dispatcher_destroy() frees it, from any thread: as with
  * free(), the caller must make sure no other call is in flight.
@@ -108,7 +124,7 @@ typedef struct flux_dispatcher flux_dispatcher;
 typedef uint64_t flux_token;
 
 /** The result of every call that can fail. Codes are stable within a major
- *  version; new codes may be added after FLUX_ERR_NO_MEMORY. */
+ *  version; new codes may be added after FLUX_ERR_TOO_DEEP. */
 typedef enum flux_status {
     FLUX_OK = 0,
     /** A NULL dispatcher, callback or out-pointer; NULL tokens with count > 0;
@@ -129,7 +145,11 @@ typedef enum flux_status {
     /** A callback returned non-zero; the dispatch was aborted. */
     FLUX_ERR_CALLBACK_FAILED = 6,
     /** An allocation failed; nothing was changed. */
-    FLUX_ERR_NO_MEMORY = 7
+    FLUX_ERR_NO_MEMORY = 7,
+    /** The chain of waiting callbacks is too deep for this thread's stack:
+     *  flux_wait_for() refused to run one more callback, and the dispatch
+     *  was aborted as if a callback had failed. See "Depth" below. */
+    FLUX_ERR_TOO_DEEP = 8
 } flux_status;
 
 /** A registered callback. context is the pointer given to flux_register();
@@ -227,7 +247,8 @@ FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
  * fixed when the dispatch starts. When a callback returns non-zero, the
  * dispatch stops: no further callback runs, flux_wait_for() calls still
  * unwinding return FLUX_ERR_CALLBACK_FAILED, and the dispatcher is idle and
- * ready for the next dispatch.
+ * ready for the next dispatch. A chain of waits too deep for the stack stops
+ * it the same way, with FLUX_ERR_TOO_DEEP.
  *
  * @param payload  opaque to the dispatcher; may be NULL. It stays the
  *                 caller's and must outlive the call.
@@ -237,6 +258,9 @@ FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
  *         the dispatching thread. The running dispatch goes on unharmed.
  *         FLUX_ERR_CALLBACK_FAILED: a callback returned non-zero; the message
  *         names its token and the value it returned.
+ *         FLUX_ERR_TOO_DEEP: a chain of flux_wait_for() calls reached this
+ *         thread's stack limit (see "Depth" above) before any callback
+ *         failed; the dispatch was aborted.
  * Threads: any thread. While another thread dispatches d, this call waits for
  *          that dispatch to finish, then runs. From inside a callback of d on
  *          the dispatching thread it fails at once.
@@ -266,6 +290,11 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  *         FLUX_ERR_CALLBACK_FAILED: a callback run by this call, or earlier
  *         in this dispatch, failed; the dispatch is being aborted. Once it
  *         is, this comes before any token error.
+ *         FLUX_ERR_TOO_DEEP: less than the safety margin of stack is left
+ *         on this thread (see "Depth" above), so the callback was not run;
+ *         or a deeper wait of this dispatch failed so. The dispatch is being
+ *         aborted, and like FLUX_ERR_CALLBACK_FAILED this comes before any
+ *         token error. Return it (any non-zero value) from the callback.
  *         With several bad tokens, the first in the array is the one reported.
  * Threads: only on the thread running the dispatch, from inside a callback.
  */

@@ -29,6 +29,7 @@ public func flux_status_name(_ status: Int32) -> UnsafePointer<CChar> {
         case 5: "FLUX_ERR_CIRCULAR"
         case 6: "FLUX_ERR_CALLBACK_FAILED"
         case 7: "FLUX_ERR_NO_MEMORY"
+        case 8: "FLUX_ERR_TOO_DEEP"
         default: "FLUX_ERR_UNKNOWN"
         }
     return name.cString

@@ -105,6 +105,14 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         /// Where the dispatch loop stops: the table's count, or 0 once a
         /// callback failed, so one compare per callback covers both.
         @usableFromInline var end = 0
+        /// The engine's own reason for aborting (`tooDeep`), when no callback
+        /// failed: a failure the dispatch reports as a `FluxError`.
+        @usableFromInline var abortError: FluxError?
+        /// `waitFor` invokes a callback only while the stack pointer is at or
+        /// above this address. `.max` at the start of each dispatch (so the
+        /// first wait looks the dispatching thread's bound up, once), then
+        /// that thread's low-water mark: one compare per link of a chain.
+        @usableFromInline var stackLimit: UInt = .max
     }
 
     @usableFromInline
@@ -333,6 +341,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         let pending = run.pointee.epoch &* 2
         run.pointee.payload = payload
         run.pointee.cursor = -1
+        run.pointee.stackLimit = .max
         let table = slots.pointee
         run.pointee.end = table.count
         var i = 0
@@ -347,6 +356,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
             i &+= 1
         }
         let failure = run.pointee.failure.take()
+        let abortError = run.pointee.abortError.take()
         run.pointee.aborted = false
         let failedToken = run.pointee.failedToken
         run.pointee.payload = nil
@@ -355,6 +365,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
             endSlow()
         }
         if let failure { throw .callback(failure, DispatchToken(rawValue: failedToken)) }
+        if let abortError { throw .flux(abortError) }
     }
 
     /// From inside a callback: runs the named callbacks that have not yet run
@@ -454,7 +465,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     @usableFromInline
     func currentFailure() -> DispatchError<Callback.Failure> {
         guard let failure = run.pointee.failure else {
-            return .flux(FluxError(.callbackFailed, "the dispatch was aborted"))
+            return .flux(run.pointee.abortError ?? FluxError(.callbackFailed, "the dispatch was aborted"))
         }
         return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken))
     }
@@ -486,6 +497,9 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     /// one it waited for, failed).
     @inlinable
     func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
+        // Every callback a wait runs is one more link on this thread's stack:
+        // past the low-water mark, abort instead of overflowing.
+        if currentStackAddress() < run.pointee.stackLimit && !stackHasRoom(token: table.tokens[i]) { return false }
         table.setMark(i, pending)
         let error = table.callbacks[i].invoke(payload)
         // The table and the epoch are read again rather than kept across the
@@ -500,6 +514,26 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
         if let error { recordFailure(error, token: table.tokens[i]) }
         return !run.pointee.aborted
+    }
+
+    /// The slow half of the depth check: finds this thread's low-water mark
+    /// (cached per thread) and keeps it for the rest of the dispatch; below
+    /// it, aborts the dispatch with `tooDeep` and returns false.
+    @usableFromInline @inline(never)
+    func stackHasRoom(token: UInt64) -> Bool {
+        let address = currentStackAddress()
+        let limit = stackLimit(at: address)
+        let run = self.run
+        if address >= limit {
+            run.pointee.stackLimit = limit
+            return true
+        }
+        // invoke() is reached only when the dispatch is not aborting.
+        run.pointee.aborted = true
+        run.pointee.end = 0
+        run.pointee.failedToken = token
+        run.pointee.abortError = .tooDeep
+        return false
     }
 
     @usableFromInline
@@ -626,4 +660,7 @@ private func grown(_ capacity: Int) -> Int {
 extension FluxError {
     static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed (being destroyed)") }
     static var outOfMemory: FluxError { FluxError(.noMemory, "out of memory") }
+    @usableFromInline static var tooDeep: FluxError {
+        FluxError(.tooDeep, "the chain of waiting callbacks is too deep for this thread's stack")
+    }
 }

@@ -32,6 +32,10 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
         public static var callbackFailed: Code { Code(rawValue: 6) }
         /// An allocation failed. The corresponding C status is `FLUX_ERR_NO_MEMORY`.
         public static var noMemory: Code { Code(rawValue: 7) }
+        /// A `waitFor` chain reached the thread's stack limit; the dispatch
+        /// was aborted, as if a callback had failed. The corresponding C
+        /// status is `FLUX_ERR_TOO_DEEP`.
+        public static var tooDeep: Code { Code(rawValue: 8) }
 
         public var description: String {
             switch rawValue {
@@ -42,6 +46,7 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
             case 5: "circularDependency"
             case 6: "callbackFailed"
             case 7: "noMemory"
+            case 8: "tooDeep"
             default: "Code(\(rawValue))"
             }
         }

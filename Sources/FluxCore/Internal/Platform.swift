@@ -58,3 +58,102 @@ internal func allocateBytes(_ count: Int) -> UnsafeMutableRawPointer? {
 internal func freeBytes(_ pointer: UnsafeMutableRawPointer?) {
     free(pointer)
 }
+
+// MARK: - Stack depth
+
+/// The calling thread's stack pointer, near enough: the address of a local.
+/// Stacks grow down on every platform Swift runs on.
+@inlinable @inline(__always)
+internal func currentStackAddress() -> UInt {
+    var marker: UInt8 = 0
+    return withUnsafeMutablePointer(to: &marker) { UInt(bitPattern: $0) }
+}
+
+/// Per-thread cache of `computeStackBounds()`: the low-water address and the
+/// stack's top, stored as the pointer values themselves (no allocation, no
+/// destructor). 0 means "not computed yet".
+private let stackLimitKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key, nil)
+    return key
+}()
+private let stackTopKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key, nil)
+    return key
+}()
+
+/// How much stack must remain when a `waitFor` invokes one more callback:
+/// room for that callback's own frames before it waits again (a Python
+/// callback goes through ctypes, libffi and the interpreter: a few KiB),
+/// and for reporting the error. A quarter of a small stack at most, so a
+/// thread with a tiny stack can still wait a few links deep.
+private let stackMargin: UInt = 256 * 1024
+
+#if canImport(Glibc)
+// GNU extensions the Glibc module hides (Swift does not import them without
+// _GNU_SOURCE); both take and return plain C integers and pointers.
+@_silgen_name("pthread_getattr_np")
+private func pthread_getattr_np(_ thread: pthread_t, _ attributes: UnsafeMutablePointer<pthread_attr_t>) -> Int32
+@_silgen_name("gettid")
+private func flux_gettid() -> pid_t
+#endif
+
+/// This thread's stack as (low-water mark, top): below the mark, `waitFor`
+/// refuses to go deeper. (0, .max) when the bounds cannot be found, which
+/// disables the check.
+private func computeStackBounds() -> (limit: UInt, top: UInt) {
+    #if canImport(Glibc)
+    var attributes = pthread_attr_t()
+    guard pthread_getattr_np(pthread_self(), &attributes) == 0 else { return (0, .max) }
+    defer { pthread_attr_destroy(&attributes) }
+    var address: UnsafeMutableRawPointer?
+    var size = 0
+    var guardSize = 0
+    guard pthread_attr_getstack(&attributes, &address, &size) == 0, let address, size > 0 else { return (0, .max) }
+    pthread_attr_getguardsize(&attributes, &guardSize)
+    let low = UInt(bitPattern: address)
+    let top = low &+ UInt(size)
+    var reserve = min(stackMargin, UInt(size) / 4) &+ UInt(guardSize)
+    // The main thread's stack grows on demand up to RLIMIT_STACK, and glibc
+    // reports that extent (less a page) -- unless another mapping sits
+    // closer (always so when the limit is infinite), in which case the
+    // kernel keeps a guard gap (1 MiB by default) below the stack that the
+    // stack can never grow into. Stay clear of it too.
+    if getpid() == flux_gettid() {
+        var limit = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0,
+           limit.rlim_cur == rlim_t.max || UInt(size) &+ 64 * 1024 < UInt(limit.rlim_cur) {
+            reserve &+= min(1 << 20, UInt(size) / 4)
+        }
+    }
+    return (low &+ reserve, top)
+    #elseif canImport(Darwin)
+    let thread = pthread_self()
+    let top = UInt(bitPattern: pthread_get_stackaddr_np(thread))
+    let size = UInt(pthread_get_stacksize_np(thread))
+    guard size > 0, top > size else { return (0, .max) }
+    return (top - size + min(stackMargin, size / 4), top)
+    #else
+    return (0, .max)
+    #endif
+}
+
+/// The calling thread's low-water mark, computed once per thread, when
+/// `address` (the caller's stack pointer) lies on the thread's own stack;
+/// 0 -- no limit -- on another stack (say, a signal handler's alternate
+/// stack), where the bounds say nothing.
+@usableFromInline
+internal func stackLimit(at address: UInt) -> UInt {
+    var limit = UInt(bitPattern: pthread_getspecific(stackLimitKey))
+    var top = UInt(bitPattern: pthread_getspecific(stackTopKey))
+    if limit == 0 {
+        (limit, top) = computeStackBounds()
+        pthread_setspecific(stackLimitKey, UnsafeRawPointer(bitPattern: limit))
+        pthread_setspecific(stackTopKey, UnsafeRawPointer(bitPattern: top))
+        if limit == 0 { return 0 }
+    }
+    // Far below the stack (more than a margin below the mark): not on it.
+    let floor = limit > stackMargin * 2 ? limit - stackMargin * 2 : 0
+    return address > top || address < floor ? 0 : limit
+}

@@ -33,6 +33,7 @@ from .errors import (
     NoMemoryError,
     NotDispatchingError,
     Status,
+    TooDeepError,
     UnknownTokenError,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "CircularDependencyError",
     "CallbackFailedError",
     "NoMemoryError",
+    "TooDeepError",
     "library_path",
     "library_version",
     "library_version_string",

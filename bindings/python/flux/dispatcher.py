@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable, Iterable
-from ctypes import addressof, byref, c_uint64
+from ctypes import ArgumentError, addressof, byref, c_uint64
 from threading import get_ident
 from types import TracebackType
 from typing import Any, Generic, TypeVar, final
@@ -35,6 +35,7 @@ from .errors import (
 
 _id = id
 _CALLBACK_FAILED = int(Status.ERR_CALLBACK_FAILED)
+_TOO_DEEP = int(Status.ERR_TOO_DEEP)
 _INVALID_ARGUMENT = int(Status.ERR_INVALID_ARGUMENT)
 
 __all__ = ["Dispatcher", "Token"]
@@ -87,6 +88,17 @@ class Token:
 
     def __reduce__(self) -> Any:
         raise TypeError("a flux.Token is only meaningful in the process that issued it")
+
+
+def _argument_error(exc: ArgumentError) -> BaseException:
+    # ctypes converts the arguments of a call in Python code, and wraps any
+    # exception that raises -- RecursionError too, when a deep chain of
+    # callbacks reaches the interpreter's recursion limit -- into an
+    # ArgumentError. Our arguments are always convertible, so it can only
+    # be that: give the caller Python's own error for it.
+    if "RecursionError" in str(exc):
+        return RecursionError(f"maximum recursion depth exceeded ({exc})")
+    return exc
 
 
 def _closed(operation: str) -> InvalidArgumentError:
@@ -228,16 +240,21 @@ class Dispatcher(Generic[P]):
         # as its PyObject* (id() in CPython); the frame keeps it alive
         # meanwhile, and the trampoline turns the pointer back into the very
         # same object.
-        status = _flux_dispatch(self._handle, _id(payload))
+        try:
+            status = _flux_dispatch(self._handle, _id(payload))
+        except ArgumentError as exc:
+            raise _argument_error(exc) from None
         if status:
             # Raised here, so the traceback goes dispatch -> the callback.
             raise self._dispatch_error(status)
 
     def _dispatch_error(self, status: int) -> BaseException:
-        if status == _CALLBACK_FAILED:
+        if status == _CALLBACK_FAILED or status == _TOO_DEEP:
             exc = self._pending.pop(get_ident(), None)
             if exc is not None:
-                return exc  # the callback's own object, with its traceback
+                # The callback's own object, with its traceback (for a chain
+                # too deep: the TooDeepError that unwound it).
+                return exc
             # A native callback failed: there is no Python exception to re-raise.
         elif status == _INVALID_ARGUMENT and self._handle is None:
             return _closed("dispatch")
@@ -272,7 +289,10 @@ class Dispatcher(Generic[P]):
             handle = self._handle
             if handle is None:
                 raise _closed("wait_for")
-            status = _flux_wait_for(handle, token._address, 1)
+            try:
+                status = _flux_wait_for(handle, token._address, 1)
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
         else:
             values = [self._token_value(token) for token in tokens]
             count = len(values)
@@ -280,11 +300,14 @@ class Dispatcher(Generic[P]):
             if handle is None:
                 raise _closed("wait_for")
             array = (c_uint64 * count)(*values) if count else None
-            status = _flux_wait_for(handle, addressof(array) if array is not None else None, count)
+            try:
+                status = _flux_wait_for(handle, addressof(array) if array is not None else None, count)
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
         if status:
             # Not popped: dispatch() re-raises it when the abort reaches it,
             # whether or not this callback lets it propagate.
-            exc = self._pending.get(get_ident()) if status == _CALLBACK_FAILED else None
+            exc = self._pending.get(get_ident()) if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
             raise exc if exc is not None else _status_error(status)
 
     @property
