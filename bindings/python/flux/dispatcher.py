@@ -22,6 +22,7 @@ from ._native import (
     flux_register as _flux_register,
     flux_unregister as _flux_unregister,
     flux_wait_for as _flux_wait_for,
+    last_error as _last_error,
     status_error as _status_error,
 )
 from .errors import (
@@ -36,6 +37,9 @@ from .errors import (
 _id = id
 _CALLBACK_FAILED = int(Status.ERR_CALLBACK_FAILED)
 _TOO_DEEP = int(Status.ERR_TOO_DEEP)
+_UNKNOWN_TOKEN = int(Status.ERR_UNKNOWN_TOKEN)
+#: How libflux's message names token 0, which stands for a foreign token.
+_FOREIGN_MARK = "token 0 is never a valid token"
 _INVALID_ARGUMENT = int(Status.ERR_INVALID_ARGUMENT)
 
 __all__ = ["Dispatcher", "Token"]
@@ -99,6 +103,10 @@ def _argument_error(exc: ArgumentError) -> BaseException:
     if "RecursionError" in str(exc):
         return RecursionError(f"maximum recursion depth exceeded ({exc})")
     return exc
+
+
+def _not_a_token(token: object) -> TypeError:
+    return TypeError(f"expected a flux.Token, not {type(token).__name__}")
 
 
 def _closed(operation: str) -> InvalidArgumentError:
@@ -213,10 +221,12 @@ class Dispatcher(Generic[P]):
         :raises TypeError: ``token`` is not a :class:`Token`.
         :raises InvalidArgumentError: the dispatcher is closed.
         """
-        value = self._token_value(token)
+        if type(token) is not Token:
+            raise _not_a_token(token)
         handle = self._handle
-        if handle is None:
+        if handle is None:  # the header's order: a closed (NULL) dispatcher first
             raise _closed("unregister")
+        value = self._token_value(token)
         _flux_unregister(handle, value)
         self._tokens.discard(value)
 
@@ -285,7 +295,7 @@ class Dispatcher(Generic[P]):
             # no array, the token's own memory.
             token = tokens[0]
             if type(token) is not Token or token._dispatcher != self._serial:
-                self._token_value(token)  # raises the error for it
+                return self._wait_for_foreign(tokens)
             handle = self._handle
             if handle is None:
                 raise _closed("wait_for")
@@ -294,7 +304,11 @@ class Dispatcher(Generic[P]):
             except ArgumentError as exc:
                 raise _argument_error(exc) from None
         else:
-            values = [self._token_value(token) for token in tokens]
+            serial = self._serial
+            for token in tokens:
+                if type(token) is not Token or token._dispatcher != serial:
+                    return self._wait_for_foreign(tokens)
+            values = [token._value for token in tokens]
             count = len(values)
             handle = self._handle
             if handle is None:
@@ -309,6 +323,30 @@ class Dispatcher(Generic[P]):
             # whether or not this callback lets it propagate.
             exc = self._pending.get(get_ident()) if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
             raise exc if exc is not None else _status_error(status)
+
+    def _wait_for_foreign(self, tokens: list[Token] | tuple[Token, ...]) -> None:
+        """wait_for with a token of another dispatcher among ``tokens``: an
+        error, but reported in the header's order -- a closed dispatcher, not
+        dispatching on this thread, an aborting dispatch (its exception), and
+        only then the first bad token in the list. libflux makes every check
+        but the foreign one; a foreign token reaches it as 0, a token it
+        rejects without running anything, so no callback runs."""
+        for token in tokens:
+            if type(token) is not Token:
+                raise _not_a_token(token)
+        handle = self._handle
+        if handle is None:
+            raise _closed("wait_for")
+        serial = self._serial
+        values = [token._value if token._dispatcher == serial else 0 for token in tokens]
+        array = (c_uint64 * len(values))(*values)
+        status = _flux_wait_for(handle, addressof(array), len(values))
+        if status == _UNKNOWN_TOKEN and _FOREIGN_MARK in _last_error():
+            # The first bad token is a foreign one.
+            first = next(token for token in tokens if token._dispatcher != serial)
+            raise self._foreign_error(first)
+        exc = self._pending.get(get_ident()) if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
+        raise exc if exc is not None else _status_error(status)
 
     @property
     def is_dispatching(self) -> bool:
@@ -370,13 +408,16 @@ class Dispatcher(Generic[P]):
 
     def _token_value(self, token: object) -> int:
         if type(token) is not Token:
-            raise TypeError(f"expected a flux.Token, not {type(token).__name__}")
+            raise _not_a_token(token)
         if token._dispatcher != self._serial:
-            raise UnknownTokenError(
-                f"token {token._value} was issued by dispatcher #{token._dispatcher}, "
-                f"not by this one (#{self._serial})"
-            )
+            raise self._foreign_error(token)
         return token._value
+
+    def _foreign_error(self, token: Token) -> UnknownTokenError:
+        return UnknownTokenError(
+            f"token {token._value} was issued by dispatcher #{token._dispatcher}, "
+            f"not by this one (#{self._serial})"
+        )
 
 
 def live_callbacks(dispatcher: Dispatcher[Any]) -> int:
