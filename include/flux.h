@@ -323,7 +323,9 @@ FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
  * ----------
  * A signature is a NUL-terminated string "R(A...)": one return type letter,
  * '(', zero to FLUX_SIGNATURE_MAX_ARGS argument type letters, ')', and
- * nothing after it. No spaces. One letter a type:
+ * nothing after it. No spaces. The signature ends at its first NUL byte:
+ * "i(p)\0junk" is read as "i(p)", so a binding whose strings may contain
+ * NUL (Python's, say) must refuse those itself. One letter a type:
  *
  *     v  void        (return type only)
  *     i  int32_t     I  uint32_t
