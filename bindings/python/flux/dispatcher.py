@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar, final
 from . import _native
 from ._native import (
     add_registration as _add_registration,
+    escaped as _escaped,
     callback_trampoline as _CALLBACK,
     destroy_trampoline as _DESTROY,
     flux_dispatch as _flux_dispatch,
@@ -241,7 +242,11 @@ class Dispatcher(Generic[P]):
 
         :raises BaseException: whatever a callback raised -- the same object,
             with its traceback; the rest of the dispatch was skipped and the
-            dispatcher is ready for the next one.
+            dispatcher is ready for the next one. This holds wherever the
+            exception escaped, even before the callback's body ran (a
+            KeyboardInterrupt from a SIGINT that arrived while the thread was
+            in C), as long as ``sys.unraisablehook`` is the one this package
+            chained in at import, or calls it.
         :raises AlreadyDispatchingError: called from inside a callback of this
             dispatcher; the running dispatch goes on unharmed.
         :raises InvalidArgumentError: the dispatcher is closed.
@@ -257,10 +262,23 @@ class Dispatcher(Generic[P]):
         if status:
             # Raised here, so the traceback goes dispatch -> the callback.
             raise self._dispatch_error(status)
+        if _escaped:
+            # A callback's exception escaped where C could not see it fail
+            # (see _native.escaped): the dispatch failed all the same.
+            exc = _escaped.pop(get_ident(), None)
+            if exc is not None:
+                raise exc
 
     def _dispatch_error(self, status: int) -> BaseException:
         if status == _CALLBACK_FAILED or status == _TOO_DEEP:
-            exc = self._pending.pop(get_ident(), None)
+            ident = get_ident()
+            exc = self._pending.pop(ident, None)
+            if _escaped:
+                # The exception that escaped a callback ended this dispatch
+                # (this thread's innermost): clear it either way.
+                other = _escaped.pop(ident, None)
+                if exc is None:
+                    exc = other
             if exc is not None:
                 # The callback's own object, with its traceback (for a chain
                 # too deep: the TooDeepError that unwound it).
@@ -321,8 +339,22 @@ class Dispatcher(Generic[P]):
         if status:
             # Not popped: dispatch() re-raises it when the abort reaches it,
             # whether or not this callback lets it propagate.
-            exc = self._pending.get(get_ident()) if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
+            exc = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
             raise exc if exc is not None else _status_error(status)
+        if _escaped:
+            # A callback run by this wait failed where C could not see it.
+            exc = _escaped.get(get_ident())
+            if exc is not None:
+                raise exc
+
+    def _aborting_error(self) -> BaseException | None:
+        """The exception of the callback that is aborting this thread's
+        dispatch, if a Python callback's."""
+        ident = get_ident()
+        exc = self._pending.get(ident)
+        if exc is None and _escaped:
+            exc = _escaped.get(ident)
+        return exc
 
     def _wait_for_foreign(self, tokens: list[Token] | tuple[Token, ...]) -> None:
         """wait_for with a token of another dispatcher among ``tokens``: an
@@ -345,7 +377,7 @@ class Dispatcher(Generic[P]):
             # The first bad token is a foreign one.
             first = next(token for token in tokens if token._dispatcher != serial)
             raise self._foreign_error(first)
-        exc = self._pending.get(get_ident()) if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
+        exc = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
         raise exc if exc is not None else _status_error(status)
 
     @property
