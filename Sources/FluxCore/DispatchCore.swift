@@ -180,6 +180,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     package func register(_ callback: Callback) throws(FluxError) -> DispatchToken {
         lock.lock()
         let result = insertLocked(callback)
+        checkInvariantsLocked()
         lock.unlock()
         switch result {
         case .success(let token):
@@ -266,6 +267,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         } else {
             error = unknownTokenLocked(t)
         }
+        checkInvariantsLocked()
         lock.unlock()
         released?.release()
         if let error { throw error }
@@ -294,6 +296,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         slots.pointee.removeAll { callbacks.append($0) }
         state.bitwiseOr(Self.closedBit, ordering: .relaxed)
         releaseTable()
+        checkInvariantsLocked()
         lock.unlock()
         for callback in callbacks { callback.release() }
     }
@@ -560,6 +563,11 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         defer { locked.pointee.waiters -= 1 }
         while true {
             let current = state.load(ordering: .acquiring)
+            // Looked at on every turn: while this thread slept, the dispatch
+            // it waited for may have ended and a close() run before it got
+            // the lock back. Claiming the dispatcher now would wipe the
+            // closed bit with the word built below.
+            if current & Self.closedBit != 0 { return .closed }
             if current & Self.dispatchingBit == 0 {
                 // Idle; the mutating bit cannot be set, mutators hold the lock.
                 // Leave the waiters bit up for those still sleeping.
@@ -608,10 +616,60 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         locked.pointee.spare?.deallocate()
         locked.pointee.spare = nil
         state.store(0, ordering: .releasing)
+        checkInvariantsLocked()
         if locked.pointee.waiters > 0 { lock.broadcast() }
         lock.unlock()
         for callback in released { callback.release() }
     }
+
+    // MARK: - Invariants (debug builds)
+
+    /// Under the lock: checks the state word against the tables, and the
+    /// tables themselves. Debug builds only (the Swift tests run them after
+    /// every register, unregister, close and contended end); release
+    /// builds, the C library among them, compile it to nothing.
+    @inline(__always)
+    func checkInvariantsLocked() {
+        #if DEBUG
+        let word = state.load(ordering: .acquiring)
+        let known = Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.dirtyBit | Self.closedBit
+        assert(word & ~known == 0, "state word \(word) has unknown bits")
+        assert(word & Self.mutatingBit == 0, "the mutating bit outlives its mutator (state \(word))")
+        let dispatching = word & Self.dispatchingBit != 0
+        if !dispatching {
+            assert(word & (Self.waitersBit | Self.dirtyBit) == 0, "waiters/dirty without a dispatch (state \(word))")
+            assert(locked.pointee.joined == nil && locked.pointee.spare == nil, "side tables without a dispatch")
+            assert(locked.pointee.leaving.isEmpty && locked.pointee.joinedLeft.isEmpty, "leavers without a dispatch")
+        }
+        assert(locked.pointee.waiters >= 0, "negative waiter count")
+        if word & Self.closedBit != 0 {
+            assert(slots.pointee.count == 0 && locked.pointee.joined == nil, "a closed dispatcher has registrations")
+        }
+        checkTable(slots.pointee, below: locked.pointee.nextToken, idle: !dispatching)
+        if let joined = locked.pointee.joined {
+            checkTable(joined, below: locked.pointee.nextToken, idle: false)
+            if joined.count > 0, slots.pointee.count > 0 {
+                assert(joined.tokens[0] > slots.pointee.tokens[slots.pointee.count - 1], "joined tokens must follow the table's")
+            }
+        }
+        #endif
+    }
+
+    #if DEBUG
+    private func checkTable(_ table: SlotTable<Callback>, below next: UInt64, idle: Bool) {
+        assert(table.count >= 0 && table.count <= table.capacity, "table count \(table.count) of \(table.capacity)")
+        // Whole when small; for a big table only its tail, where appends
+        // land, so that tests registering many callbacks stay fast.
+        let first = table.count <= 256 ? 0 : table.count - 16
+        var previous: UInt64 = first == 0 ? 0 : table.tokens[first - 1]
+        for i in first..<table.count {
+            let token = table.tokens[i]
+            assert(token > previous && token < next, "tokens must strictly increase below nextToken")
+            if idle { assert(table.mark(i) != SlotTable<Callback>.removedMark, "a removal mark outlives its dispatch") }
+            previous = token
+        }
+    }
+    #endif
 
     // MARK: - Error messages (cold)
 
