@@ -4,6 +4,8 @@
 #   make demo       the flight-destination example, in C and in Python
 #   make check      every test: swift test, the C harness, the header test, pytest
 #   make check-memory   the C harness under valgrind memcheck
+#   make check-address  the C harness under AddressSanitizer + UBSan
+#   make check-thread-c the C thread tests under ThreadSanitizer
 #   make bench      benchmarks, with ratios against baselines measured in the same run
 #   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc
 #
@@ -39,7 +41,7 @@ TEST_CFLAGS := $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Iinclude -pthread
 LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 
 .PHONY: all lib demo check check-swift check-thread check-c check-header check-python check-memory \
-        bench install uninstall clean
+        check-address check-thread-c bench install uninstall clean
 
 all: lib
 lib: $(LIB)
@@ -107,6 +109,54 @@ check-memory: $(C_TESTS)
 	    --wrap "valgrind --quiet --fair-sched=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite" \
 	    $(C_TESTS)
 
+# --- sanitizers on the C side ------------------------------------------------
+# libflux built again with a sanitizer, each in a scratch path of its own, and
+# the C programs built against it with the Swift toolchain's clang (whose
+# sanitizer runtimes match swiftc's). The executable carries the runtime; the
+# library's __asan_*/__tsan_* references resolve to it. Swift has no UBSan
+# mode (its arithmetic traps instead); the C side gets -fsanitize=undefined.
+CLANG   ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
+SAN_LIB_FLAGS = -c release --product flux -Xswiftc -static-stdlib -Xswiftc -use-ld=lld \
+    -Xlinker --version-script=$(CURDIR)/support/flux.map -Xlinker -soname=$(SONAME)
+
+$(B)/asan/lib/$(SONAME): $(SWIFT_SOURCES) include/flux.h Makefile
+	$(SWIFT) build $(SAN_LIB_FLAGS) --scratch-path .build-asan -Xswiftc -sanitize=address
+	@mkdir -p $(B)/asan/lib
+	cp .build-asan/release/libflux.so $@
+	ln -sf $(SONAME) $(B)/asan/lib/libflux.so
+
+$(B)/tsan/lib/$(SONAME): $(SWIFT_SOURCES) include/flux.h Makefile
+	$(SWIFT) build $(SAN_LIB_FLAGS) --scratch-path .build-tsan-lib -Xswiftc -sanitize=thread
+	@mkdir -p $(B)/tsan/lib
+	cp .build-tsan-lib/release/libflux.so $@
+	ln -sf $(SONAME) $(B)/tsan/lib/libflux.so
+
+ASAN_TESTS := $(patsubst Tests/c/%.c,$(B)/asan/tests/%,$(wildcard Tests/c/test-*.c))
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+$(B)/asan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/asan/lib/$(SONAME)
+	@mkdir -p $(B)/asan/tests
+	$(CLANG) $(TEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
+
+# The toolchain's TSan runtime carries libdispatch interceptors, which need
+# the toolchain's libdispatch and BlocksRuntime to link.
+SWIFT_RUNTIME_DIR = $(dir $(CLANG))../lib/swift/linux
+$(B)/tsan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/tsan/lib/$(SONAME)
+	@mkdir -p $(B)/tsan/tests
+	$(CLANG) $(TEST_CFLAGS) -fsanitize=thread -o $@ $< -L$(B)/tsan/lib -lflux -Wl,-rpath,$(abspath $(B)/tsan/lib) \
+	    -L$(SWIFT_RUNTIME_DIR) -ldispatch -lBlocksRuntime -Wl,-rpath,$(realpath $(SWIFT_RUNTIME_DIR))
+
+# Leak checking on; the first report of either sanitizer fails the program.
+# No fake stacks for use-after-return: they move locals off the thread's
+# stack, and the depth check (flux.h, "Depth") measures the stack by a
+# local's address.
+check-address: $(ASAN_TESTS)
+	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    $(PYTHON) Tests/c/run.py $(ASAN_TESTS)
+
+check-thread-c: $(B)/tsan/tests/test-threads
+	TSAN_OPTIONS=halt_on_error=1 $(PYTHON) Tests/c/run.py $^
+
 # --- benchmarks ------------------------------------------------------------
 # The plain-loop baseline, also as a shared object: like libflux, it then calls
 # back across a library boundary (see bench/baseline.h).
@@ -152,5 +202,5 @@ uninstall:
 	      $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
 
 clean:
-	rm -rf $(B) .build-lib .build-tsan
+	rm -rf $(B) .build-lib .build-tsan .build-asan .build-tsan-lib
 	$(SWIFT) package clean
