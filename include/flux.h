@@ -182,6 +182,8 @@ FLUX_API flux_dispatcher *flux_dispatcher_create(void);
  * flux_unregister(), flux_dispatch() or flux_dispatcher_destroy() on d get
  * FLUX_ERR_INVALID_ARGUMENT.
  *
+ * Allocates nothing, so it cannot run out of memory.
+ *
  * @return FLUX_OK, and d is gone.
  *         FLUX_ERR_ALREADY_DISPATCHING when a dispatch is running (from inside
  *         a callback, or on another thread): nothing is changed, d stays valid.
@@ -236,6 +238,9 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_UNKNOWN_TOKEN: token is 0, was never issued by d, or was
  *         already unregistered.
+ *         FLUX_ERR_NO_MEMORY: only while a dispatch runs, when there is no
+ *         memory to note the removal; nothing changed (the callback stays
+ *         registered). With no dispatch running this call allocates nothing.
  * Threads: any thread, from inside a callback too; never waits for a
  *          running dispatch.
  */

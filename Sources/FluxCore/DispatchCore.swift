@@ -54,7 +54,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     /// The thread running the dispatch, 0 when none. Only that thread stores
     /// its own ID, so a thread reading its own ID here is certain to be it.
     @usableFromInline let owner = Atomic<UInt>(0)
-    @usableFromInline let lock = ConditionLock()
+    @usableFromInline let lock: ConditionLock
     /// All mutable state, behind pointers: the engine is shared by borrowing,
     /// and the hot paths change their state with plain stores, no exclusivity
     /// checks. Three parts, one per owner, each reached through its own
@@ -122,9 +122,12 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         /// A table big enough for the table plus `joined`, reserved when a
         /// registration joins, so the merge at the end cannot fail.
         var spare: SlotTable<Callback>?
-        var leaving: [UInt64] = []
-        /// Callbacks that joined and left during the running dispatch.
-        var joinedLeft: [Callback] = []
+        /// Tokens unregistered from the frozen table during the running dispatch.
+        var leaving = MallocList<UInt64>()
+        /// Callbacks to release when the running dispatch ends: those that
+        /// joined and left, then (at the end) those in `leaving`. Room for
+        /// both is reserved by each unregistration, so the end cannot fail.
+        var releasing = MallocList<Callback>()
         var waiters = 0
     }
 
@@ -136,6 +139,12 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
             table.deallocate()
             return nil
         }
+        guard let lock = ConditionLock() else {
+            freeBytes(block)
+            table.deallocate()
+            return nil
+        }
+        self.lock = lock
         slots = block.bindMemory(to: SlotTable<Callback>.self, capacity: 1)
         slots.initialize(to: table)
         (block + Self.runOffset).bindMemory(to: Run.self, capacity: 1).initialize(to: Run())
@@ -150,10 +159,13 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         slots.pointee.deallocate()
         locked.pointee.joined?.deallocate()
         locked.pointee.spare?.deallocate()
+        locked.pointee.leaving.drain { _ in }
+        locked.pointee.releasing.drain { callbacks.append($0) }
         locked.deinitialize(count: 1)
         run.deinitialize(count: 1)
         slots.deinitialize(count: 1)
         freeBytes(UnsafeMutableRawPointer(slots))
+        lock.destroy()
         for callback in callbacks { callback.release() }
     }
 
@@ -242,27 +254,43 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     /// (so a callback may unregister itself). Never waits for a running dispatch.
     ///
     /// - Throws: `unknownToken` when the token was never issued or is already
-    ///   unregistered.
+    ///   unregistered; `noMemory` during a dispatch, when there is no memory
+    ///   to note the removal (nothing changed).
     package func unregister(_ token: DispatchToken) throws(FluxError) {
         lock.lock()
         let t = token.rawValue
         var released: Callback?
         var error: FluxError?
+        // Room to note one more removal during a dispatch, made before
+        // anything changes (malloc, so that running out is an error).
+        func reserveLeaving(table: Bool) -> Bool {
+            let leaving = locked.pointee.leaving.count + (table ? 1 : 0)
+            return (!table || locked.pointee.leaving.reserve(leaving))
+                && locked.pointee.releasing.reserve(locked.pointee.releasing.count + leaving + 1)
+        }
         if isClosed {
             error = .closed
-        } else if let i = locked.pointee.joined?.index(of: t), let callback = locked.pointee.joined?.remove(at: i) {
+        } else if let i = locked.pointee.joined?.index(of: t) {
             // Joined during the running dispatch, which never calls it; still,
             // every removal during a dispatch is released when it ends.
-            locked.pointee.joinedLeft.append(callback)
-        } else if let i = slots.pointee.index(of: t), !locked.pointee.leaving.contains(t) {
+            if reserveLeaving(table: false), let callback = locked.pointee.joined?.remove(at: i) {
+                locked.pointee.releasing.append(callback)
+            } else {
+                error = .outOfMemory
+            }
+        } else if let i = slots.pointee.index(of: t), !locked.pointee.leaving.contains(where: { $0 == t }) {
             if claimTable(orSet: Self.dirtyBit) {
                 released = slots.pointee.remove(at: i)
                 releaseTable()
-            } else {
+            } else if reserveLeaving(table: true) {
                 // The table is frozen, so `i` stays right until the dispatch
                 // ends; from here on it skips the callback.
                 locked.pointee.leaving.append(t)
                 slots.pointee.setMark(i, SlotTable<Callback>.removedMark)
+            } else {
+                // Nothing changed: the dirty bit only sends the end of the
+                // dispatch down its slow path, which finds nothing to do.
+                error = .outOfMemory
             }
         } else {
             error = unknownTokenLocked(t)
@@ -283,7 +311,6 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     ///   run by this very close, which must not free the engine under it.
     ///   Either way nothing changes.
     package func close() throws(FluxError) {
-        var callbacks: [Callback] = []
         lock.lock()
         if isClosed {
             lock.unlock()
@@ -293,12 +320,17 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
             lock.unlock()
             throw FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
         }
-        slots.pointee.removeAll { callbacks.append($0) }
+        // Taken out by value, not copied into an array (which would
+        // allocate, and Swift's allocator traps when memory runs out): the
+        // closed table keeps its block, now empty, and nothing can append to
+        // it again; the callbacks are released from `taken` after the lock.
+        var taken = slots.pointee
+        slots.pointee.count = 0
         state.bitwiseOr(Self.closedBit, ordering: .relaxed)
         releaseTable()
         checkInvariantsLocked()
         lock.unlock()
-        for callback in callbacks { callback.release() }
+        taken.removeAll { $0.release() }
     }
 
     /// Under the lock: when idle, sets the mutating bit and returns true (the
@@ -591,16 +623,17 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     @usableFromInline
     func endSlow() {
         lock.lock()
-        var released = locked.pointee.joinedLeft
-        locked.pointee.joinedLeft = []
         if !locked.pointee.leaving.isEmpty {
             // Stamp them again: waitFor may have overwritten a stamp (see invoke).
-            for token in locked.pointee.leaving {
+            locked.pointee.leaving.forEach { token in
                 if let i = slots.pointee.index(of: token) { slots.pointee.setMark(i, SlotTable<Callback>.removedMark) }
             }
-            slots.pointee.removeMarked { released.append($0) }
-            locked.pointee.leaving.removeAll()
+            // Room reserved by each unregistration: no allocation here.
+            slots.pointee.removeMarked { locked.pointee.releasing.append($0) }
+            locked.pointee.leaving.drain { _ in }
         }
+        var released = locked.pointee.releasing
+        locked.pointee.releasing = MallocList()
         if var joined = locked.pointee.joined {
             if slots.pointee.count + joined.count > slots.pointee.capacity, var spare = locked.pointee.spare {
                 slots.pointee.moveAll(appendingTo: &spare)
@@ -619,7 +652,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         checkInvariantsLocked()
         if locked.pointee.waiters > 0 { lock.broadcast() }
         lock.unlock()
-        for callback in released { callback.release() }
+        released.drain { $0.release() }
     }
 
     // MARK: - Invariants (debug builds)
@@ -639,7 +672,9 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         if !dispatching {
             assert(word & (Self.waitersBit | Self.dirtyBit) == 0, "waiters/dirty without a dispatch (state \(word))")
             assert(locked.pointee.joined == nil && locked.pointee.spare == nil, "side tables without a dispatch")
-            assert(locked.pointee.leaving.isEmpty && locked.pointee.joinedLeft.isEmpty, "leavers without a dispatch")
+            assert(locked.pointee.leaving.isEmpty && locked.pointee.releasing.isEmpty, "leavers without a dispatch")
+            assert(locked.pointee.leaving.capacity == 0 && locked.pointee.releasing.capacity == 0,
+                   "bookkeeping storage outlives its dispatch")
         }
         assert(locked.pointee.waiters >= 0, "negative waiter count")
         if word & Self.closedBit != 0 {
@@ -693,7 +728,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
             why = "token 0 is never a valid token"
         } else if locked.pointee.joined?.index(of: t) != nil {
             why = "token \(t) was registered during this dispatch; it is first called by the next dispatch"
-        } else if locked.pointee.leaving.contains(t) {
+        } else if locked.pointee.leaving.contains(where: { $0 == t }) {
             why = "token \(t) was unregistered during this dispatch"
         } else if t >= locked.pointee.nextToken {
             why = "token \(t) was never issued by this dispatcher"

@@ -48,7 +48,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// Removes a callback. It is not called after this returns by a dispatch
     /// on this thread, nor by any dispatch that starts later. A callback may
     /// unregister itself.
-    /// - Throws: `FluxError` with `.unknownToken` when the token is not registered.
+    /// - Throws: `FluxError` with `.unknownToken` when the token is not
+    ///   registered; `.noMemory` during a dispatch when memory to note the
+    ///   removal ran out (the callback stays registered).
     public func unregister(_ token: DispatchToken) throws(FluxError) {
         try core.unregister(token)
     }

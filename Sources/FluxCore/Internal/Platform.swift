@@ -20,24 +20,28 @@ internal func currentThreadID() -> UInt {
 }
 
 /// A pthread mutex and condition variable at fixed heap addresses (they must
-/// never move, so they cannot live inline in a Swift value).
+/// never move, so they cannot live inline in a Swift value), in one malloc'd
+/// block: creating one fails with nil, instead of trapping, when memory runs
+/// out. The engine frees it with `destroy()`.
 @usableFromInline
-internal final class ConditionLock: @unchecked Sendable {
+internal struct ConditionLock: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let condition: UnsafeMutablePointer<pthread_cond_t>
 
-    init() {
-        mutex = .allocate(capacity: 1)
-        condition = .allocate(capacity: 1)
+    init?() {
+        let offset = roundUp(MemoryLayout<pthread_mutex_t>.size, MemoryLayout<pthread_cond_t>.alignment)
+        guard max(MemoryLayout<pthread_mutex_t>.alignment, MemoryLayout<pthread_cond_t>.alignment) <= 16,
+              let block = malloc(offset + MemoryLayout<pthread_cond_t>.size) else { return nil }
+        mutex = block.bindMemory(to: pthread_mutex_t.self, capacity: 1)
+        condition = (block + offset).bindMemory(to: pthread_cond_t.self, capacity: 1)
         pthread_mutex_init(mutex, nil)
         pthread_cond_init(condition, nil)
     }
 
-    deinit {
+    func destroy() {
         pthread_cond_destroy(condition)
         pthread_mutex_destroy(mutex)
-        condition.deallocate()
-        mutex.deallocate()
+        free(UnsafeMutableRawPointer(mutex))
     }
 
     @usableFromInline func lock() { pthread_mutex_lock(mutex) }
@@ -156,4 +160,69 @@ internal func stackLimit(at address: UInt) -> UInt {
     // Far below the stack (more than a margin below the mark): not on it.
     let floor = limit > stackMargin * 2 ? limit - stackMargin * 2 : 0
     return address > top || address < floor ? 0 : limit
+}
+
+// MARK: - A list that reports running out of memory
+
+/// A growable list in malloc'd storage: making room reports failure instead
+/// of trapping (as Swift's Array does when memory runs out), so that the
+/// engine's bookkeeping during a dispatch can fail with `noMemory`. Room is
+/// made ahead (`reserve`), so that `append` itself cannot fail.
+@usableFromInline
+internal struct MallocList<Element> {
+    private(set) var base: UnsafeMutablePointer<Element>?
+    private(set) var count = 0
+    private(set) var capacity = 0
+
+    init() {}
+
+    var isEmpty: Bool { count == 0 }
+
+    /// Makes room for `needed` elements in all; false when memory runs out
+    /// (the list is unchanged).
+    mutating func reserve(_ needed: Int) -> Bool {
+        if needed <= capacity { return true }
+        let wanted = max(needed, capacity < Int.max / 2 ? capacity * 2 : needed, 4)
+        let (bytes, overflow) = wanted.multipliedReportingOverflow(by: MemoryLayout<Element>.stride)
+        guard !overflow, MemoryLayout<Element>.alignment <= 16, let raw = allocateBytes(max(bytes, 1)) else {
+            return false
+        }
+        let bigger = raw.bindMemory(to: Element.self, capacity: wanted)
+        if let base {
+            bigger.moveInitialize(from: base, count: count)
+            freeBytes(base)
+        }
+        base = bigger
+        capacity = wanted
+        return true
+    }
+
+    /// Appends; there must be room (see `reserve`).
+    mutating func append(_ element: consuming Element) {
+        precondition(count < capacity, "MallocList.append without room")
+        (base! + count).initialize(to: element)
+        count += 1
+    }
+
+    func contains(where match: (Element) -> Bool) -> Bool {
+        guard let base else { return false }
+        for i in 0..<count where match(base[i]) { return true }
+        return false
+    }
+
+    func forEach(_ body: (Element) -> Void) {
+        guard let base else { return }
+        for i in 0..<count { body(base[i]) }
+    }
+
+    /// Moves every element out, in order, into `body`, and frees the storage.
+    mutating func drain(_ body: (consuming Element) -> Void) {
+        if let base {
+            for i in 0..<count { body((base + i).move()) }
+            freeBytes(base)
+        }
+        base = nil
+        count = 0
+        capacity = 0
+    }
 }

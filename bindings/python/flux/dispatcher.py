@@ -219,6 +219,8 @@ class Dispatcher(Generic[P]):
 
         :raises UnknownTokenError: ``token`` was already unregistered, or
             belongs to another dispatcher.
+        :raises NoMemoryError: during a dispatch, no memory to note the
+            removal; the callback stays registered.
         :raises TypeError: ``token`` is not a :class:`Token`.
         :raises InvalidArgumentError: the dispatcher is closed.
         """
