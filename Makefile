@@ -6,6 +6,7 @@
 #   make check-memory   the C harness under valgrind memcheck
 #   make check-address  the C harness under AddressSanitizer + UBSan
 #   make check-thread-c the C thread tests under ThreadSanitizer
+#   make fuzz           libFuzzer targets, FUZZ_SECONDS (60) each, after their regressions
 #   make bench      benchmarks, with ratios against baselines measured in the same run
 #   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc
 #
@@ -41,7 +42,7 @@ TEST_CFLAGS := $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Iinclude -pthread
 LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 
 .PHONY: all lib demo check check-swift check-thread check-c check-header check-python check-memory \
-        check-address check-thread-c bench install uninstall clean
+        check-address check-thread-c fuzz bench install uninstall clean
 
 all: lib
 lib: $(LIB)
@@ -156,6 +157,35 @@ check-address: $(ASAN_TESTS)
 
 check-thread-c: $(B)/tsan/tests/test-threads
 	TSAN_OPTIONS=halt_on_error=1 $(PYTHON) Tests/c/run.py $^
+
+# --- fuzzing ------------------------------------------------------------------
+# libFuzzer targets (fuzz/*.c) against the ASan libflux, with ASan and UBSan
+# on the target too. Each first replays its kept crashers and other
+# regression inputs (fuzz/regressions/TARGET/), then fuzzes for FUZZ_SECONDS
+# from the checked-in seeds (fuzz/corpus/TARGET/, read only: new inputs go
+# to build/fuzz/corpus-TARGET). A crash stops the run; keep the input it
+# leaves in build/fuzz/artifacts/ in fuzz/regressions/TARGET/ once fixed.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := ops signature
+FUZZ_FLAGS   := -fuse-ld=lld -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_ENV     := ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1
+
+$(B)/fuzz/fuzz-%: fuzz/fuzz-%.c include/flux.h $(B)/asan/lib/$(SONAME)
+	@mkdir -p $(B)/fuzz
+	$(CLANG) $(TEST_CFLAGS) $(FUZZ_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
+
+fuzz: $(patsubst %,$(B)/fuzz/fuzz-%,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	    log=$(B)/fuzz/fuzz-$$t.log; \
+	    echo "== fuzz-$$t: regressions, then $(FUZZ_SECONDS) s of fuzzing (log: $$log) =="; \
+	    mkdir -p $(B)/fuzz/corpus-$$t $(B)/fuzz/artifacts; \
+	    $(FUZZ_ENV) $(B)/fuzz/fuzz-$$t fuzz/regressions/$$t/* > $$log 2>&1 \
+	        || { tail -n 40 $$log; echo "fuzz-$$t: a regression input fails"; exit 1; }; \
+	    $(FUZZ_ENV) $(B)/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        -artifact_prefix=$(B)/fuzz/artifacts/$$t- $(B)/fuzz/corpus-$$t fuzz/corpus/$$t > $$log 2>&1 \
+	        || { tail -n 40 $$log; echo "fuzz-$$t: crashed; the input is in $(B)/fuzz/artifacts/"; exit 1; }; \
+	    grep -E "^Done|stat::number_of_executed_units|stat::new_units_added" $$log; \
+	done
 
 # --- benchmarks ------------------------------------------------------------
 # The plain-loop baseline, also as a shared object: like libflux, it then calls
