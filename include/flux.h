@@ -65,6 +65,26 @@
  * links deep. A callback that itself uses more stack than the margin
  * between two waits is not protected.
  *
+ * fork
+ * ----
+ * A child process inherits the parent's dispatchers as they were at the
+ * fork (the library holds each dispatcher's lock across fork(), so their
+ * tables are consistent). In the child:
+ *   - a dispatcher no thread was dispatching at the fork may be used
+ *     normally, and destroyed;
+ *   - a dispatcher another thread of the parent was dispatching can never
+ *     finish that dispatch: flux_dispatch() on it fails at once with
+ *     FLUX_ERR_ALREADY_DISPATCHING (the message says the process forked),
+ *     flux_dispatcher_destroy() too, flux_is_dispatching() stays 1. Leave
+ *     it; make a new dispatcher if the child needs one;
+ *   - a dispatch the forking thread itself was running (fork() from a
+ *     callback) goes on in the child as in the parent;
+ *   - calls another thread of the parent had in flight on a dispatcher
+ *     (other than a dispatch) at the fork, and callbacks, destroy functions
+ *     and contexts, are the program's business, as with any other state
+ *     its threads shared. As with SQLite connections, the safe course is
+ *     for the child to use only dispatchers it creates itself.
+ *
  * The one thing the library cannot guard against is a dispatcher used after
  * (or while) flux_dispatcher_destroy() frees it, from any thread: as with
  * free(), the caller must make sure no other call is in flight.
@@ -260,7 +280,9 @@ FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
  * @return FLUX_OK when every callback returned 0.
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_ALREADY_DISPATCHING: called from inside a callback of d on
- *         the dispatching thread. The running dispatch goes on unharmed.
+ *         the dispatching thread. The running dispatch goes on unharmed. In
+ *         a child process: another thread of the parent was dispatching d
+ *         when it forked (see "fork" above).
  *         FLUX_ERR_CALLBACK_FAILED: a callback returned non-zero; the message
  *         names its token and the value it returned.
  *         FLUX_ERR_TOO_DEEP: a chain of flux_wait_for() calls reached this

@@ -45,13 +45,15 @@ extension OpaquePointer {
     var dispatcher: UnsafeMutablePointer<CDispatcher> { UnsafeMutablePointer(self) }
 }
 
-/// Room for one engine, or nil when memory runs out.
+/// Room for one engine and its links in the fork registry (see Fork.swift),
+/// or nil when memory runs out.
 func allocateDispatcher() -> UnsafeMutablePointer<CDispatcher>? {
-    let size = MemoryLayout<CDispatcher>.size
-    let alignment = MemoryLayout<CDispatcher>.alignment
+    let size = forkLinksOffset + MemoryLayout<ForkLinks>.size
+    let alignment = max(MemoryLayout<CDispatcher>.alignment, MemoryLayout<ForkLinks>.alignment)
     var raw: UnsafeMutableRawPointer?
-    guard posix_memalign(&raw, max(alignment, MemoryLayout<UnsafeRawPointer>.alignment), max(size, 1)) == 0,
+    guard posix_memalign(&raw, max(alignment, MemoryLayout<UnsafeRawPointer>.alignment), size) == 0,
           let raw else { return nil }
+    (raw + forkLinksOffset).bindMemory(to: ForkLinks.self, capacity: 1).initialize(to: ForkLinks())
     return raw.bindMemory(to: CDispatcher.self, capacity: 1)
 }
 

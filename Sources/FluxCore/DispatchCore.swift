@@ -49,6 +49,10 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
     /// Set for good by `close()`: the fast-path start then fails, and the slow
     /// path refuses, so a closed dispatcher costs the hot path nothing.
     @usableFromInline static var closedBit: UInt { 16 }
+    /// Set in a child process for a dispatch that was running on another
+    /// thread of the parent when it forked: that dispatch can never end
+    /// here, so a dispatch in the child fails at once instead of waiting.
+    @usableFromInline static var orphanedBit: UInt { 32 }
 
     @usableFromInline let state = Atomic<UInt>(0)
     /// The thread running the dispatch, 0 when none. Only that thread stores
@@ -600,6 +604,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
             // the lock back. Claiming the dispatcher now would wipe the
             // closed bit with the word built below.
             if current & Self.closedBit != 0 { return .closed }
+            if current & Self.orphanedBit != 0 { return .orphaned }
             if current & Self.dispatchingBit == 0 {
                 // Idle; the mutating bit cannot be set, mutators hold the lock.
                 // Leave the waiters bit up for those still sleeping.
@@ -655,6 +660,31 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         released.drain { $0.release() }
     }
 
+    // MARK: - fork()
+
+    /// pthread_atfork's prepare: holds the lock across fork(), so the child
+    /// gets the tables in a consistent state and the lock free.
+    package func prepareFork() { lock.lock() }
+
+    /// pthread_atfork's parent handler.
+    package func parentAfterFork() { lock.unlock() }
+
+    /// pthread_atfork's child handler, on the only thread of the child (the
+    /// one that forked). No thread of the parent exists here: none sleeps
+    /// on the condition, and a dispatch another thread was running can
+    /// never end. A dispatch this very thread was running (fork() from a
+    /// callback) goes on.
+    package func childAfterFork() {
+        lock.resetCondition()
+        locked.pointee.waiters = 0
+        var word = state.load(ordering: .relaxed) & ~Self.waitersBit
+        if word & Self.dispatchingBit != 0 && owner.load(ordering: .relaxed) != currentThreadID() {
+            word |= Self.orphanedBit
+        }
+        state.store(word, ordering: .relaxed)
+        lock.unlock()
+    }
+
     // MARK: - Invariants (debug builds)
 
     /// Under the lock: checks the state word against the tables, and the
@@ -666,6 +696,7 @@ package struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked S
         #if DEBUG
         let word = state.load(ordering: .acquiring)
         let known = Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.dirtyBit | Self.closedBit
+            | Self.orphanedBit
         assert(word & ~known == 0, "state word \(word) has unknown bits")
         assert(word & Self.mutatingBit == 0, "the mutating bit outlives its mutator (state \(word))")
         let dispatching = word & Self.dispatchingBit != 0
@@ -753,6 +784,10 @@ private func grown(_ capacity: Int) -> Int {
 extension FluxError {
     static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed (being destroyed)") }
     static var outOfMemory: FluxError { FluxError(.noMemory, "out of memory") }
+    @usableFromInline static var orphaned: FluxError {
+        FluxError(.alreadyDispatching,
+                  "a dispatch was running on another thread when this process forked; it cannot finish in this process")
+    }
     @usableFromInline static var tooDeep: FluxError {
         FluxError(.tooDeep, "the chain of waiting callbacks is too deep for this thread's stack")
     }

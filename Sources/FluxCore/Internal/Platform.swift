@@ -49,6 +49,9 @@ internal struct ConditionLock: @unchecked Sendable {
     /// Atomically unlocks, sleeps until `broadcast`, and locks again.
     @usableFromInline func wait() { pthread_cond_wait(condition, mutex) }
     @usableFromInline func broadcast() { pthread_cond_broadcast(condition) }
+    /// In a child process after fork(), alone: forgets waiters that were
+    /// threads of the parent.
+    func resetCondition() { pthread_cond_init(condition, nil) }
 }
 
 /// `malloc` that reports failure instead of trapping, so running out of memory
