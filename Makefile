@@ -133,7 +133,7 @@ $(B)/tsan/lib/$(SONAME): $(SWIFT_SOURCES) include/flux.h Makefile
 	ln -sf $(SONAME) $(B)/tsan/lib/libflux.so
 
 ASAN_TESTS := $(patsubst Tests/c/%.c,$(B)/asan/tests/%,$(wildcard Tests/c/test-*.c))
-ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_FLAGS := -fuse-ld=lld -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 $(B)/asan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/asan/lib/$(SONAME)
 	@mkdir -p $(B)/asan/tests
@@ -144,7 +144,7 @@ $(B)/asan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/asan/lib/$(SONAME
 SWIFT_RUNTIME_DIR = $(dir $(CLANG))../lib/swift/linux
 $(B)/tsan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/tsan/lib/$(SONAME)
 	@mkdir -p $(B)/tsan/tests
-	$(CLANG) $(TEST_CFLAGS) -fsanitize=thread -o $@ $< -L$(B)/tsan/lib -lflux -Wl,-rpath,$(abspath $(B)/tsan/lib) \
+	$(CLANG) $(TEST_CFLAGS) -fuse-ld=lld -fsanitize=thread -o $@ $< -L$(B)/tsan/lib -lflux -Wl,-rpath,$(abspath $(B)/tsan/lib) \
 	    -L$(SWIFT_RUNTIME_DIR) -ldispatch -lBlocksRuntime -Wl,-rpath,$(realpath $(SWIFT_RUNTIME_DIR))
 
 # Leak checking on; the first report of either sanitizer fails the program.
