@@ -168,7 +168,7 @@ check-thread-c: $(B)/tsan/tests/test-threads
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := ops signature
 FUZZ_FLAGS   := -fuse-ld=lld -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_ENV     := ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1
+FUZZ_ENV     := ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:quarantine_size_mb=64
 
 $(B)/fuzz/fuzz-%: fuzz/fuzz-%.c include/flux.h $(B)/asan/lib/$(SONAME)
 	@mkdir -p $(B)/fuzz
