@@ -5,6 +5,9 @@
 #                   traced); the Swift counter
 #   make check      every test: swift test, the C harness, the header test, pytest
 #   make check-memory   the C harness under valgrind memcheck
+#   make check-address  the C harness under AddressSanitizer + UBSan
+#   make check-thread-c the C thread tests under ThreadSanitizer
+#   make fuzz           libFuzzer targets, FUZZ_SECONDS (60) each, after their regressions
 #   make bench      benchmarks, with ratios against baselines measured in the same run
 #   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc
 #   make venv       pytest, hypothesis, mypy, ruff in build/venv (for an
@@ -60,6 +63,7 @@ LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 
 .PHONY: all lib demo check check-swift check-thread check-c check-header check-python check-memory \
         check-types check-abi check-install check-pip check-swift-client check-readme venv \
+        check-address check-thread-c fuzz \
         bench bench-smoke install uninstall clean
 
 all: lib
@@ -186,6 +190,83 @@ check-memory: $(C_TESTS)
 	    --wrap "valgrind --quiet --fair-sched=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite" \
 	    $(C_TESTS)
 
+# --- sanitizers on the C side ------------------------------------------------
+# libflux built again with a sanitizer, each in a scratch path of its own, and
+# the C programs built against it with the Swift toolchain's clang (whose
+# sanitizer runtimes match swiftc's). The executable carries the runtime; the
+# library's __asan_*/__tsan_* references resolve to it. Swift has no UBSan
+# mode (its arithmetic traps instead); the C side gets -fsanitize=undefined.
+CLANG   ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
+SAN_LIB_FLAGS = -c release --product flux -Xswiftc -static-stdlib -Xswiftc -use-ld=lld \
+    -Xlinker --version-script=$(CURDIR)/support/flux.map -Xlinker -soname=$(SONAME)
+
+$(B)/asan/lib/$(SONAME): $(SWIFT_SOURCES) include/flux.h Makefile
+	$(SWIFT) build $(SAN_LIB_FLAGS) --scratch-path .build-asan -Xswiftc -sanitize=address
+	@mkdir -p $(B)/asan/lib
+	cp .build-asan/release/libflux.so $@
+	ln -sf $(SONAME) $(B)/asan/lib/libflux.so
+
+$(B)/tsan/lib/$(SONAME): $(SWIFT_SOURCES) include/flux.h Makefile
+	$(SWIFT) build $(SAN_LIB_FLAGS) --scratch-path .build-tsan-lib -Xswiftc -sanitize=thread
+	@mkdir -p $(B)/tsan/lib
+	cp .build-tsan-lib/release/libflux.so $@
+	ln -sf $(SONAME) $(B)/tsan/lib/libflux.so
+
+ASAN_TESTS := $(patsubst Tests/c/%.c,$(B)/asan/tests/%,$(wildcard Tests/c/test-*.c))
+ASAN_FLAGS := -fuse-ld=lld -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+$(B)/asan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/asan/lib/$(SONAME)
+	@mkdir -p $(B)/asan/tests
+	$(CLANG) $(TEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
+
+# The toolchain's TSan runtime carries libdispatch interceptors, which need
+# the toolchain's libdispatch and BlocksRuntime to link.
+SWIFT_RUNTIME_DIR = $(dir $(CLANG))../lib/swift/linux
+$(B)/tsan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/tsan/lib/$(SONAME)
+	@mkdir -p $(B)/tsan/tests
+	$(CLANG) $(TEST_CFLAGS) -fuse-ld=lld -fsanitize=thread -o $@ $< -L$(B)/tsan/lib -lflux -Wl,-rpath,$(abspath $(B)/tsan/lib) \
+	    -L$(SWIFT_RUNTIME_DIR) -ldispatch -lBlocksRuntime -Wl,-rpath,$(realpath $(SWIFT_RUNTIME_DIR))
+
+# Leak checking on; the first report of either sanitizer fails the program.
+# No fake stacks for use-after-return: they move locals off the thread's
+# stack, and the depth check (flux.h, "Depth") measures the stack by a
+# local's address.
+check-address: $(ASAN_TESTS)
+	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    $(PYTHON) Tests/c/run.py $(ASAN_TESTS)
+
+check-thread-c: $(B)/tsan/tests/test-threads
+	TSAN_OPTIONS=halt_on_error=1 $(PYTHON) Tests/c/run.py $^
+
+# --- fuzzing ------------------------------------------------------------------
+# libFuzzer targets (fuzz/*.c) against the ASan libflux, with ASan and UBSan
+# on the target too. Each first replays its kept crashers and other
+# regression inputs (fuzz/regressions/TARGET/), then fuzzes for FUZZ_SECONDS
+# from the checked-in seeds (fuzz/corpus/TARGET/, read only: new inputs go
+# to build/fuzz/corpus-TARGET). A crash stops the run; keep the input it
+# leaves in build/fuzz/artifacts/ in fuzz/regressions/TARGET/ once fixed.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := ops signature
+FUZZ_FLAGS   := -fuse-ld=lld -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_ENV     := ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:quarantine_size_mb=64
+
+$(B)/fuzz/fuzz-%: fuzz/fuzz-%.c include/flux.h $(B)/asan/lib/$(SONAME)
+	@mkdir -p $(B)/fuzz
+	$(CLANG) $(TEST_CFLAGS) $(FUZZ_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
+
+fuzz: $(patsubst %,$(B)/fuzz/fuzz-%,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	    log=$(B)/fuzz/fuzz-$$t.log; \
+	    echo "== fuzz-$$t: regressions, then $(FUZZ_SECONDS) s of fuzzing (log: $$log) =="; \
+	    mkdir -p $(B)/fuzz/corpus-$$t $(B)/fuzz/artifacts; \
+	    $(FUZZ_ENV) $(B)/fuzz/fuzz-$$t fuzz/regressions/$$t/* > $$log 2>&1 \
+	        || { tail -n 40 $$log; echo "fuzz-$$t: a regression input fails"; exit 1; }; \
+	    $(FUZZ_ENV) $(B)/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        -artifact_prefix=$(B)/fuzz/artifacts/$$t- $(B)/fuzz/corpus-$$t fuzz/corpus/$$t > $$log 2>&1 \
+	        || { tail -n 40 $$log; echo "fuzz-$$t: crashed; the input is in $(B)/fuzz/artifacts/"; exit 1; }; \
+	    grep -E "^Done|stat::number_of_executed_units|stat::new_units_added" $$log; \
+	done
+
 # --- benchmarks ------------------------------------------------------------
 # The plain-loop baseline, also as a shared object: like libflux, it then calls
 # back across a library boundary (see bench/baseline.h).
@@ -249,5 +330,5 @@ uninstall:
 	      $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
 
 clean:
-	rm -rf $(B) .build-lib .build-tsan
+	rm -rf $(B) .build-lib .build-tsan .build-asan .build-tsan-lib
 	$(SWIFT) package clean

@@ -53,6 +53,42 @@
  * the dispatching thread, which runs it before its own call returns.
  * Observer hooks run on the dispatching thread.
  *
+ * Depth
+ * -----
+ * Every callback that flux_wait_for() runs is one more link of a chain on
+ * the dispatching thread's stack (callback -> flux_wait_for -> callback ...).
+ * Chains of any depth work as long as they fit: before running a callback,
+ * flux_wait_for() checks that the thread has at least a safety margin of
+ * stack left (256 KiB, or a quarter of a smaller stack; the bound of each
+ * thread's stack is looked up once per thread). When it has not, the wait
+ * fails with FLUX_ERR_TOO_DEEP and the dispatch is aborted exactly as if a
+ * callback had failed: no further callback runs, the waits still unwinding
+ * return FLUX_ERR_TOO_DEEP, and flux_dispatch() returns FLUX_ERR_TOO_DEEP
+ * (or FLUX_ERR_CALLBACK_FAILED when a callback had failed first). On an
+ * 8 MiB stack a chain of C callbacks can be several tens of thousands of
+ * links deep. A callback that itself uses more stack than the margin
+ * between two waits is not protected.
+ *
+ * fork
+ * ----
+ * A child process inherits the parent's dispatchers as they were at the
+ * fork (the library holds each dispatcher's lock across fork(), so their
+ * tables are consistent). In the child:
+ *   - a dispatcher no thread was dispatching at the fork may be used
+ *     normally, and destroyed;
+ *   - a dispatcher another thread of the parent was dispatching can never
+ *     finish that dispatch: flux_dispatch() on it fails at once with
+ *     FLUX_ERR_ALREADY_DISPATCHING (the message says the process forked),
+ *     flux_dispatcher_destroy() too, flux_is_dispatching() stays 1. Leave
+ *     it; make a new dispatcher if the child needs one;
+ *   - a dispatch the forking thread itself was running (fork() from a
+ *     callback) goes on in the child as in the parent;
+ *   - calls another thread of the parent had in flight on a dispatcher
+ *     (other than a dispatch) at the fork, and callbacks, destroy functions
+ *     and contexts, are the program's business, as with any other state
+ *     its threads shared. As with SQLite connections, the safe course is
+ *     for the child to use only dispatchers it creates itself.
+ *
  * The one thing the library cannot guard against is a dispatcher used after
  * (or while) flux_dispatcher_destroy() frees it, from any thread: as with
  * free(), the caller must make sure no other call is in flight.
@@ -112,7 +148,7 @@ typedef struct flux_dispatcher flux_dispatcher;
 typedef uint64_t flux_token;
 
 /** The result of every call that can fail. Codes are stable within a major
- *  version; new codes may be added after FLUX_ERR_NO_MEMORY. */
+ *  version; new codes may be added after FLUX_ERR_TOO_DEEP. */
 typedef enum flux_status {
     FLUX_OK = 0,
     /** A NULL dispatcher, callback or out-pointer; NULL tokens with count > 0;
@@ -136,7 +172,11 @@ typedef enum flux_status {
     /** A callback returned non-zero; the dispatch was aborted. */
     FLUX_ERR_CALLBACK_FAILED = 6,
     /** An allocation failed; nothing was changed. */
-    FLUX_ERR_NO_MEMORY = 7
+    FLUX_ERR_NO_MEMORY = 7,
+    /** The chain of waiting callbacks is too deep for this thread's stack:
+     *  flux_wait_for() refused to run one more callback, and the dispatch
+     *  was aborted as if a callback had failed. See "Depth" below. */
+    FLUX_ERR_TOO_DEEP = 8
 } flux_status;
 
 /** A registered callback. context is the pointer given to flux_register();
@@ -168,6 +208,8 @@ FLUX_API flux_dispatcher *flux_dispatcher_create(void);
  * While it runs, destroy functions that call flux_register(),
  * flux_unregister(), flux_dispatch() or flux_dispatcher_destroy() on d get
  * FLUX_ERR_INVALID_ARGUMENT.
+ *
+ * Allocates nothing, so it cannot run out of memory.
  *
  * @return FLUX_OK, and d is gone.
  *         FLUX_ERR_ALREADY_DISPATCHING when a dispatch is running (from inside
@@ -225,6 +267,9 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_UNKNOWN_TOKEN: token is 0, was never issued by d, or was
  *         already unregistered.
+ *         FLUX_ERR_NO_MEMORY: only while a dispatch runs, when there is no
+ *         memory to note the removal; nothing changed (the callback stays
+ *         registered). With no dispatch running this call allocates nothing.
  * Threads: any thread, from inside a callback too; never waits for a
  *          running dispatch.
  */
@@ -236,16 +281,22 @@ FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
  * fixed when the dispatch starts. When a callback returns non-zero, the
  * dispatch stops: no further callback runs, flux_wait_for() calls still
  * unwinding return FLUX_ERR_CALLBACK_FAILED, and the dispatcher is idle and
- * ready for the next dispatch.
+ * ready for the next dispatch. A chain of waits too deep for the stack stops
+ * it the same way, with FLUX_ERR_TOO_DEEP.
  *
  * @param payload  opaque to the dispatcher; may be NULL. It stays the
  *                 caller's and must outlive the call.
  * @return FLUX_OK when every callback returned 0.
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_ALREADY_DISPATCHING: called from inside a callback of d on
- *         the dispatching thread. The running dispatch goes on unharmed.
+ *         the dispatching thread. The running dispatch goes on unharmed. In
+ *         a child process: another thread of the parent was dispatching d
+ *         when it forked (see "fork" above).
  *         FLUX_ERR_CALLBACK_FAILED: a callback returned non-zero; the message
  *         names its token and the value it returned.
+ *         FLUX_ERR_TOO_DEEP: a chain of flux_wait_for() calls reached this
+ *         thread's stack limit (see "Depth" above) before any callback
+ *         failed; the dispatch was aborted.
  * Threads: any thread. While another thread dispatches d, this call waits for
  *          that dispatch to finish, then runs. From inside a callback of d on
  *          the dispatching thread it fails at once.
@@ -276,6 +327,11 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  *         FLUX_ERR_CALLBACK_FAILED: a callback run by this call, or earlier
  *         in this dispatch, failed; the dispatch is being aborted. Once it
  *         is, this comes before any token error.
+ *         FLUX_ERR_TOO_DEEP: less than the safety margin of stack is left
+ *         on this thread (see "Depth" above), so the callback was not run;
+ *         or a deeper wait of this dispatch failed so. The dispatch is being
+ *         aborted, and like FLUX_ERR_CALLBACK_FAILED this comes before any
+ *         token error. Return it (any non-zero value) from the callback.
  *         With several bad tokens, the first in the array is the one reported.
  * Threads: only on the thread running the dispatch, from inside a callback.
  */
@@ -729,7 +785,9 @@ FLUX_API flux_status flux_dispatcher_set_observer(flux_dispatcher *d,
  * ----------
  * A signature is a NUL-terminated string "R(A...)": one return type letter,
  * '(', zero to FLUX_SIGNATURE_MAX_ARGS argument type letters, ')', and
- * nothing after it. No spaces. One letter a type:
+ * nothing after it. No spaces. The signature ends at its first NUL byte:
+ * "i(p)\0junk" is read as "i(p)", so a binding whose strings may contain
+ * NUL (Python's, say) must refuse those itself. One letter a type:
  *
  *     v  void        (return type only)
  *     i  int32_t     I  uint32_t

@@ -31,6 +31,7 @@ static inline const char *cflux_status_name(int status)
     CFLUX_NAME(FLUX_ERR_CIRCULAR)
     CFLUX_NAME(FLUX_ERR_CALLBACK_FAILED)
     CFLUX_NAME(FLUX_ERR_NO_MEMORY)
+    CFLUX_NAME(FLUX_ERR_TOO_DEEP)
     default: return 0;
     }
 #undef CFLUX_NAME

@@ -64,15 +64,17 @@ extension OpaquePointer {
 }
 
 /// Room for one engine, followed by what the store exports keep per
-/// dispatcher (`StoreSide`), or nil when memory runs out. The engine comes
-/// first, so the handle is the engine's address.
+/// dispatcher (`StoreSide`) and the dispatcher's links in the fork registry
+/// (`ForkLinks`, see Fork.swift), or nil when memory runs out. The engine
+/// comes first, so the handle is the engine's address.
 func allocateDispatcher() -> UnsafeMutablePointer<CDispatcher>? {
     let alignment = max(MemoryLayout<CDispatcher>.alignment, MemoryLayout<StoreSide>.alignment,
-                        MemoryLayout<UnsafeRawPointer>.alignment)
+                        MemoryLayout<ForkLinks>.alignment, MemoryLayout<UnsafeRawPointer>.alignment)
     var raw: UnsafeMutableRawPointer?
-    guard posix_memalign(&raw, alignment, storeSideOffset + MemoryLayout<StoreSide>.size) == 0,
+    guard posix_memalign(&raw, alignment, forkLinksOffset + MemoryLayout<ForkLinks>.size) == 0,
           let raw else { return nil }
     (raw + storeSideOffset).bindMemory(to: StoreSide.self, capacity: 1).initialize(to: StoreSide())
+    (raw + forkLinksOffset).bindMemory(to: ForkLinks.self, capacity: 1).initialize(to: ForkLinks())
     return raw.bindMemory(to: CDispatcher.self, capacity: 1)
 }
 
@@ -92,10 +94,7 @@ struct StoreSide: ~Copyable {
     var listenerFailure: Int32 = 0
 }
 
-private var storeSideOffset: Int {
-    let alignment = MemoryLayout<StoreSide>.alignment
-    return (max(MemoryLayout<CDispatcher>.size, 1) + alignment - 1) / alignment * alignment
-}
+let storeSideOffset = roundUp(max(MemoryLayout<CDispatcher>.size, 1), MemoryLayout<StoreSide>.alignment)
 
 extension OpaquePointer {
     var storeSide: UnsafeMutablePointer<StoreSide> {

@@ -11,6 +11,7 @@ public func flux_dispatcher_create() -> OpaquePointer? {
         return nil
     }
     handle.initialize(to: engine)
+    registerForFork(handle)
     return OpaquePointer(handle)
 }
 
@@ -30,6 +31,7 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     } catch {
         return fail("flux_dispatcher_destroy", error)
     }
+    unregisterForFork(dispatcher)
     dispatcher.deinitialize(count: 1)
     freeDispatcher(dispatcher)
     return 0

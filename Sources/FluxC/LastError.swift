@@ -26,17 +26,28 @@ private let lastErrorKey: pthread_key_t = {
 }()
 
 /// Records "function: message" as this thread's last error and returns `status`.
+///
+/// Allocates with realloc only, never through Swift (whose allocator traps
+/// when memory runs out): this is how FLUX_ERR_NO_MEMORY is reported. Pass a
+/// literal message on those paths, since building one allocates.
 func fail(_ function: StaticString, _ status: FluxError.Code, _ message: String) -> Int32 {
-    let text = "\(function): \(message)"
-    var old = pthread_getspecific(lastErrorKey)
-    if old == outOfMemorySentinel { old = nil }
-    let count = text.utf8.count
-    if let buffer = realloc(old, count + 1) {
-        text.withCString { buffer.copyMemory(from: $0, byteCount: count + 1) }
-        pthread_setspecific(lastErrorKey, buffer)
-    } else {
-        free(old)
-        pthread_setspecific(lastErrorKey, outOfMemorySentinel)
+    var message = message
+    message.withUTF8 { text in
+        let name = function.utf8CodeUnitCount
+        let count = name + 2 + text.count
+        var old = pthread_getspecific(lastErrorKey)
+        if old == outOfMemorySentinel { old = nil }
+        if let buffer = realloc(old, count + 1) {
+            buffer.copyMemory(from: function.utf8Start, byteCount: name)
+            buffer.storeBytes(of: UInt8(ascii: ":"), toByteOffset: name, as: UInt8.self)
+            buffer.storeBytes(of: UInt8(ascii: " "), toByteOffset: name + 1, as: UInt8.self)
+            if let base = text.baseAddress { (buffer + name + 2).copyMemory(from: base, byteCount: text.count) }
+            buffer.storeBytes(of: 0, toByteOffset: count, as: UInt8.self)
+            pthread_setspecific(lastErrorKey, buffer)
+        } else {
+            free(old)
+            pthread_setspecific(lastErrorKey, outOfMemorySentinel)
+        }
     }
     return status.rawValue
 }

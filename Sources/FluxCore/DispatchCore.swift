@@ -63,12 +63,16 @@ import Synchronization
     /// Payloads wait in `Locked.queue`: like `dirty`, it makes the ending
     /// swap fail, and `endSlow` drains the queue before the dispatch ends.
     @usableFromInline static var queuedBit: UInt { 32 }
+    /// Set in a child process for a dispatch that was running on another
+    /// thread of the parent when it forked: that dispatch can never end
+    /// here, so a dispatch in the child fails at once instead of waiting.
+    @usableFromInline static var orphanedBit: UInt { 64 }
 
     @usableFromInline let state = Atomic<UInt>(0)
     /// The thread running the dispatch, 0 when none. Only that thread stores
     /// its own ID, so a thread reading its own ID here is certain to be it.
     @usableFromInline let owner = Atomic<UInt>(0)
-    @usableFromInline let lock = ConditionLock()
+    @usableFromInline let lock: ConditionLock
     /// All mutable state, behind pointers: the engine is shared by borrowing,
     /// and the hot paths change their state with plain stores, no exclusivity
     /// checks. Three parts, one per owner, each reached through its own
@@ -126,6 +130,14 @@ import Synchronization
         /// none, the cursor's callback is innermost). With the table's
         /// `waitedBy`, what names a cycle and an observer's waiter.
         @usableFromInline var top = -1
+        /// The engine's own reason for aborting (`tooDeep`), when no callback
+        /// failed: a failure the dispatch reports as a `FluxError`.
+        @usableFromInline var abortError: FluxError?
+        /// `waitFor` invokes a callback only while the stack pointer is at or
+        /// above this address. `.max` at the start of each dispatch (so the
+        /// first wait looks the dispatching thread's bound up, once), then
+        /// that thread's low-water mark: one compare per link of a chain.
+        @usableFromInline var stackLimit: UInt = .max
     }
 
     @_spi(Engine) public typealias Observer = DispatchObserver<Callback.Payload, Callback.Failure>
@@ -138,9 +150,12 @@ import Synchronization
         /// A table big enough for the table plus `joined`, reserved when a
         /// registration joins, so the merge at the end cannot fail.
         var spare: SlotTable<Callback>?
-        var leaving: [UInt64] = []
-        /// Callbacks that joined and left during the running dispatch.
-        var joinedLeft: [Callback] = []
+        /// Tokens unregistered from the frozen table during the running dispatch.
+        var leaving = MallocList<UInt64>()
+        /// Callbacks to release when the running dispatch ends: those that
+        /// joined and left, then (at the end) those in `leaving`. Room for
+        /// both is reserved by each unregistration, so the end cannot fail.
+        var releasing = MallocList<Callback>()
         var waiters = 0
         /// Enqueued payloads, FIFO, for the thread running the dispatch.
         var queue = PayloadQueue<Queued>()
@@ -159,6 +174,12 @@ import Synchronization
             table.deallocate()
             return nil
         }
+        guard let lock = ConditionLock() else {
+            freeBytes(block)
+            table.deallocate()
+            return nil
+        }
+        self.lock = lock
         slots = block.bindMemory(to: SlotTable<Callback>.self, capacity: 1)
         slots.initialize(to: table)
         (block + Self.runOffset).bindMemory(to: Run.self, capacity: 1).initialize(to: Run())
@@ -175,10 +196,13 @@ import Synchronization
         locked.pointee.spare?.deallocate()
         locked.pointee.queue.deallocate()
         let observer = run.pointee.observer
+        locked.pointee.leaving.drain { _ in }
+        locked.pointee.releasing.drain { callbacks.append($0) }
         locked.deinitialize(count: 1)
         run.deinitialize(count: 1)
         slots.deinitialize(count: 1)
         freeBytes(UnsafeMutableRawPointer(slots))
+        lock.destroy()
         for callback in callbacks { callback.release() }
         observer?.release?()
     }
@@ -213,6 +237,7 @@ import Synchronization
     @_spi(Engine) public func register(_ callback: Callback) throws(FluxError) -> DispatchToken {
         lock.lock()
         let result = insertLocked(callback)
+        checkInvariantsLocked()
         lock.unlock()
         switch result {
         case .success(let token):
@@ -274,31 +299,48 @@ import Synchronization
     /// (so a callback may unregister itself). Never waits for a running dispatch.
     ///
     /// - Throws: `unknownToken` when the token was never issued or is already
-    ///   unregistered.
+    ///   unregistered; `noMemory` during a dispatch, when there is no memory
+    ///   to note the removal (nothing changed).
     @_spi(Engine) public func unregister(_ token: DispatchToken) throws(FluxError) {
         lock.lock()
         let t = token.rawValue
         var released: Callback?
         var error: FluxError?
+        // Room to note one more removal during a dispatch, made before
+        // anything changes (malloc, so that running out is an error).
+        func reserveLeaving(table: Bool) -> Bool {
+            let leaving = locked.pointee.leaving.count + (table ? 1 : 0)
+            return (!table || locked.pointee.leaving.reserve(leaving))
+                && locked.pointee.releasing.reserve(locked.pointee.releasing.count + leaving + 1)
+        }
         if isClosed {
             error = .closed
-        } else if let i = locked.pointee.joined?.index(of: t), let callback = locked.pointee.joined?.remove(at: i) {
+        } else if let i = locked.pointee.joined?.index(of: t) {
             // Joined during the running dispatch, which never calls it; still,
             // every removal during a dispatch is released when it ends.
-            locked.pointee.joinedLeft.append(callback)
-        } else if let i = slots.pointee.index(of: t), !locked.pointee.leaving.contains(t) {
+            if reserveLeaving(table: false), let callback = locked.pointee.joined?.remove(at: i) {
+                locked.pointee.releasing.append(callback)
+            } else {
+                error = .outOfMemory
+            }
+        } else if let i = slots.pointee.index(of: t), !locked.pointee.leaving.contains(where: { $0 == t }) {
             if claimTable(orSet: Self.dirtyBit) {
                 released = slots.pointee.remove(at: i)
                 releaseTable()
-            } else {
+            } else if reserveLeaving(table: true) {
                 // The table is frozen, so `i` stays right until the dispatch
                 // ends; from here on it skips the callback.
                 locked.pointee.leaving.append(t)
                 slots.pointee.setMark(i, SlotTable<Callback>.removedMark)
+            } else {
+                // Nothing changed: the dirty bit only sends the end of the
+                // dispatch down its slow path, which finds nothing to do.
+                error = .outOfMemory
             }
         } else {
             error = unknownTokenLocked(t)
         }
+        checkInvariantsLocked()
         lock.unlock()
         released?.release()
         if let error { throw error }
@@ -314,7 +356,6 @@ import Synchronization
     ///   run by this very close, which must not free the engine under it.
     ///   Either way nothing changes.
     @_spi(Engine) public func close() throws(FluxError) {
-        var callbacks: [Callback] = []
         lock.lock()
         if isClosed {
             lock.unlock()
@@ -324,15 +365,21 @@ import Synchronization
             lock.unlock()
             throw FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
         }
-        slots.pointee.removeAll { callbacks.append($0) }
+        // Taken out by value, not copied into an array (which would
+        // allocate, and Swift's allocator traps when memory runs out): the
+        // closed table keeps its block, now empty, and nothing can append to
+        // it again; the callbacks are released from `taken` after the lock.
+        var taken = slots.pointee
+        slots.pointee.count = 0
         // Idle and holding the table: the run state is ours too.
         let run = self.run
         let observer = run.pointee.observer
         run.pointee.observer = nil
         state.bitwiseOr(Self.closedBit, ordering: .relaxed)
         releaseTable()
+        checkInvariantsLocked()
         lock.unlock()
-        for callback in callbacks { callback.release() }
+        taken.removeAll { $0.release() }
         observer?.release?()
     }
 
@@ -381,6 +428,7 @@ import Synchronization
         let pending = run.pointee.epoch &* 2
         run.pointee.payload = payload
         run.pointee.cursor = -1
+        run.pointee.stackLimit = .max
         let table = slots.pointee
         run.pointee.end = table.count
         var i = 0
@@ -395,6 +443,7 @@ import Synchronization
             i &+= 1
         }
         let failure = run.pointee.failure.take()
+        let abortError = run.pointee.abortError.take()
         run.pointee.aborted = false
         let failedToken = run.pointee.failedToken
         run.pointee.payload = nil
@@ -403,6 +452,7 @@ import Synchronization
             endSlow()
         }
         if let failure { throw .callback(failure, DispatchToken(rawValue: failedToken)) }
+        if let abortError { throw .flux(abortError) }
     }
 
     /// From inside a callback: runs the named callbacks that have not yet run
@@ -507,7 +557,7 @@ import Synchronization
     @usableFromInline
     func currentFailure() -> DispatchError<Callback.Failure> {
         guard let failure = run.pointee.failure else {
-            return .flux(FluxError(.callbackFailed, "the dispatch was aborted"))
+            return .flux(run.pointee.abortError ?? FluxError(.callbackFailed, "the dispatch was aborted"))
         }
         return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken))
     }
@@ -539,6 +589,9 @@ import Synchronization
     /// one it waited for, failed).
     @inlinable
     func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
+        // Every callback a wait runs is one more link on this thread's stack:
+        // past the low-water mark, abort instead of overflowing.
+        if currentStackAddress() < run.pointee.stackLimit && !stackHasRoom(token: table.tokens[i]) { return false }
         table.setMark(i, pending)
         // Who waits for whom, for circular errors and observers: the waiter
         // stays in a register, one store records it. (Indices fit in Int32:
@@ -561,6 +614,26 @@ import Synchronization
         table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
         if let error { recordFailure(error, token: table.tokens[i]) }
         return !run.pointee.aborted
+    }
+
+    /// The slow half of the depth check: finds this thread's low-water mark
+    /// (cached per thread) and keeps it for the rest of the dispatch; below
+    /// it, aborts the dispatch with `tooDeep` and returns false.
+    @usableFromInline @inline(never)
+    func stackHasRoom(token: UInt64) -> Bool {
+        let address = currentStackAddress()
+        let limit = stackLimit(at: address)
+        let run = self.run
+        if address >= limit {
+            run.pointee.stackLimit = limit
+            return true
+        }
+        // invoke() is reached only when the dispatch is not aborting.
+        run.pointee.aborted = true
+        run.pointee.end = 0
+        run.pointee.failedToken = token
+        run.pointee.abortError = .tooDeep
+        return false
     }
 
     @usableFromInline
@@ -587,6 +660,12 @@ import Synchronization
         defer { locked.pointee.waiters -= 1 }
         while true {
             let current = state.load(ordering: .acquiring)
+            // Looked at on every turn: while this thread slept, the dispatch
+            // it waited for may have ended and a close() run before it got
+            // the lock back. Claiming the dispatcher now would wipe the
+            // closed bit with the word built below.
+            if current & Self.closedBit != 0 { return .closed }
+            if current & Self.orphanedBit != 0 { return .orphaned }
             if current & Self.dispatchingBit == 0 {
                 // Idle; the mutating bit cannot be set, mutators hold the lock.
                 // Leave the waiters bit up for those still sleeping.
@@ -611,11 +690,10 @@ import Synchronization
     /// (outside the lock, after the dispatch is over).
     @usableFromInline
     func endSlow() {
-        var released: [Callback] = []
         var retired: [Observer] = []
         lock.lock()
         while true {
-            mergeLocked(&released, &retired)
+            mergeLocked(&retired)
             guard let next = locked.pointee.queue.popFirst() else { break }
             // Still dispatching: keep the waiters' bit, and the queued bit
             // while payloads remain, so the next end comes back here.
@@ -629,24 +707,29 @@ import Synchronization
             owner.store(0, ordering: .relaxed)
             lock.lock()
         }
+        // Every removal of the whole call, queued dispatches included, is
+        // released now that it is over (room was reserved for each).
+        var released = locked.pointee.releasing
+        locked.pointee.releasing = MallocList()
         state.store(0, ordering: .releasing)
+        checkInvariantsLocked()
         if locked.pointee.waiters > 0 { lock.broadcast() }
         lock.unlock()
-        for callback in released { callback.release() }
+        released.drain { $0.release() }
         for observer in retired { observer.release?() }
     }
 
     /// Under the lock, at the end of a dispatch: what mutators left for it.
-    private func mergeLocked(_ released: inout [Callback], _ retired: inout [Observer]) {
-        released += locked.pointee.joinedLeft
-        locked.pointee.joinedLeft = []
+    /// Allocates nothing for registrations (room was reserved by each).
+    private func mergeLocked(_ retired: inout [Observer]) {
         if !locked.pointee.leaving.isEmpty {
             // Stamp them again: waitFor may have overwritten a stamp (see invoke).
-            for token in locked.pointee.leaving {
+            locked.pointee.leaving.forEach { token in
                 if let i = slots.pointee.index(of: token) { slots.pointee.setMark(i, SlotTable<Callback>.removedMark) }
             }
-            slots.pointee.removeMarked { released.append($0) }
-            locked.pointee.leaving.removeAll()
+            // Room reserved by each unregistration: no allocation here.
+            slots.pointee.removeMarked { locked.pointee.releasing.append($0) }
+            locked.pointee.leaving.drain { _ in }
         }
         if var joined = locked.pointee.joined {
             if slots.pointee.count + joined.count > slots.pointee.capacity, var spare = locked.pointee.spare {
@@ -754,6 +837,7 @@ import Synchronization
         let pending = run.pointee.epoch &* 2
         run.pointee.payload = payload
         run.pointee.cursor = -1
+        run.pointee.stackLimit = .max
         let table = slots.pointee
         run.pointee.end = table.count
         var i = 0
@@ -775,6 +859,7 @@ import Synchronization
         let pending = run.pointee.epoch &* 2
         run.pointee.payload = payload
         run.pointee.cursor = -1
+        run.pointee.stackLimit = .max
         let table = slots.pointee
         run.pointee.end = table.count
         var i = 0
@@ -798,10 +883,11 @@ import Synchronization
     private func finishRun() -> DispatchError<Callback.Failure>? {
         let run = self.run
         let failure = run.pointee.failure.take()
+        let abortError = run.pointee.abortError.take()
         run.pointee.aborted = false
         run.pointee.payload = nil
-        guard let failure else { return nil }
-        return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken))
+        if let failure { return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken)) }
+        return abortError.map { .flux($0) }
     }
 
     /// `dispatch` once it found an observer: the observed loop and the end.
@@ -883,6 +969,8 @@ import Synchronization
         _ observer: Observer, _ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64
     ) -> Bool {
         let token = DispatchToken(rawValue: table.tokens[i])
+        // The depth check of invoke(): an observed chain is no shallower.
+        if currentStackAddress() < run.pointee.stackLimit && !stackHasRoom(token: table.tokens[i]) { return false }
         table.setMark(i, pending)
         let run = self.run
         let waiter = run.pointee.top
@@ -925,6 +1013,86 @@ import Synchronization
         return FluxError(.circularDependency, text)
     }
 
+    // MARK: - fork()
+
+    /// pthread_atfork's prepare: holds the lock across fork(), so the child
+    /// gets the tables in a consistent state and the lock free.
+    @_spi(Engine) public func prepareFork() { lock.lock() }
+
+    /// pthread_atfork's parent handler.
+    @_spi(Engine) public func parentAfterFork() { lock.unlock() }
+
+    /// pthread_atfork's child handler, on the only thread of the child (the
+    /// one that forked). No thread of the parent exists here: none sleeps
+    /// on the condition, and a dispatch another thread was running can
+    /// never end. A dispatch this very thread was running (fork() from a
+    /// callback) goes on.
+    @_spi(Engine) public func childAfterFork() {
+        lock.resetCondition()
+        locked.pointee.waiters = 0
+        var word = state.load(ordering: .relaxed) & ~Self.waitersBit
+        if word & Self.dispatchingBit != 0 && owner.load(ordering: .relaxed) != currentThreadID() {
+            word |= Self.orphanedBit
+        }
+        state.store(word, ordering: .relaxed)
+        lock.unlock()
+    }
+
+    // MARK: - Invariants (debug builds)
+
+    /// Under the lock: checks the state word against the tables, and the
+    /// tables themselves. Debug builds only (the Swift tests run them after
+    /// every register, unregister, close and contended end); release
+    /// builds, the C library among them, compile it to nothing.
+    @inline(__always)
+    func checkInvariantsLocked() {
+        #if DEBUG
+        let word = state.load(ordering: .acquiring)
+        let known = Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.dirtyBit | Self.closedBit
+            | Self.orphanedBit | Self.queuedBit
+        assert(word & ~known == 0, "state word \(word) has unknown bits")
+        assert(word & Self.mutatingBit == 0, "the mutating bit outlives its mutator (state \(word))")
+        let dispatching = word & Self.dispatchingBit != 0
+        if !dispatching {
+            assert(word & (Self.waitersBit | Self.dirtyBit | Self.queuedBit) == 0,
+                   "waiters/dirty/queued without a dispatch (state \(word))")
+            assert(locked.pointee.queue.isEmpty, "queued payloads without a dispatch")
+            assert(!locked.pointee.observerChanged, "an observer change left pending without a dispatch")
+            assert(locked.pointee.joined == nil && locked.pointee.spare == nil, "side tables without a dispatch")
+            assert(locked.pointee.leaving.isEmpty && locked.pointee.releasing.isEmpty, "leavers without a dispatch")
+            assert(locked.pointee.leaving.capacity == 0 && locked.pointee.releasing.capacity == 0,
+                   "bookkeeping storage outlives its dispatch")
+        }
+        assert(locked.pointee.waiters >= 0, "negative waiter count")
+        if word & Self.closedBit != 0 {
+            assert(slots.pointee.count == 0 && locked.pointee.joined == nil, "a closed dispatcher has registrations")
+        }
+        checkTable(slots.pointee, below: locked.pointee.nextToken, idle: !dispatching)
+        if let joined = locked.pointee.joined {
+            checkTable(joined, below: locked.pointee.nextToken, idle: false)
+            if joined.count > 0, slots.pointee.count > 0 {
+                assert(joined.tokens[0] > slots.pointee.tokens[slots.pointee.count - 1], "joined tokens must follow the table's")
+            }
+        }
+        #endif
+    }
+
+    #if DEBUG
+    private func checkTable(_ table: SlotTable<Callback>, below next: UInt64, idle: Bool) {
+        assert(table.count >= 0 && table.count <= table.capacity, "table count \(table.count) of \(table.capacity)")
+        // Whole when small; for a big table only its tail, where appends
+        // land, so that tests registering many callbacks stay fast.
+        let first = table.count <= 256 ? 0 : table.count - 16
+        var previous: UInt64 = first == 0 ? 0 : table.tokens[first - 1]
+        for i in first..<table.count {
+            let token = table.tokens[i]
+            assert(token > previous && token < next, "tokens must strictly increase below nextToken")
+            if idle { assert(table.mark(i) != SlotTable<Callback>.removedMark, "a removal mark outlives its dispatch") }
+            previous = token
+        }
+    }
+    #endif
+
     // MARK: - Error messages (cold)
 
     @usableFromInline
@@ -947,7 +1115,7 @@ import Synchronization
             why = "token 0 is never a valid token"
         } else if locked.pointee.joined?.index(of: t) != nil {
             why = "token \(t) was registered during this dispatch; it is first called by the next dispatch"
-        } else if locked.pointee.leaving.contains(t) {
+        } else if locked.pointee.leaving.contains(where: { $0 == t }) {
             why = "token \(t) was unregistered during this dispatch"
         } else if t >= locked.pointee.nextToken {
             why = "token \(t) was never issued by this dispatcher"
@@ -972,4 +1140,11 @@ private func grown(_ capacity: Int) -> Int {
 extension FluxError {
     static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed (being destroyed)") }
     static var outOfMemory: FluxError { FluxError(.noMemory, "out of memory") }
+    @usableFromInline static var orphaned: FluxError {
+        FluxError(.alreadyDispatching,
+                  "a dispatch was running on another thread when this process forked; it cannot finish in this process")
+    }
+    @usableFromInline static var tooDeep: FluxError {
+        FluxError(.tooDeep, "the chain of waiting callbacks is too deep for this thread's stack")
+    }
 }

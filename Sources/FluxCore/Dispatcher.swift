@@ -53,7 +53,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// Removes a callback. It is not called after this returns by a dispatch
     /// on this thread, nor by any dispatch that starts later. A callback may
     /// unregister itself.
-    /// - Throws: `FluxError` with `.unknownToken` when the token is not registered.
+    /// - Throws: `FluxError` with `.unknownToken` when the token is not
+    ///   registered; `.noMemory` during a dispatch when memory to note the
+    ///   removal ran out (the callback stays registered).
     public func unregister(_ token: DispatchToken) throws(FluxError) {
         try core.unregister(token)
     }
@@ -179,9 +181,17 @@ extension Dispatcher {
 final class QueuedFailures: @unchecked Sendable {
     // @unchecked: `byThread` is guarded by `lock`; `count` is atomic, so the
     // common check (nothing pending) takes no lock.
-    private let lock = ConditionLock()
+    private let lock: ConditionLock
     private var byThread: [UInt: [any Error]] = [:]
     private let count = Atomic<Int>(0)
+
+    init() {
+        // Swift's own allocations trap when memory runs out; so does this.
+        guard let lock = ConditionLock() else { fatalError("Dispatcher: out of memory") }
+        self.lock = lock
+    }
+
+    deinit { lock.destroy() }
 
     var any: Bool { count.load(ordering: .relaxed) != 0 }
 

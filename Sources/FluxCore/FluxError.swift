@@ -38,6 +38,10 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
         public static var callbackFailed: Code { Code(FLUX_ERR_CALLBACK_FAILED) }
         /// An allocation failed. The corresponding C status is `FLUX_ERR_NO_MEMORY`.
         public static var noMemory: Code { Code(FLUX_ERR_NO_MEMORY) }
+        /// A `waitFor` chain reached the thread's stack limit; the dispatch
+        /// was aborted, as if a callback had failed. The corresponding C
+        /// status is `FLUX_ERR_TOO_DEEP`.
+        public static var tooDeep: Code { Code(FLUX_ERR_TOO_DEEP) }
 
         public var description: String {
             switch self {
@@ -48,6 +52,7 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
             case .circularDependency: "circularDependency"
             case .callbackFailed: "callbackFailed"
             case .noMemory: "noMemory"
+            case .tooDeep: "tooDeep"
             default: "Code(\(rawValue))"
             }
         }

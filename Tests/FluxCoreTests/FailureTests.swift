@@ -1,5 +1,5 @@
 import Testing
-@testable import FluxCore
+@_spi(Engine) @testable import FluxCore
 
 @Suite struct FailureTests {
     @Test func aThrowingCallbackAbortsTheDispatchAndItsErrorIsRethrown() throws {

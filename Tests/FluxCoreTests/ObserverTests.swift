@@ -1,6 +1,6 @@
 import Testing
 import Synchronization
-@testable import FluxCore
+@_spi(Engine) @testable import FluxCore
 
 /// An observer that writes every event to a log, as the C test does:
 /// "D1" begin, "b3" callback begin, "e3" / "e3!" end (threw), "w1[3,2]", "E" / "E!".

@@ -1,5 +1,5 @@
 import Testing
-@testable import FluxCore
+@_spi(Engine) @testable import FluxCore
 
 /// Facebook's FluxReduceStore-test.js over the Swift `ReduceStore`.
 @Suite struct ReduceStoreTests {

@@ -1,5 +1,5 @@
 import Testing
-@testable import FluxCore
+@_spi(Engine) @testable import FluxCore
 
 /// Facebook's FluxStoreGroup-test.js over the Swift `StoreGroup`.
 @Suite struct StoreGroupTests {

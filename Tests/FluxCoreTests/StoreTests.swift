@@ -1,5 +1,5 @@
 import Testing
-@testable import FluxCore
+@_spi(Engine) @testable import FluxCore
 
 /// Facebook's FluxStore-test.js over the Swift `FluxStore`.
 @Suite struct StoreTests {

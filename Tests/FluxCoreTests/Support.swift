@@ -1,5 +1,5 @@
 import Synchronization
-@testable import FluxCore
+@_spi(Engine) @testable import FluxCore
 
 /// A thread-safe list of what happened, in order.
 final class Log: Sendable {

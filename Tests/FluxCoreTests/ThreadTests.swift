@@ -1,6 +1,6 @@
 import Testing
 import Synchronization
-@testable import FluxCore
+@_spi(Engine) @testable import FluxCore
 
 @Suite struct ThreadTests {
     @Test func dispatchesFromManyThreadsAreSerializedAndNothingIsLost() throws {

@@ -46,6 +46,38 @@ import Testing
         #expect(log.all == (0..<depth).reversed().map(String.init))
     }
 
+    /// Deeper than any stack: the wait that would overflow throws
+    /// `tooDeep`, which aborts the dispatch; the dispatcher goes on.
+    @Test func chainTooDeepForTheStackThrowsTooDeep() throws {
+        let d = Dispatcher<Int>()
+        // Deeper than any thread's stack holds (a few thousand links of
+        // debug-build closures on 8 MiB).
+        let depth = Box(200_000)
+        let tokens = Box<[DispatchToken]>([])
+        let deepest = Box(0)
+        let unwound = Box(0)
+        var registered: [DispatchToken] = []
+        for i in 0..<200_000 {
+            registered.append(d.register { [unowned d] _ in
+                if i > deepest.value { deepest.value = i }
+                guard i + 1 < depth.value else { return }
+                do {
+                    try d.waitFor([tokens.value[i + 1]])
+                } catch {
+                    if (error as? FluxError)?.code == .tooDeep { unwound.value += 1 }
+                    throw error
+                }
+            })
+        }
+        tokens.value = registered
+        #expect(fluxCode { try d.dispatch(0) } == .tooDeep)
+        #expect(deepest.value > 100 && deepest.value < 200_000)
+        #expect(unwound.value == deepest.value + 1, "the refused wait and every wait unwinding report tooDeep")
+        #expect(!d.isDispatching)
+        depth.value = 100
+        try d.dispatch(1)
+    }
+
     @Test func alreadyHandledAndDuplicateTokensAreSkipped() throws {
         let d = Dispatcher<Int>()
         let log = Log()

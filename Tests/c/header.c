@@ -39,6 +39,7 @@ HEADER_ASSERT(not_dispatching_is_4, FLUX_ERR_NOT_DISPATCHING == 4);
 HEADER_ASSERT(circular_is_5, FLUX_ERR_CIRCULAR == 5);
 HEADER_ASSERT(callback_failed_is_6, FLUX_ERR_CALLBACK_FAILED == 6);
 HEADER_ASSERT(no_memory_is_7, FLUX_ERR_NO_MEMORY == 7);
+HEADER_ASSERT(too_deep_is_8, FLUX_ERR_TOO_DEEP == 8);
 HEADER_ASSERT(version_string_is_a_literal, sizeof(FLUX_VERSION_STRING) >= 6);
 
 /* Every declaration has exactly the signature DESIGN.md fixes: assigning to

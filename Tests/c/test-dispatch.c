@@ -543,13 +543,15 @@ static void test_status_names(void)
         {FLUX_ERR_CIRCULAR, "FLUX_ERR_CIRCULAR"},
         {FLUX_ERR_CALLBACK_FAILED, "FLUX_ERR_CALLBACK_FAILED"},
         {FLUX_ERR_NO_MEMORY, "FLUX_ERR_NO_MEMORY"},
+        {FLUX_ERR_TOO_DEEP, "FLUX_ERR_TOO_DEEP"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         is_str(flux_status_name(names[i].status), names[i].name, "flux_status_name(%d) is %s",
                (int)names[i].status, names[i].name);
     is_int(FLUX_OK, 0, "FLUX_OK is 0");
     is_int(FLUX_ERR_NO_MEMORY, 7, "codes are fixed: FLUX_ERR_NO_MEMORY is 7");
-    is_str(flux_status_name((flux_status)8), "FLUX_ERR_UNKNOWN", "flux_status_name(8)");
+    is_int(FLUX_ERR_TOO_DEEP, 8, "codes are fixed: FLUX_ERR_TOO_DEEP is 8");
+    is_str(flux_status_name((flux_status)9), "FLUX_ERR_UNKNOWN", "flux_status_name(9)");
     is_str(flux_status_name((flux_status)1000), "FLUX_ERR_UNKNOWN", "flux_status_name(1000)");
     is_str(flux_status_name((flux_status)-1), "FLUX_ERR_UNKNOWN", "flux_status_name(-1)");
     ok(flux_status_name(FLUX_ERR_CIRCULAR) == flux_status_name(FLUX_ERR_CIRCULAR),

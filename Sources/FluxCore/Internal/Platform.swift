@@ -20,24 +20,28 @@ internal func currentThreadID() -> UInt {
 }
 
 /// A pthread mutex and condition variable at fixed heap addresses (they must
-/// never move, so they cannot live inline in a Swift value).
+/// never move, so they cannot live inline in a Swift value), in one malloc'd
+/// block: creating one fails with nil, instead of trapping, when memory runs
+/// out. The engine frees it with `destroy()`.
 @usableFromInline
-internal final class ConditionLock: @unchecked Sendable {
+internal struct ConditionLock: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let condition: UnsafeMutablePointer<pthread_cond_t>
 
-    init() {
-        mutex = .allocate(capacity: 1)
-        condition = .allocate(capacity: 1)
+    init?() {
+        let offset = roundUp(MemoryLayout<pthread_mutex_t>.size, MemoryLayout<pthread_cond_t>.alignment)
+        guard max(MemoryLayout<pthread_mutex_t>.alignment, MemoryLayout<pthread_cond_t>.alignment) <= 16,
+              let block = malloc(offset + MemoryLayout<pthread_cond_t>.size) else { return nil }
+        mutex = block.bindMemory(to: pthread_mutex_t.self, capacity: 1)
+        condition = (block + offset).bindMemory(to: pthread_cond_t.self, capacity: 1)
         pthread_mutex_init(mutex, nil)
         pthread_cond_init(condition, nil)
     }
 
-    deinit {
+    func destroy() {
         pthread_cond_destroy(condition)
         pthread_mutex_destroy(mutex)
-        condition.deallocate()
-        mutex.deallocate()
+        free(UnsafeMutableRawPointer(mutex))
     }
 
     @usableFromInline func lock() { pthread_mutex_lock(mutex) }
@@ -45,6 +49,9 @@ internal final class ConditionLock: @unchecked Sendable {
     /// Atomically unlocks, sleeps until `broadcast`, and locks again.
     @usableFromInline func wait() { pthread_cond_wait(condition, mutex) }
     @usableFromInline func broadcast() { pthread_cond_broadcast(condition) }
+    /// In a child process after fork(), alone: forgets waiters that were
+    /// threads of the parent.
+    func resetCondition() { pthread_cond_init(condition, nil) }
 }
 
 /// `malloc` that reports failure instead of trapping, so running out of memory
@@ -57,4 +64,168 @@ internal func allocateBytes(_ count: Int) -> UnsafeMutableRawPointer? {
 @usableFromInline
 internal func freeBytes(_ pointer: UnsafeMutableRawPointer?) {
     free(pointer)
+}
+
+// MARK: - Stack depth
+
+/// The calling thread's stack pointer, near enough: the address of a local.
+/// Stacks grow down on every platform Swift runs on.
+@inlinable @inline(__always)
+internal func currentStackAddress() -> UInt {
+    var marker: UInt8 = 0
+    return withUnsafeMutablePointer(to: &marker) { UInt(bitPattern: $0) }
+}
+
+/// Per-thread cache of `computeStackBounds()`: the low-water address and the
+/// stack's top, stored as the pointer values themselves (no allocation, no
+/// destructor). 0 means "not computed yet".
+private let stackLimitKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key, nil)
+    return key
+}()
+private let stackTopKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key, nil)
+    return key
+}()
+
+/// How much stack must remain when a `waitFor` invokes one more callback:
+/// room for that callback's own frames before it waits again (a Python
+/// callback goes through ctypes, libffi and the interpreter: a few KiB),
+/// and for reporting the error. A quarter of a small stack at most, so a
+/// thread with a tiny stack can still wait a few links deep.
+private let stackMargin: UInt = 256 * 1024
+
+#if canImport(Glibc)
+// GNU extensions the Glibc module hides (Swift does not import them without
+// _GNU_SOURCE); both take and return plain C integers and pointers.
+@_silgen_name("pthread_getattr_np")
+private func pthread_getattr_np(_ thread: pthread_t, _ attributes: UnsafeMutablePointer<pthread_attr_t>) -> Int32
+@_silgen_name("gettid")
+private func flux_gettid() -> pid_t
+#endif
+
+/// This thread's stack as (low-water mark, top): below the mark, `waitFor`
+/// refuses to go deeper. (0, .max) when the bounds cannot be found, which
+/// disables the check.
+private func computeStackBounds() -> (limit: UInt, top: UInt) {
+    #if canImport(Glibc)
+    var attributes = pthread_attr_t()
+    guard pthread_getattr_np(pthread_self(), &attributes) == 0 else { return (0, .max) }
+    defer { pthread_attr_destroy(&attributes) }
+    var address: UnsafeMutableRawPointer?
+    var size = 0
+    var guardSize = 0
+    guard pthread_attr_getstack(&attributes, &address, &size) == 0, let address, size > 0 else { return (0, .max) }
+    pthread_attr_getguardsize(&attributes, &guardSize)
+    let low = UInt(bitPattern: address)
+    let top = low &+ UInt(size)
+    var reserve = min(stackMargin, UInt(size) / 4) &+ UInt(guardSize)
+    // The main thread's stack grows on demand up to RLIMIT_STACK, and glibc
+    // reports that extent (less a page) -- unless another mapping sits
+    // closer (always so when the limit is infinite), in which case the
+    // kernel keeps a guard gap (1 MiB by default) below the stack that the
+    // stack can never grow into. Stay clear of it too.
+    if getpid() == flux_gettid() {
+        var limit = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0,
+           limit.rlim_cur == rlim_t.max || UInt(size) &+ 64 * 1024 < UInt(limit.rlim_cur) {
+            reserve &+= min(1 << 20, UInt(size) / 4)
+        }
+    }
+    return (low &+ reserve, top)
+    #elseif canImport(Darwin)
+    let thread = pthread_self()
+    let top = UInt(bitPattern: pthread_get_stackaddr_np(thread))
+    let size = UInt(pthread_get_stacksize_np(thread))
+    guard size > 0, top > size else { return (0, .max) }
+    return (top - size + min(stackMargin, size / 4), top)
+    #else
+    return (0, .max)
+    #endif
+}
+
+/// The calling thread's low-water mark, computed once per thread, when
+/// `address` (the caller's stack pointer) lies on the thread's own stack;
+/// 0 -- no limit -- on another stack (say, a signal handler's alternate
+/// stack), where the bounds say nothing.
+@usableFromInline
+internal func stackLimit(at address: UInt) -> UInt {
+    var limit = UInt(bitPattern: pthread_getspecific(stackLimitKey))
+    var top = UInt(bitPattern: pthread_getspecific(stackTopKey))
+    if limit == 0 {
+        (limit, top) = computeStackBounds()
+        pthread_setspecific(stackLimitKey, UnsafeRawPointer(bitPattern: limit))
+        pthread_setspecific(stackTopKey, UnsafeRawPointer(bitPattern: top))
+        if limit == 0 { return 0 }
+    }
+    // Far below the stack (more than a margin below the mark): not on it.
+    let floor = limit > stackMargin * 2 ? limit - stackMargin * 2 : 0
+    return address > top || address < floor ? 0 : limit
+}
+
+// MARK: - A list that reports running out of memory
+
+/// A growable list in malloc'd storage: making room reports failure instead
+/// of trapping (as Swift's Array does when memory runs out), so that the
+/// engine's bookkeeping during a dispatch can fail with `noMemory`. Room is
+/// made ahead (`reserve`), so that `append` itself cannot fail.
+@usableFromInline
+internal struct MallocList<Element> {
+    private(set) var base: UnsafeMutablePointer<Element>?
+    private(set) var count = 0
+    private(set) var capacity = 0
+
+    init() {}
+
+    var isEmpty: Bool { count == 0 }
+
+    /// Makes room for `needed` elements in all; false when memory runs out
+    /// (the list is unchanged).
+    mutating func reserve(_ needed: Int) -> Bool {
+        if needed <= capacity { return true }
+        let wanted = max(needed, capacity < Int.max / 2 ? capacity * 2 : needed, 4)
+        let (bytes, overflow) = wanted.multipliedReportingOverflow(by: MemoryLayout<Element>.stride)
+        guard !overflow, MemoryLayout<Element>.alignment <= 16, let raw = allocateBytes(max(bytes, 1)) else {
+            return false
+        }
+        let bigger = raw.bindMemory(to: Element.self, capacity: wanted)
+        if let base {
+            bigger.moveInitialize(from: base, count: count)
+            freeBytes(base)
+        }
+        base = bigger
+        capacity = wanted
+        return true
+    }
+
+    /// Appends; there must be room (see `reserve`).
+    mutating func append(_ element: consuming Element) {
+        precondition(count < capacity, "MallocList.append without room")
+        (base! + count).initialize(to: element)
+        count += 1
+    }
+
+    func contains(where match: (Element) -> Bool) -> Bool {
+        guard let base else { return false }
+        for i in 0..<count where match(base[i]) { return true }
+        return false
+    }
+
+    func forEach(_ body: (Element) -> Void) {
+        guard let base else { return }
+        for i in 0..<count { body(base[i]) }
+    }
+
+    /// Moves every element out, in order, into `body`, and frees the storage.
+    mutating func drain(_ body: (consuming Element) -> Void) {
+        if let base {
+            for i in 0..<count { body((base + i).move()) }
+            freeBytes(base)
+        }
+        base = nil
+        count = 0
+        capacity = 0
+    }
 }

@@ -33,6 +33,7 @@ from .errors import (
     NoMemoryError,
     NotDispatchingError,
     Status,
+    TooDeepError,
     UnknownTokenError,
 )
 from .stores import Action, ReduceStore, Store, StoreGroup, Subscription, handles
@@ -55,6 +56,7 @@ __all__ = [
     "StoreGroup",
     "Subscription",
     "Token",
+    "TooDeepError",
     "Trace",
     "TraceEvent",
     "Trampoline",

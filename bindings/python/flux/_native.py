@@ -32,6 +32,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import sys
 import threading
 from collections.abc import Callable
 from ctypes import (
@@ -301,10 +302,25 @@ def add_registration(callback: Callable[[Any], object], pending: dict[int, list[
     return context
 
 
+#: thread ident -> an exception that escaped this module's callback
+#: trampoline itself, where no ``try`` of ours could catch it: raised as the
+#: trampoline is entered (a KeyboardInterrupt from a SIGINT that arrived
+#: while the thread was in C, a RecursionError from the call) or while it
+#: handles another exception. ctypes hands such an exception to
+#: sys.unraisablehook and returns whatever happened to be in the result
+#: slot to C; :func:`_unraisable_hook` keeps it here instead, and the
+#: dispatch fails with it (see Dispatcher.dispatch).
+escaped: dict[int, BaseException] = {}
+
+
 def _on_callback(context: int, payload: object) -> int:
     # The hot path: one list lookup and the call. An exception -- any
     # BaseException, KeyboardInterrupt too -- is parked for the thread that
     # runs the dispatch and turned into a non-zero return, which aborts it.
+    if escaped and get_ident() in escaped:
+        # An earlier callback of this dispatch failed where it could not
+        # say so (its C result may have read as success): stop here.
+        return 1
     try:
         callbacks[context](payload)  # type: ignore[misc]
     except BaseException as exc:  # noqa: BLE001 -- every exception aborts the dispatch
@@ -354,6 +370,24 @@ def _on_destroy(context: int) -> None:
     # call back into flux.
     del callback
 
+
+_previous_unraisable_hook = sys.unraisablehook
+
+
+def _unraisable_hook(unraisable: Any) -> None:
+    # ctypes reports an exception that escaped a callback through
+    # sys.unraisablehook, on the thread that ran it, before returning to C.
+    # Ours are the dispatch's to raise, not to print; the first one counts.
+    if unraisable.object is _on_callback and unraisable.exc_value is not None:
+        escaped.setdefault(get_ident(), unraisable.exc_value)
+        return
+    _previous_unraisable_hook(unraisable)
+
+
+# Chains to the hook that was installed before. A program that installs its
+# own hook later (without calling the previous one) gets the report instead,
+# and a dispatch then fails as described only when the C side saw a failure.
+sys.unraisablehook = _unraisable_hook
 
 #: The two native function pointers every registration uses; module-level, so
 #: they outlive every registration.

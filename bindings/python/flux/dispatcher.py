@@ -8,7 +8,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
-from ctypes import addressof, byref, c_uint64
+from ctypes import ArgumentError, addressof, byref, c_uint64
 from threading import get_ident
 from types import TracebackType
 from typing import Any, Generic, TypeVar, final
@@ -25,6 +25,9 @@ from ._native import (
 )
 from ._native import (
     destroy_trampoline as _DESTROY,
+)
+from ._native import (
+    escaped as _escaped,
 )
 from ._native import (
     flux_dispatch as _flux_dispatch,
@@ -51,6 +54,9 @@ from ._native import (
     flux_wait_for as _flux_wait_for,
 )
 from ._native import (
+    last_error as _last_error,
+)
+from ._native import (
     status_error as _status_error,
 )
 from .errors import (
@@ -65,6 +71,10 @@ from .errors import (
 
 _id = id
 _CALLBACK_FAILED = int(Status.ERR_CALLBACK_FAILED)
+_TOO_DEEP = int(Status.ERR_TOO_DEEP)
+_UNKNOWN_TOKEN = int(Status.ERR_UNKNOWN_TOKEN)
+#: How libflux's message names token 0, which stands for a foreign token.
+_FOREIGN_MARK = "token 0 is never a valid token"
 _INVALID_ARGUMENT = int(Status.ERR_INVALID_ARGUMENT)
 _CIRCULAR = int(Status.ERR_CIRCULAR)
 
@@ -120,6 +130,21 @@ class Token:
         raise TypeError("a flux.Token is only meaningful in the process that issued it")
 
 
+def _argument_error(exc: ArgumentError) -> BaseException:
+    # ctypes converts the arguments of a call in Python code, and wraps any
+    # exception that raises -- RecursionError too, when a deep chain of
+    # callbacks reaches the interpreter's recursion limit -- into an
+    # ArgumentError. Our arguments are always convertible, so it can only
+    # be that: give the caller Python's own error for it.
+    if "RecursionError" in str(exc):
+        return RecursionError(f"maximum recursion depth exceeded ({exc})")
+    return exc
+
+
+def _not_a_token(token: object) -> TypeError:
+    return TypeError(f"expected a flux.Token, not {type(token).__name__}")
+
+
 def _closed(operation: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"{operation}: the dispatcher is closed")
 
@@ -160,7 +185,7 @@ def _on_done(address: int | None, status: int) -> None:
         if not records:
             del _enqueued[address or 0]
     record.done = True
-    if status == 0 or status != _CALLBACK_FAILED:
+    if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
     ident = get_ident()
     # This dispatch's entries are the trailing ones with its payload; any
@@ -332,13 +357,17 @@ class Dispatcher(Generic[P]):
 
         :raises UnknownTokenError: ``token`` was already unregistered, or
             belongs to another dispatcher.
+        :raises NoMemoryError: during a dispatch, no memory to note the
+            removal; the callback stays registered.
         :raises TypeError: ``token`` is not a :class:`Token`.
         :raises InvalidArgumentError: the dispatcher is closed.
         """
-        value = self._token_value(token)
+        if type(token) is not Token:
+            raise _not_a_token(token)
         handle = self._handle
-        if handle is None:
+        if handle is None:  # the header's order: a closed (NULL) dispatcher first
             raise _closed("unregister")
+        value = self._token_value(token)
         _flux_unregister(handle, value)
         self._tokens.discard(value)
         self._names.pop(value, None)
@@ -359,7 +388,11 @@ class Dispatcher(Generic[P]):
 
         :raises BaseException: whatever a callback raised -- the same object,
             with its traceback; the rest of the dispatch was skipped and the
-            dispatcher is ready for the next one.
+            dispatcher is ready for the next one. This holds wherever the
+            exception escaped, even before the callback's body ran (a
+            KeyboardInterrupt from a SIGINT that arrived while the thread was
+            in C), as long as ``sys.unraisablehook`` is the one this package
+            chained in at import, or calls it.
         :raises AlreadyDispatchingError: called from inside a callback of this
             dispatcher; the running dispatch goes on unharmed.
         :raises InvalidArgumentError: the dispatcher is closed.
@@ -368,17 +401,27 @@ class Dispatcher(Generic[P]):
         # as its PyObject* (id() in CPython); the frame keeps it alive
         # meanwhile, and the trampoline turns the pointer back into the very
         # same object.
-        status = _flux_dispatch(self._handle, _id(payload))
+        try:
+            status = _flux_dispatch(self._handle, _id(payload))
+        except ArgumentError as exc:
+            raise _argument_error(exc) from None
         if status:
             # Raised here, so the traceback goes dispatch -> the callback.
-            exc = self._dispatch_error(status)
+            error = self._dispatch_error(status)
             if status == _CALLBACK_FAILED and self._queued_errors:
-                _raise_queued(self._queued_errors, exc)
-            raise exc
+                _raise_queued(self._queued_errors, error)
+            raise error
+        if _escaped:
+            # A callback's exception escaped where C could not see it fail
+            # (see _native.escaped): the dispatch failed all the same.
+            escaped = _escaped.pop(get_ident(), None)
+            if escaped is not None:
+                if self._queued_errors:
+                    _raise_queued(self._queued_errors, escaped)
+                raise escaped
         if self._queued_errors:
             # This call ran the queue: raise what failed there with no on_error.
             _raise_queued(self._queued_errors, None)
-
     def enqueue(self, payload: P, on_error: Callable[[BaseException], object] | None = None) -> None:
         """Dispatches ``payload`` now when the dispatcher is idle; while a
         dispatch runs -- from a callback, or on another thread -- queues it
@@ -416,13 +459,22 @@ class Dispatcher(Generic[P]):
             _raise_queued(self._queued_errors, None)
 
     def _dispatch_error(self, status: int) -> BaseException:
-        if status == _CALLBACK_FAILED:
+        if status == _CALLBACK_FAILED or status == _TOO_DEEP:
             # Queued dispatches drained since took their own entries: what
             # is left is this dispatch's, the last one the one to raise.
-            entries = self._pending.pop(get_ident(), None)
+            ident = get_ident()
+            entries = self._pending.pop(ident, None)
             exc = entries[-1][1] if entries else None
+            if _escaped:
+                # The exception that escaped a callback ended this dispatch
+                # (this thread's innermost): clear it either way.
+                other = _escaped.pop(ident, None)
+                if exc is None:
+                    exc = other
             if exc is not None:
-                return exc  # the callback's own object, with its traceback
+                # The callback's own object, with its traceback (for a chain
+                # too deep: the TooDeepError that unwound it).
+                return exc
             # A native callback failed: there is no Python exception to re-raise.
         elif status == _INVALID_ARGUMENT and self._handle is None:
             return _closed("dispatch")
@@ -453,29 +505,43 @@ class Dispatcher(Generic[P]):
             # no array, the token's own memory.
             token = tokens[0]
             if type(token) is not Token or token._dispatcher != self._serial:
-                self._token_value(token)  # raises the error for it
+                return self._wait_for_foreign(tokens)
             handle = self._handle
             if handle is None:
                 raise _closed("wait_for")
-            status = _flux_wait_for(handle, token._address, 1)
+            try:
+                status = _flux_wait_for(handle, token._address, 1)
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
         else:
-            values = [self._token_value(token) for token in tokens]
+            serial = self._serial
+            for token in tokens:
+                if type(token) is not Token or token._dispatcher != serial:
+                    return self._wait_for_foreign(tokens)
+            values = [token._value for token in tokens]
             count = len(values)
             handle = self._handle
             if handle is None:
                 raise _closed("wait_for")
             array = (c_uint64 * count)(*values) if count else None
-            status = _flux_wait_for(handle, addressof(array) if array is not None else None, count)
+            try:
+                status = _flux_wait_for(handle, addressof(array) if array is not None else None, count)
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
         if status:
             # Not popped: dispatch() re-raises it when the abort reaches it,
             # whether or not this callback lets it propagate.
-            entries = self._pending.get(get_ident()) if status == _CALLBACK_FAILED else None
-            exc = entries[-1][1] if entries else None
-            if exc is not None:
-                raise exc
+            aborting = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
+            if aborting is not None:
+                raise aborting
             if status == _CIRCULAR:
                 raise self._named(_status_error(status))
             raise _status_error(status)
+        if _escaped:
+            # A callback run by this wait failed where C could not see it.
+            escaped = _escaped.get(get_ident())
+            if escaped is not None:
+                raise escaped
 
     def _named(self, error: FluxError) -> FluxError:
         """The error with each token in its message followed by its name."""
@@ -488,6 +554,41 @@ class Dispatcher(Generic[P]):
             return f"{text} ({label})" if label else text
 
         return CircularDependencyError(_TOKEN_IN_MESSAGE.sub(name, error.message), error.status)
+
+    def _aborting_error(self) -> BaseException | None:
+        """The exception of the callback that is aborting this thread's
+        dispatch, if a Python callback's."""
+        ident = get_ident()
+        entries = self._pending.get(ident)
+        exc = entries[-1][1] if entries else None
+        if exc is None and _escaped:
+            exc = _escaped.get(ident)
+        return exc
+    def _wait_for_foreign(self, tokens: list[Token] | tuple[Token, ...]) -> None:
+        """wait_for with a token of another dispatcher among ``tokens``: an
+        error, but reported in the header's order -- a closed dispatcher, not
+        dispatching on this thread, an aborting dispatch (its exception), and
+        only then the first bad token in the list. libflux makes every check
+        but the foreign one; a foreign token reaches it as 0, a token it
+        rejects without running anything, so no callback runs."""
+        for token in tokens:
+            if type(token) is not Token:
+                raise _not_a_token(token)
+        handle = self._handle
+        if handle is None:
+            raise _closed("wait_for")
+        serial = self._serial
+        values = [token._value if token._dispatcher == serial else 0 for token in tokens]
+        array = (c_uint64 * len(values))(*values)
+        status = _flux_wait_for(handle, addressof(array), len(values))
+        if status == _UNKNOWN_TOKEN and _FOREIGN_MARK in _last_error():
+            # The first bad token is a foreign one.
+            first = next(token for token in tokens if token._dispatcher != serial)
+            raise self._foreign_error(first)
+        exc = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
+        if exc is not None:
+            raise exc
+        raise self._named(_status_error(status)) if status == _CIRCULAR else _status_error(status)
 
     @property
     def is_dispatching(self) -> bool:
@@ -551,13 +652,16 @@ class Dispatcher(Generic[P]):
 
     def _token_value(self, token: object) -> int:
         if type(token) is not Token:
-            raise TypeError(f"expected a flux.Token, not {type(token).__name__}")
+            raise _not_a_token(token)
         if token._dispatcher != self._serial:
-            raise UnknownTokenError(
-                f"token {token._value} was issued by dispatcher #{token._dispatcher}, "
-                f"not by this one (#{self._serial})"
-            )
+            raise self._foreign_error(token)
         return token._value
+
+    def _foreign_error(self, token: Token) -> UnknownTokenError:
+        return UnknownTokenError(
+            f"token {token._value} was issued by dispatcher #{token._dispatcher}, "
+            f"not by this one (#{self._serial})"
+        )
 
 
 def live_callbacks(dispatcher: Dispatcher[Any]) -> int:

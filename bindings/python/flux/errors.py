@@ -24,6 +24,7 @@ __all__ = [
     "NoMemoryError",
     "NotDispatchingError",
     "Status",
+    "TooDeepError",
     "UnknownTokenError",
     "error_for_status",
 ]
@@ -40,6 +41,7 @@ class Status(enum.IntEnum):
     ERR_CIRCULAR = 5
     ERR_CALLBACK_FAILED = 6
     ERR_NO_MEMORY = 7
+    ERR_TOO_DEEP = 8
 
     @property
     def c_name(self) -> str:
@@ -138,6 +140,14 @@ class NoMemoryError(FluxError, MemoryError):
     default_status = Status.ERR_NO_MEMORY
 
 
+class TooDeepError(FluxError, RecursionError):
+    """``FLUX_ERR_TOO_DEEP``: a chain of ``wait_for`` calls reached the
+    thread's stack limit; the dispatch was aborted, as if a callback had
+    raised. A :class:`RecursionError` too, like Python's own depth limit."""
+
+    default_status = Status.ERR_TOO_DEEP
+
+
 _BY_STATUS: dict[int, type[FluxError]] = {
     cls.default_status: cls
     for cls in (
@@ -148,6 +158,7 @@ _BY_STATUS: dict[int, type[FluxError]] = {
         CircularDependencyError,
         CallbackFailedError,
         NoMemoryError,
+        TooDeepError,
     )
 }
 

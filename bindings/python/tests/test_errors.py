@@ -19,6 +19,7 @@ CLASSES = {
     flux.Status.ERR_CIRCULAR: flux.CircularDependencyError,
     flux.Status.ERR_CALLBACK_FAILED: flux.CallbackFailedError,
     flux.Status.ERR_NO_MEMORY: flux.NoMemoryError,
+    flux.Status.ERR_TOO_DEEP: flux.TooDeepError,
 }
 
 
@@ -35,7 +36,7 @@ def test_one_class_per_status(status: flux.Status) -> None:
 
 
 def test_statuses_match_the_header() -> None:
-    assert [int(s) for s in flux.Status] == list(range(8))
+    assert [int(s) for s in flux.Status] == list(range(9))
     assert _native.flux_status_name(0) == b"FLUX_OK"
     assert _native.flux_status_name(12345) == b"FLUX_ERR_UNKNOWN"
 
@@ -50,6 +51,7 @@ def test_builtin_bases() -> None:
     assert issubclass(flux.InvalidArgumentError, ValueError)
     assert issubclass(flux.UnknownTokenError, LookupError)
     assert issubclass(flux.NoMemoryError, MemoryError)
+    assert issubclass(flux.TooDeepError, RecursionError)
 
 
 def test_errors_pickle() -> None:

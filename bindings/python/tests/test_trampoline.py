@@ -96,6 +96,35 @@ def test_malformed_signatures_name_the_position(signature: str, position: str) -
     assert tr._closures == before  # nothing left behind
 
 
+@pytest.mark.parametrize("signature", ["i(p)\x00", "i(p)\x00junk", "\x00", "v()\x00v()"])
+def test_an_embedded_nul_is_refused_and_nothing_leaks(monkeypatch: pytest.MonkeyPatch, signature: str) -> None:
+    # libflux reads a C string and would accept the part before the NUL: the
+    # binding refuses it, and no native closure is made (or, if one were,
+    # it is destroyed): every closure created is destroyed.
+    created: list[int | None] = []
+    destroyed: list[int | None] = []
+    real_create, real_destroy = tr._closure_create, tr._closure_destroy
+
+    def create(text, handler, userdata, destroy, out):  # type: ignore[no-untyped-def]
+        status = real_create(text, handler, userdata, destroy, out)
+        created.append(ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p)).contents.value)
+        return status
+
+    def destroy(closure):  # type: ignore[no-untyped-def]
+        destroyed.append(closure)
+        return real_destroy(closure)
+
+    monkeypatch.setattr(tr, "_closure_create", create)
+    monkeypatch.setattr(tr, "_closure_destroy", destroy)
+    before = dict(tr._closures)
+    with pytest.raises(flux.InvalidArgumentError, match="embedded NUL at position"):
+        flux.Trampoline(signature, lambda *a: 0)
+    with pytest.raises(flux.InvalidArgumentError, match="embedded NUL at position"):
+        flux.call(1, signature)
+    assert tr._closures == before
+    assert set(created) <= set(destroyed)
+
+
 def test_more_than_sixteen_arguments_is_refused() -> None:
     before = dict(tr._closures)
     with pytest.raises(flux.InvalidArgumentError, match="too many arguments"):

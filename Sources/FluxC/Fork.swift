@@ -1,0 +1,107 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+@_spi(Engine) import FluxCore
+
+// fork(): every live C dispatcher is on one list, and pthread_atfork handlers
+// hold each one's lock across fork() (so the child gets consistent tables and
+// free locks) and, in the child, mark dispatches that another thread of the
+// parent was running: they can never end there, and a dispatch in the child
+// fails at once (FLUX_ERR_ALREADY_DISPATCHING) instead of waiting forever.
+// Only create and destroy touch the list; the hot paths never do.
+
+/// A dispatcher's place on the list, in its own block after the engine.
+struct ForkLinks {
+    var previous: UnsafeMutablePointer<CDispatcher>?
+    var next: UnsafeMutablePointer<CDispatcher>?
+}
+
+let forkLinksOffset = roundUp(storeSideOffset + MemoryLayout<StoreSide>.size, MemoryLayout<ForkLinks>.alignment)
+
+func roundUp(_ value: Int, _ alignment: Int) -> Int {
+    (value + alignment - 1) / alignment * alignment
+}
+
+private func links(_ dispatcher: UnsafeMutablePointer<CDispatcher>) -> UnsafeMutablePointer<ForkLinks> {
+    (UnsafeMutableRawPointer(dispatcher) + forkLinksOffset).assumingMemoryBound(to: ForkLinks.self)
+}
+
+/// The list: a mutex and the head, in one malloc'd block made (and the fork
+/// handlers installed) by the first flux_dispatcher_create(). Nil when that
+/// allocation failed: fork is then left unguarded, as before.
+// @unchecked: the pointers are fixed; what they point at is guarded by the mutex.
+private struct ForkRegistry: @unchecked Sendable {
+    let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    let head: UnsafeMutablePointer<UnsafeMutablePointer<CDispatcher>?>
+}
+
+private let forkRegistry: ForkRegistry? = {
+    let headOffset = roundUp(MemoryLayout<pthread_mutex_t>.size, MemoryLayout<UnsafeMutableRawPointer>.alignment)
+    guard let block = malloc(headOffset + MemoryLayout<UnsafeMutableRawPointer>.size) else { return nil }
+    let registry = ForkRegistry(
+        mutex: block.bindMemory(to: pthread_mutex_t.self, capacity: 1),
+        head: (block + headOffset).bindMemory(to: UnsafeMutablePointer<CDispatcher>?.self, capacity: 1))
+    pthread_mutex_init(registry.mutex, nil)
+    registry.head.initialize(to: nil)
+    guard pthread_atfork(forkPrepare, forkParent, forkChild) == 0 else {
+        pthread_mutex_destroy(registry.mutex)
+        free(block)
+        return nil
+    }
+    return registry
+}()
+
+func registerForFork(_ dispatcher: UnsafeMutablePointer<CDispatcher>) {
+    guard let registry = forkRegistry else { return }
+    pthread_mutex_lock(registry.mutex)
+    let first = registry.head.pointee
+    links(dispatcher).pointee = ForkLinks(previous: nil, next: first)
+    if let first { links(first).pointee.previous = dispatcher }
+    registry.head.pointee = dispatcher
+    pthread_mutex_unlock(registry.mutex)
+}
+
+func unregisterForFork(_ dispatcher: UnsafeMutablePointer<CDispatcher>) {
+    guard let registry = forkRegistry else { return }
+    pthread_mutex_lock(registry.mutex)
+    let mine = links(dispatcher).pointee
+    if let previous = mine.previous {
+        links(previous).pointee.next = mine.next
+    } else if registry.head.pointee == dispatcher {
+        registry.head.pointee = mine.next
+    }
+    if let next = mine.next { links(next).pointee.previous = mine.previous }
+    links(dispatcher).pointee = ForkLinks()
+    pthread_mutex_unlock(registry.mutex)
+}
+
+private func forEachDispatcher(_ body: (UnsafeMutablePointer<CDispatcher>) -> Void) {
+    guard let registry = forkRegistry else { return }
+    var current = registry.head.pointee
+    while let dispatcher = current {
+        body(dispatcher)
+        current = links(dispatcher).pointee.next
+    }
+}
+
+private func forkPrepare() {
+    guard let registry = forkRegistry else { return }
+    pthread_mutex_lock(registry.mutex)
+    forEachDispatcher { $0.pointee.prepareFork() }
+}
+
+private func forkParent() {
+    guard let registry = forkRegistry else { return }
+    forEachDispatcher { $0.pointee.parentAfterFork() }
+    pthread_mutex_unlock(registry.mutex)
+}
+
+private func forkChild() {
+    guard let registry = forkRegistry else { return }
+    forEachDispatcher { $0.pointee.childAfterFork() }
+    pthread_mutex_unlock(registry.mutex)
+}

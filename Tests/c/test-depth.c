@@ -1,0 +1,170 @@
+/*
+ * test-depth.c -- chains of flux_wait_for() deeper than the stack: the wait
+ * that would overflow fails with FLUX_ERR_TOO_DEEP, the dispatch is aborted
+ * like a failing callback, and the process and the dispatcher go on.
+ */
+#include "helpers.h"
+
+#include <sys/resource.h>
+
+/* A chain that fits on an 8 MiB stack: the bench's 10,000 links; under
+ * AddressSanitizer, whose frames are several times bigger, fewer. */
+#ifndef __has_feature
+#  define __has_feature(x) 0
+#endif
+#if __has_feature(address_sanitizer) || defined(__SANITIZE_ADDRESS__)
+enum { FITS = 1000 };
+#else
+enum { FITS = 10000 };
+#endif
+
+/* Callback i waits for callback i+1 while i+1 < depth: a chain `depth` long,
+ * the first callback registered at its head. */
+enum { MAX_LINKS = 1000000 };
+static flux_token tokens[MAX_LINKS];
+static flux_status wait_status[MAX_LINKS];
+static int calls[MAX_LINKS];
+static flux_dispatcher *chain_d;
+static size_t depth;
+static size_t wait_count = 1;  /* 2: wait on (next, next) -- the many-token path */
+static size_t deepest;         /* the deepest index that ran */
+static int return_status;      /* return the wait's status (else 0) */
+
+static int link_cb(void *context, const void *payload)
+{
+    (void)payload;
+    size_t i = (size_t)(uintptr_t)context;
+    calls[i]++;
+    if (i > deepest)
+        deepest = i;
+    if (i + 1 >= depth)
+        return 0;
+    flux_token next[2] = {tokens[i + 1], tokens[i + 1]};
+    wait_status[i] = flux_wait_for(chain_d, next, wait_count);
+    return return_status ? (int)wait_status[i] : 0;
+}
+
+static void build_chain(size_t links)
+{
+    chain_d = flux_dispatcher_create();
+    REQUIRE(chain_d != NULL);
+    for (size_t i = 0; i < links; i++)
+        REQUIRE(flux_register(chain_d, link_cb, (void *)(uintptr_t)i, NULL, &tokens[i]) == FLUX_OK);
+}
+
+static void reset(size_t links)
+{
+    memset(calls, 0, links * sizeof calls[0]);
+    memset(wait_status, 0xff, links * sizeof wait_status[0]);
+    deepest = 0;
+}
+
+/* Runs a chain of `links` and checks it was stopped by the depth check. */
+static void expect_too_deep(size_t links, const char *where)
+{
+    depth = links;
+    reset(links);
+    flux_status status = flux_dispatch(chain_d, NULL);
+    is_int(status, FLUX_ERR_TOO_DEEP, "%s: a %zu-link chain: flux_dispatch returns FLUX_ERR_TOO_DEEP", where, links);
+    has_substr(flux_last_error(), "too deep", "%s: the message says why", where);
+    ok(deepest > 100 && deepest + 1 < links, "%s: it went %zu links deep, then stopped", where, deepest + 1);
+    /* Every wait still unwinding reports the abort; nothing ran twice; no
+     * callback after the deepest ran (the outer loop stopped too). */
+    size_t bad_status = 0, bad_calls = 0;
+    for (size_t i = 0; i <= deepest; i++) {
+        bad_status += wait_status[i] != FLUX_ERR_TOO_DEEP;
+        bad_calls += calls[i] != 1;
+    }
+    for (size_t i = deepest + 1; i < links; i++)
+        bad_calls += calls[i] != 0;
+    is_int(bad_status, 0, "%s: the refused wait_for and every one unwinding returned FLUX_ERR_TOO_DEEP", where);
+    is_int(bad_calls, 0, "%s: each callback up to the deepest ran once, none after it", where);
+    is_int(flux_is_dispatching(chain_d), 0, "%s: the dispatcher is idle", where);
+}
+
+static void expect_fits(size_t links, const char *where)
+{
+    depth = links;
+    reset(links);
+    EXPECT_OK(flux_dispatch(chain_d, NULL));
+    size_t bad = 0;
+    for (size_t i = 0; i < links; i++)
+        bad += calls[i] != 1 || (i + 1 < links && wait_status[i] != FLUX_OK);
+    is_int(bad, 0, "%s: a %zu-link chain: every callback ran once, every wait returned FLUX_OK", where, links);
+}
+
+static size_t scaled_links(void)
+{
+    /* Valgrind runs the same stack at a fraction of the speed. */
+    return tap_under_valgrind() ? 200000 : MAX_LINKS;
+}
+
+static void test_million_links_main_thread(void)
+{
+    size_t links = scaled_links();
+    build_chain(links);
+    expect_too_deep(links, "main thread");
+    expect_fits(FITS, "main thread, after the abort");
+    return_status = 1;
+    expect_too_deep(links, "main thread, callbacks returning the status");
+    return_status = 0;
+    wait_count = 2;
+    expect_too_deep(links, "main thread, two-token waits");
+    wait_count = 1;
+    expect_fits(FITS, "main thread, again");
+    EXPECT_OK(flux_dispatcher_destroy(chain_d));
+}
+
+static void *chain_thread(void *arg)
+{
+    size_t links = (size_t)(uintptr_t)arg;
+    expect_too_deep(links, "thread");
+    expect_fits(FITS / 40, "thread, after the abort");
+    return NULL;
+}
+
+static void run_on_thread(size_t stack_size, size_t links)
+{
+    build_chain(links);
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    if (stack_size)
+        REQUIRE(pthread_attr_setstacksize(&attributes, stack_size) == 0);
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, &attributes, chain_thread, (void *)(uintptr_t)links) == 0);
+    pthread_join(thread, NULL);
+    pthread_attr_destroy(&attributes);
+    EXPECT_OK(flux_dispatcher_destroy(chain_d));
+}
+
+static void test_thread_default_stack(void) { run_on_thread(0, scaled_links()); }
+
+/* A small stack: the margin shrinks to a quarter of it, so short chains
+ * still work and a long one still stops cleanly. */
+static void test_thread_small_stack(void) { run_on_thread(512 * 1024, 100000); }
+
+/* A chain that fits is unaffected (10,000 links: what make bench measures). */
+static void test_ten_thousand_links(void)
+{
+    build_chain(FITS);
+    expect_fits(FITS, "a chain that fits");
+    EXPECT_OK(flux_dispatcher_destroy(chain_d));
+}
+
+int main(void)
+{
+    tap_init();
+    /* "The default stack": 8 MiB. Under `ulimit -s unlimited` the main
+     * thread's stack has no bound a million links could reach; lowering the
+     * soft limit now still bounds it (the kernel checks it as it grows). */
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur > 8u << 20) {
+        limit.rlim_cur = 8u << 20;
+        REQUIRE(setrlimit(RLIMIT_STACK, &limit) == 0);
+    }
+    RUN(test_ten_thousand_links);
+    RUN(test_million_links_main_thread);
+    RUN(test_thread_default_stack);
+    RUN(test_thread_small_stack);
+    return tap_done();
+}

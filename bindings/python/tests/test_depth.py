@@ -1,0 +1,121 @@
+"""Chains of wait_for deeper than the stack or the recursion limit: a
+catchable error out of dispatch, never a crash, and the dispatcher goes on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+import flux
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
+
+
+def run_script(body: str) -> subprocess.CompletedProcess[str]:
+    """Runs body in a fresh interpreter (a crash must not take pytest down)."""
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+    script = "import flux, sys, threading\n" + textwrap.dedent(body)
+    return subprocess.run(
+        [sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+CHAIN_SOURCE = textwrap.dedent(
+    """
+    def chain(d, links):
+        tokens, calls = [], []
+        def make(i):
+            def callback(payload):
+                calls.append(i)
+                if i + 1 < links:
+                    d.wait_for([tokens[i + 1]])
+            return callback
+        for i in range(links):
+            tokens.append(d.register(make(i)))
+        return calls
+    """
+)
+
+
+def test_too_deep_error_is_a_flux_error_and_a_recursion_error() -> None:
+    assert issubclass(flux.TooDeepError, flux.FluxError)
+    assert issubclass(flux.TooDeepError, RecursionError)
+    assert int(flux.Status.ERR_TOO_DEEP) == 8
+    assert flux.Status.ERR_TOO_DEEP.c_name == "FLUX_ERR_TOO_DEEP"
+
+
+@pytest.mark.parametrize("where", ["main thread", "thread"])
+def test_chain_deeper_than_the_stack_raises_too_deep_error(where: str) -> None:
+    # The recursion limit raised far beyond what the C stack holds: without
+    # the library's depth check this chain overflows the stack and crashes.
+    body = CHAIN_SOURCE + textwrap.dedent(
+        """
+        sys.setrecursionlimit(1_000_000)
+        def run():
+            d = flux.Dispatcher()
+            calls = chain(d, 20_000)
+            try:
+                d.dispatch("deep")
+            except flux.TooDeepError as exc:
+                assert exc.status == 8, exc.status
+                assert "too deep" in str(exc), str(exc)
+                assert isinstance(exc, RecursionError)
+                depth = len(calls)
+                assert 100 < depth < 20_000, depth
+                assert sorted(calls) == list(range(depth)), "each link once, in order"
+            else:
+                raise AssertionError("no TooDeepError")
+            assert not d.is_dispatching
+            # The same dispatcher, a chain that fits: works.
+            d2 = flux.Dispatcher()
+            calls2 = chain(d2, 50)
+            d2.dispatch("shallow")
+            assert calls2 == list(range(50))
+            d.close()
+            print("depth", depth)
+        """
+    )
+    if where == "thread":
+        body += "t = threading.Thread(target=run); t.start(); t.join()\n"
+    else:
+        body += "run()\n"
+    result = run_script(body)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("depth"), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_chain_reaching_the_recursion_limit_raises_recursion_error(d: flux.Dispatcher[Any]) -> None:
+    # Well within the C stack, beyond the interpreter's recursion limit:
+    # Python's own RecursionError, from wherever the limit is hit (a ctypes
+    # call converting its arguments wraps it in ctypes.ArgumentError, which
+    # must not leak out). The dispatcher is idle and usable after.
+    limit = sys.getrecursionlimit()
+    links = [limit * 2]
+    tokens: list[flux.Token] = []
+    calls: list[int] = []
+
+    def make(i: int) -> Any:
+        def callback(payload: object) -> None:
+            calls.append(i)
+            if i + 1 < links[0]:
+                d.wait_for([tokens[i + 1]])
+
+        return callback
+
+    for i in range(limit * 2):
+        tokens.append(d.register(make(i)))
+    with pytest.raises(RecursionError) as info:
+        d.dispatch(1)
+    assert not isinstance(info.value, flux.TooDeepError)
+    assert 10 < len(calls) < limit * 2
+    assert not d.is_dispatching
+    links[0] = 20  # now the chain is 20 deep; every other callback runs alone
+    calls.clear()
+    d.dispatch(2)
+    assert sorted(calls) == list(range(limit * 2))

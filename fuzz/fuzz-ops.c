@@ -1,0 +1,337 @@
+/*
+ * fuzz-ops.c -- libFuzzer target: random operation sequences run against
+ * libflux and against a small reference model of DESIGN.md section 2 (the
+ * model runs first, then libflux), compared after every step: the order the
+ * callbacks ran in, what each wait_for, unregister and register inside them
+ * returned, each dispatch's status, the tokens, and every destroy.
+ *
+ * The input is a program; each operation is a byte (op = byte % 6), with
+ * operands in the bytes after it:
+ *   0 [s] [flags] [w1] [w2] [w3] [o]  register slot s with a behaviour:
+ *       flags bit 0: return non-zero; bits 1-2: wait_for on 0-3 slots'
+ *       tokens (w1..w3, stale or never-issued ones included); bit 3:
+ *       unregister slot o; bit 4: register slot o (from inside the callback)
+ *   1 [s]  unregister slot s          2  dispatch
+ *   3      wait_for outside a dispatch
+ *   4      destroy the dispatcher, make a new one
+ *   5      dispatch twice
+ * Any disagreement aborts: libFuzzer reports it as a crash.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flux.h>
+
+enum { SLOTS = 10, TRACE = 8192, MAX_STEPS = 64 };
+enum { NOT_RUN, PENDING, HANDLED };
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "fuzz-ops: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                             \
+        }                                                                        \
+    } while (0)
+
+typedef struct behaviour {
+    bool fail;
+    int nwait;
+    int waits[3];
+    int unregister;  /* a slot, or -1 */
+    int register_;   /* a slot, or -1 */
+} behaviour;
+
+static behaviour behaviours[SLOTS];
+
+typedef struct trace {
+    int v[TRACE];
+    int n;
+} trace;
+
+static void push(trace *t, int v)
+{
+    if (t->n < TRACE)
+        t->v[t->n++] = v;
+}
+
+/* ---- libflux ----------------------------------------------------------- */
+
+static flux_dispatcher *d;
+static bool r_registered[SLOTS];
+static flux_token r_token[SLOTS];  /* the latest token (stale once unregistered) */
+static int r_destroyed[SLOTS];
+static trace r_trace;
+
+static void on_destroy(void *context)
+{
+    r_destroyed[(intptr_t)context]++;
+}
+
+static int r_callback(void *context, const void *payload);
+
+static flux_status r_register(int s)
+{
+    flux_token t = 0;
+    flux_status st = flux_register(d, r_callback, (void *)(intptr_t)s, on_destroy, &t);
+    if (st == FLUX_OK) {
+        r_registered[s] = true;
+        r_token[s] = t;
+    }
+    return st;
+}
+
+static int r_callback(void *context, const void *payload)
+{
+    (void)payload;
+    int s = (int)(intptr_t)context;
+    const behaviour *b = &behaviours[s];
+    push(&r_trace, s);
+    if (b->nwait) {
+        flux_token tokens[3];
+        for (int i = 0; i < b->nwait; i++)
+            tokens[i] = r_token[b->waits[i]];
+        push(&r_trace, 100 + flux_wait_for(d, tokens, (size_t)b->nwait));
+        CHECK(flux_is_dispatching(d));
+    }
+    if (b->unregister >= 0) {
+        flux_status st = flux_unregister(d, r_token[b->unregister]);
+        if (st == FLUX_OK)
+            r_registered[b->unregister] = false;
+        push(&r_trace, 200 + st);
+    }
+    if (b->register_ >= 0 && !r_registered[b->register_])
+        push(&r_trace, 300 + r_register(b->register_));
+    CHECK(flux_dispatch(d, NULL) == FLUX_ERR_ALREADY_DISPATCHING);
+    push(&r_trace, -1 - s);
+    return b->fail ? 1 : 0;
+}
+
+/* ---- the model ----------------------------------------------------------- */
+
+static bool m_registered[SLOTS];
+static flux_token m_token[SLOTS];
+static flux_token m_next;
+static int m_owed[SLOTS];  /* destroys owed so far */
+static trace m_trace;
+
+/* One dispatch: participants fixed at its start, identified by the token
+ * they had then. */
+static bool m_participant[SLOTS];
+static flux_token m_start_token[SLOTS];
+static int m_phase[SLOTS];
+static bool m_removed[SLOTS];
+static int m_owed_at_end[SLOTS];
+static bool m_aborted;
+
+static int m_find(flux_token t)
+{
+    for (int s = 0; s < SLOTS; s++)
+        if (m_participant[s] && m_start_token[s] == t)
+            return s;
+    return -1;
+}
+
+static void m_callback(int s);
+
+static flux_status m_wait(const flux_token *tokens, int n)
+{
+    if (m_aborted)
+        return FLUX_ERR_CALLBACK_FAILED;
+    for (int i = 0; i < n; i++) {
+        int s = m_find(tokens[i]);
+        if (s < 0 || m_removed[s])
+            return FLUX_ERR_UNKNOWN_TOKEN;
+        if (m_phase[s] == PENDING)
+            return FLUX_ERR_CIRCULAR;
+    }
+    for (int i = 0; i < n; i++) {
+        int s = m_find(tokens[i]);
+        if (m_phase[s] == NOT_RUN && !m_removed[s]) {
+            m_callback(s);
+            if (m_aborted)
+                return FLUX_ERR_CALLBACK_FAILED;
+        }
+    }
+    return FLUX_OK;
+}
+
+static flux_status m_unregister_during(int o)
+{
+    if (!m_registered[o])
+        return FLUX_ERR_UNKNOWN_TOKEN;
+    m_registered[o] = false;
+    int s = m_find(m_token[o]);
+    if (s >= 0)
+        m_removed[s] = true;  /* a participant: not called from now on */
+    m_owed_at_end[o]++;       /* released when the dispatch ends */
+    return FLUX_OK;
+}
+
+static void m_callback(int s)
+{
+    const behaviour *b = &behaviours[s];
+    m_phase[s] = PENDING;
+    push(&m_trace, s);
+    if (b->nwait) {
+        flux_token tokens[3];
+        for (int i = 0; i < b->nwait; i++)
+            tokens[i] = m_token[b->waits[i]];
+        push(&m_trace, 100 + m_wait(tokens, b->nwait));
+    }
+    if (b->unregister >= 0)
+        push(&m_trace, 200 + m_unregister_during(b->unregister));
+    if (b->register_ >= 0 && !m_registered[b->register_]) {
+        m_registered[b->register_] = true;
+        m_token[b->register_] = m_next++;  /* joins the next dispatch */
+        push(&m_trace, 300 + FLUX_OK);
+    }
+    push(&m_trace, -1 - s);
+    m_phase[s] = HANDLED;
+    if (b->fail)
+        m_aborted = true;
+}
+
+static flux_status m_dispatch(void)
+{
+    int order[SLOTS], n = 0;
+    for (int s = 0; s < SLOTS; s++) {
+        m_participant[s] = m_registered[s];
+        m_start_token[s] = m_token[s];
+        m_phase[s] = NOT_RUN;
+        m_removed[s] = false;
+        m_owed_at_end[s] = 0;
+        if (m_registered[s])
+            order[n++] = s;
+    }
+    /* Registration order is token order. */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && m_token[order[j]] < m_token[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    m_aborted = false;
+    for (int i = 0; i < n && !m_aborted; i++)
+        if (m_phase[order[i]] == NOT_RUN && !m_removed[order[i]])
+            m_callback(order[i]);
+    for (int s = 0; s < SLOTS; s++)
+        m_owed[s] += m_owed_at_end[s];
+    return m_aborted ? FLUX_ERR_CALLBACK_FAILED : FLUX_OK;
+}
+
+/* ---- both --------------------------------------------------------------- */
+
+static void compare(void)
+{
+    for (int s = 0; s < SLOTS; s++) {
+        CHECK(r_registered[s] == m_registered[s]);
+        CHECK(!m_registered[s] || r_token[s] == m_token[s]);
+        CHECK(r_destroyed[s] == m_owed[s]);
+    }
+    CHECK(!flux_is_dispatching(d));
+}
+
+static void dispatch_both(void)
+{
+    m_trace.n = r_trace.n = 0;
+    flux_status want = m_dispatch();
+    flux_status got = flux_dispatch(d, NULL);
+    if (got != want || r_trace.n != m_trace.n || memcmp(r_trace.v, m_trace.v, (size_t)r_trace.n * sizeof(int))) {
+        fprintf(stderr, "dispatch: libflux %d (%s), model %d\n  libflux:", got, flux_last_error(), want);
+        for (int i = 0; i < r_trace.n; i++)
+            fprintf(stderr, " %d", r_trace.v[i]);
+        fprintf(stderr, "\n  model:  ");
+        for (int i = 0; i < m_trace.n; i++)
+            fprintf(stderr, " %d", m_trace.v[i]);
+        fprintf(stderr, "\n");
+        abort();
+    }
+}
+
+static void start(void)
+{
+    d = flux_dispatcher_create();
+    CHECK(d != NULL);
+    for (int s = 0; s < SLOTS; s++) {
+        r_registered[s] = m_registered[s] = false;
+        r_token[s] = m_token[s] = 0;
+    }
+    m_next = 1;
+}
+
+static void finish(void)
+{
+    CHECK(flux_dispatcher_destroy(d) == FLUX_OK);
+    for (int s = 0; s < SLOTS; s++) {
+        if (m_registered[s])
+            m_owed[s]++;
+        r_registered[s] = m_registered[s] = false;
+    }
+    for (int s = 0; s < SLOTS; s++)
+        CHECK(r_destroyed[s] == m_owed[s]);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    memset(r_destroyed, 0, sizeof r_destroyed);
+    memset(m_owed, 0, sizeof m_owed);
+    start();
+    size_t p = 0;
+#define NEXT() (p < size ? data[p++] : 0)
+    for (int step = 0; p < size && step < MAX_STEPS; step++) {
+        switch (NEXT() % 6) {
+        case 0: {
+            int s = NEXT() % SLOTS;
+            uint8_t flags = NEXT();
+            int w1 = NEXT() % SLOTS, w2 = NEXT() % SLOTS, w3 = NEXT() % SLOTS;
+            int o = NEXT() % SLOTS;
+            if (m_registered[s])
+                break;
+            behaviour b = {(flags & 1) != 0, (flags >> 1) & 3, {w1, w2, w3},
+                           (flags & 8) ? o : -1, (flags & 16) ? o : -1};
+            behaviours[s] = b;
+            CHECK(r_register(s) == FLUX_OK);
+            m_registered[s] = true;
+            m_token[s] = m_next++;
+            break;
+        }
+        case 1: {
+            int s = NEXT() % SLOTS;
+            flux_status st = flux_unregister(d, r_token[s]);
+            if (m_registered[s]) {
+                CHECK(st == FLUX_OK);
+                m_registered[s] = r_registered[s] = false;
+                m_owed[s]++;
+            } else {
+                CHECK(st == FLUX_ERR_UNKNOWN_TOKEN);
+            }
+            break;
+        }
+        case 5:
+            dispatch_both();
+            compare();
+            /* fall through */
+        case 2:
+            dispatch_both();
+            break;
+        case 3: {
+            flux_token t = r_token[0];
+            CHECK(flux_wait_for(d, &t, 1) == FLUX_ERR_NOT_DISPATCHING);
+            CHECK(flux_wait_for(d, NULL, 0) == FLUX_ERR_NOT_DISPATCHING);
+            break;
+        }
+        case 4:
+            finish();
+            start();
+            break;
+        }
+        compare();
+    }
+    finish();
+    return 0;
+}
