@@ -6,7 +6,7 @@
 #   make check      every test: swift test, the C harness, the header test, pytest
 #   make check-memory   the C harness under valgrind memcheck
 #   make check-address  the C harness under AddressSanitizer + UBSan
-#   make check-thread-c the C thread tests under ThreadSanitizer
+#   make check-thread-c the C tests with threads under ThreadSanitizer
 #   make fuzz           libFuzzer targets, FUZZ_SECONDS (60) each, after their regressions
 #   make bench      benchmarks, with ratios against baselines measured in the same run
 #   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc
@@ -235,7 +235,10 @@ check-address: $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    $(PYTHON) Tests/c/run.py $(ASAN_TESTS)
 
-check-thread-c: $(B)/tsan/tests/test-threads
+# The C tests with threads in them: dispatch, enqueue from other threads,
+# observers set from another thread, stores read and changed across threads.
+TSAN_C_TESTS := $(patsubst %,$(B)/tsan/tests/test-%,threads enqueue observer stores)
+check-thread-c: $(TSAN_C_TESTS)
 	TSAN_OPTIONS=halt_on_error=1 $(PYTHON) Tests/c/run.py $^
 
 # --- fuzzing ------------------------------------------------------------------
