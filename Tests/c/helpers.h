@@ -11,6 +11,19 @@
 
 #include "tap.h"
 
+/* Whether a test may define malloc() itself (to make allocations fail): not
+ * under AddressSanitizer or ThreadSanitizer, which bring their own. (Valgrind
+ * replaces it at run time: see tap_under_valgrind().) */
+#ifndef __has_feature
+#  define __has_feature(x) 0
+#endif
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#  define TEST_CAN_INTERPOSE_MALLOC 0
+#else
+#  define TEST_CAN_INTERPOSE_MALLOC 1
+#endif
+
 /* ---- trace: an ordered log of small integers ---------------------------- */
 
 #define TRACE_MAX 4096

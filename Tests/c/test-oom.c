@@ -19,15 +19,7 @@
 #include <errno.h>
 #include <malloc.h>
 
-#ifndef __has_feature
-#  define __has_feature(x) 0
-#endif
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#  define OOM_INTERPOSE 0
-#else
-#  define OOM_INTERPOSE 1
-#endif
+#define OOM_INTERPOSE TEST_CAN_INTERPOSE_MALLOC
 
 /* ---- the interposed allocator ------------------------------------------ */
 
