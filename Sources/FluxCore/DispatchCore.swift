@@ -220,12 +220,13 @@ import Synchronization
         owner.load(ordering: .relaxed) == currentThreadID()
     }
 
-    /// True while the calling thread runs a dispatch of this dispatcher that
-    /// a failed callback is aborting (stores use it to keep their state).
+    /// From inside a callback this engine is running: whether a failure is
+    /// aborting the dispatch (stores use it to keep their state). Only the
+    /// dispatching thread writes the run state, and a callback runs on it,
+    /// so this needs no check of the thread's identity -- and means nothing
+    /// anywhere else.
     @inlinable
-    @_spi(Engine) public var isAbortingOnCurrentThread: Bool {
-        isDispatchingOnCurrentThread && run.pointee.aborted
-    }
+    @_spi(Engine) public var isAbortingInCallback: Bool { run.pointee.aborted }
 
     // MARK: - Registration
 
@@ -421,38 +422,12 @@ import Synchronization
             if let error = beginSlow(me) { throw .flux(error) }
         }
         owner.store(me, ordering: .relaxed)
-        let run = self.run
-        // Observed or not is decided here, once per dispatch.
-        if run.pointee.observer != nil { return try dispatchObserved(payload) }
-        run.pointee.epoch &+= 1
-        let pending = run.pointee.epoch &* 2
-        run.pointee.payload = payload
-        run.pointee.cursor = -1
-        run.pointee.stackLimit = .max
-        let table = slots.pointee
-        run.pointee.end = table.count
-        var i = 0
-        // `end` drops to 0 when a callback fails, here or in a waitFor.
-        while i < run.pointee.end {
-            // Skip callbacks waitFor already ran (or is running) and removed
-            // ones; the cursor stands in for this callback's pending mark.
-            if table.mark(i) < pending {
-                run.pointee.cursor = i
-                if let error = table.callbacks[i].invoke(payload) { recordFailure(error, token: table.tokens[i]) }
-            }
-            i &+= 1
-        }
-        let failure = run.pointee.failure.take()
-        let abortError = run.pointee.abortError.take()
-        run.pointee.aborted = false
-        let failedToken = run.pointee.failedToken
-        run.pointee.payload = nil
+        let error = runBody(payload)
         owner.store(0, ordering: .relaxed)
         if !state.compareExchange(expected: Self.dispatchingBit, desired: 0, ordering: .releasing).exchanged {
             endSlow()
         }
-        if let failure { throw .callback(failure, DispatchToken(rawValue: failedToken)) }
-        if let abortError { throw .flux(abortError) }
+        if let error { throw error }
     }
 
     /// From inside a callback: runs the named callbacks that have not yet run
@@ -828,11 +803,13 @@ import Synchronization
     }
 
     /// One whole dispatch of `payload`, observed or not, by the thread that
-    /// owns the dispatcher, leaving it owned. Returns its failure.
-    @usableFromInline
+    /// owns the dispatcher, leaving it owned. Returns its failure. Inlined
+    /// into `dispatch` (the hot path); the queue's drain calls it too.
+    @inlinable @inline(__always)
     func runBody(_ payload: Callback.Payload) -> DispatchError<Callback.Failure>? {
-        if let observer = run.pointee.observer { return runObserved(payload, observer) }
         let run = self.run
+        // Observed or not is decided here, once per dispatch.
+        if let observer = run.pointee.observer { return runObserved(payload, observer) }
         run.pointee.epoch &+= 1
         let pending = run.pointee.epoch &* 2
         run.pointee.payload = payload
@@ -841,7 +818,10 @@ import Synchronization
         let table = slots.pointee
         run.pointee.end = table.count
         var i = 0
+        // `end` drops to 0 when a callback fails, here or in a waitFor.
         while i < run.pointee.end {
+            // Skip callbacks waitFor already ran (or is running) and removed
+            // ones; the cursor stands in for this callback's pending mark.
             if table.mark(i) < pending {
                 run.pointee.cursor = i
                 if let error = table.callbacks[i].invoke(payload) { recordFailure(error, token: table.tokens[i]) }
@@ -852,6 +832,7 @@ import Synchronization
     }
 
     /// The dispatch loop with the observer's events.
+    @usableFromInline
     func runObserved(_ payload: Callback.Payload, _ observer: Observer) -> DispatchError<Callback.Failure>? {
         observer.dispatchBegin?(payload)
         let run = self.run
@@ -880,7 +861,8 @@ import Synchronization
     }
 
     /// Resets the run state after the loop; returns the dispatch's failure.
-    private func finishRun() -> DispatchError<Callback.Failure>? {
+    @inlinable @inline(__always)
+    func finishRun() -> DispatchError<Callback.Failure>? {
         let run = self.run
         let failure = run.pointee.failure.take()
         let abortError = run.pointee.abortError.take()
@@ -888,17 +870,6 @@ import Synchronization
         run.pointee.payload = nil
         if let failure { return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken)) }
         return abortError.map { .flux($0) }
-    }
-
-    /// `dispatch` once it found an observer: the observed loop and the end.
-    @usableFromInline
-    func dispatchObserved(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
-        let error = runBody(payload)
-        owner.store(0, ordering: .relaxed)
-        if !state.compareExchange(expected: Self.dispatchingBit, desired: 0, ordering: .releasing).exchanged {
-            endSlow()
-        }
-        if let error { throw error }
     }
 
     // MARK: - Observer

@@ -70,19 +70,19 @@ import Darwin
     @usableFromInline
     struct Entry {
         /// 0 once removed (during an emit; compacted when it ends).
-        var id: UInt64
-        var listener: Listener
+        @usableFromInline var id: UInt64
+        @usableFromInline var listener: Listener
     }
 
     @usableFromInline
     struct Table {
-        var entries: UnsafeMutablePointer<Entry>?
-        var count = 0
+        @usableFromInline var entries: UnsafeMutablePointer<Entry>?
+        @usableFromInline var count = 0
         var capacity = 0
         var nextID: UInt64 = 1
-        var emitting = false
+        @usableFromInline var emitting = false
         /// The id of the listener the emit is running, 0 when none.
-        var running: UInt64 = 0
+        @usableFromInline var running: UInt64 = 0
     }
 
     @usableFromInline let flags: UnsafeMutablePointer<Flags>
@@ -178,7 +178,7 @@ import Darwin
             next = state
         }
         let same = reducer.isSame(current, next)
-        if engine.isAbortingOnCurrentThread {
+        if engine.isAbortingInCallback {
             // Something failed earlier in this dispatch (maybe in a wait the
             // reduce ignored): keep the old state, tell nobody.
             flags.pointee.changed = false
@@ -297,7 +297,9 @@ import Darwin
 
     /// Runs the listeners present now, in the order they were added,
     /// skipping any removed meanwhile; stops at the first that fails.
-    @usableFromInline
+    /// Inlined into each host's store callback, so the listener calls are
+    /// direct.
+    @inlinable
     func emit() -> Listener.Failure? {
         lock()
         let table = self.table
@@ -332,7 +334,8 @@ import Darwin
     }
 
     /// Drops the entries removed during an emit (already released). Under the lock.
-    private func compact() {
+    @usableFromInline
+    func compact() {
         guard let entries = table.pointee.entries else { return }
         var kept = 0
         for i in 0..<table.pointee.count {
