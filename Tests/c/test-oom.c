@@ -431,6 +431,75 @@ static void unregister_teardown(world *w)
     REQUIRE(w->extra.destroyed == 1);
 }
 
+/* ---- flux_enqueue, during a dispatch (the queue grows) ------------------- */
+
+static int done_calls;
+static flux_status done_status;
+
+static void count_done(void *payload, flux_status status)
+{
+    (void)payload;
+    done_calls++;
+    done_status = status;
+}
+
+/* The first callback enqueues, armed, while the dispatch runs: the queue
+ * must grow, so the allocation can fail. */
+static int enqueue_while_dispatching_cb(void *context, const void *payload)
+{
+    (void)payload;
+    world *w = dispatching_world;
+    ((counter *)context)->calls++;
+    if (w->status == (flux_status)-1) {
+        arm(w->k, w->after);
+        w->status = flux_enqueue(w->d, &w->extra, count_done);
+        disarm();
+    }
+    return 0;
+}
+
+static void enqueue_during_setup(world *w)
+{
+    w->d = flux_dispatcher_create();
+    REQUIRE(w->d != NULL);
+    flux_token t;
+    REQUIRE(flux_register(w->d, enqueue_while_dispatching_cb, &w->ctx[0], count_destroy, &t) == FLUX_OK);
+    for (int i = 1; i < 8; i++)
+        REQUIRE(flux_register(w->d, count_cb, &w->ctx[i], count_destroy, &t) == FLUX_OK);
+    w->n = 8;
+    dispatching_world = w;
+    done_calls = 0;
+    done_status = (flux_status)-1;
+}
+
+static flux_status enqueue_during_run(world *w)
+{
+    disarm();
+    w->status = (flux_status)-1;
+    REQUIRE(flux_dispatch(w->d, NULL) == FLUX_OK);
+    return w->status;
+}
+
+static bool enqueue_check(world *w, char *why, size_t size)
+{
+    /* Queued: dispatched after the outer dispatch, before it returned, with
+     * FLUX_OK. Refused: done ran at once with FLUX_ERR_NO_MEMORY. Either
+     * way exactly once, and each callback ran once per dispatch made. */
+    flux_status want = w->status == FLUX_OK ? FLUX_OK : FLUX_ERR_NO_MEMORY;
+    int dispatches = w->status == FLUX_OK ? 2 : 1;
+    if (done_calls != 1 || done_status != want) {
+        snprintf(why, size, "done ran %d times, last with %s", done_calls, flux_status_name(done_status));
+        return false;
+    }
+    for (int i = 0; i < w->n; i++) {
+        if (w->ctx[i].calls != dispatches) {
+            snprintf(why, size, "callback %d ran %d times for %d dispatches", i, w->ctx[i].calls, dispatches);
+            return false;
+        }
+    }
+    return dispatcher_usable(w, false, why, size);
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 /* (Unused when a sanitizer owns the allocator and the test skips.) */
@@ -444,6 +513,8 @@ __attribute__((unused)) static const scenario scenarios[] = {
      unregister_teardown, true},
     {"flux_dispatcher_destroy", register_setup, destroy_run, destroy_check, teardown_dispatcher, false},
     {"flux_closure_create", closure_setup, closure_run, closure_check, closure_teardown, true},
+    {"flux_enqueue (during a dispatch, growing the queue)", enqueue_during_setup, enqueue_during_run, enqueue_check,
+     teardown_dispatcher, true},
 };
 
 /* Runs one scenario with the k-th allocation failing (k = 0: none). */
