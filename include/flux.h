@@ -763,6 +763,10 @@ typedef struct flux_observer {
  * @return FLUX_OK.
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed;
  *         hooks->version is not FLUX_OBSERVER_VERSION.
+ *         FLUX_ERR_NO_MEMORY: set during a dispatch, and there was no memory
+ *         to note the change (the running call keeps its observer, and the
+ *         one set before, if any, stays pending). Idle, this allocates
+ *         nothing and cannot run out of memory.
  * Threads: any thread, from inside a callback or a hook too; never waits.
  */
 FLUX_API flux_status flux_dispatcher_set_observer(flux_dispatcher *d,

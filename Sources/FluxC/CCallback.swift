@@ -22,6 +22,8 @@ public typealias FluxDoneFunction = flux_done_fn
 /// the context's destroy function, 24 bytes, called with no Swift closure in
 /// between.
 struct CCallback: DispatchCallback {
+    typealias Observer = CObserver
+
     let function: FluxCallbackFunction
     let context: UnsafeMutableRawPointer?
     let destroy: FluxDestroyFunction?

@@ -22,11 +22,6 @@ public func flux_enqueue(_ handle: OpaquePointer?, _ payload: UnsafeMutableRawPo
     }
 }
 
-/// The context pointer, sendable: it only ever reaches the caller's hooks.
-private struct Context: @unchecked Sendable {
-    let pointer: UnsafeMutableRawPointer?
-}
-
 @_cdecl("flux_dispatcher_set_observer")
 public func flux_dispatcher_set_observer(
     _ handle: OpaquePointer?,
@@ -38,7 +33,7 @@ public func flux_dispatcher_set_observer(
         destroy?(context)
         return fail("flux_dispatcher_set_observer", .invalidArgument, "the dispatcher is NULL")
     }
-    var observer: CDispatcher.Observer?
+    var observer: CObserver?
     if let hooks {
         let h = hooks.pointee
         guard h.version == FLUX_OBSERVER_VERSION else {
@@ -46,19 +41,7 @@ public func flux_dispatcher_set_observer(
             return fail("flux_dispatcher_set_observer", .invalidArgument,
                         "hooks->version is \(h.version); this library knows FLUX_OBSERVER_VERSION \(FLUX_OBSERVER_VERSION)")
         }
-        let ctx = Context(pointer: context)
-        let (dispatchBegin, dispatchEnd, callbackBegin, callbackEnd, waitFor) =
-            (h.dispatch_begin, h.dispatch_end, h.callback_begin, h.callback_end, h.wait_for)
-        observer = CDispatcher.Observer(
-            dispatchBegin: dispatchBegin.map { f in { payload in f(ctx.pointer, payload) } },
-            dispatchEnd: dispatchEnd.map { f in { payload, error in f(ctx.pointer, payload, flux_status(statusCode(error))) } },
-            callbackBegin: callbackBegin.map { f in { token in f(ctx.pointer, token.rawValue) } },
-            callbackEnd: callbackEnd.map { f in { token, failure in f(ctx.pointer, token.rawValue, failure?.value ?? 0) } },
-            waitFor: waitFor.map { f in { waiter, tokens in
-                f(ctx.pointer, waiter.rawValue,
-                  UnsafeRawPointer(tokens.baseAddress)?.assumingMemoryBound(to: UInt64.self), tokens.count)
-            } },
-            release: destroy.map { f in { f(ctx.pointer) } })
+        observer = CObserver(hooks: h, context: context, destroy: destroy)
     } else if context != nil {
         // Clearing takes no context; one handed over is still released.
         destroy?(context)
@@ -69,6 +52,31 @@ public func flux_dispatcher_set_observer(
     } catch {
         return fail("flux_dispatcher_set_observer", error)
     }
+}
+
+/// The caller's `flux_observer` hooks and context, kept by value in the
+/// engine: setting an observer allocates nothing through Swift, so running
+/// out of memory is a status (the engine's own room for retired observers
+/// is malloc'd), never a trap.
+struct CObserver: DispatchObserving {
+    let hooks: flux_observer
+    let context: UnsafeMutableRawPointer?
+    let destroy: FluxDestroyFunction?
+
+    func dispatchBegin(_ payload: UnsafeRawPointer?) { hooks.dispatch_begin?(context, payload) }
+    func dispatchEnd(_ payload: UnsafeRawPointer?, _ error: DispatchError<CallbackFailure>?) {
+        hooks.dispatch_end?(context, payload, flux_status(statusCode(error)))
+    }
+    func callbackBegin(_ token: DispatchToken) { hooks.callback_begin?(context, token.rawValue) }
+    func callbackEnd(_ token: DispatchToken, _ failure: CallbackFailure?) {
+        hooks.callback_end?(context, token.rawValue, failure?.value ?? 0)
+    }
+    var observesWaits: Bool { hooks.wait_for != nil }
+    func waitFor(_ waiter: DispatchToken, _ tokens: UnsafeBufferPointer<DispatchToken>) {
+        hooks.wait_for?(context, waiter.rawValue,
+                        UnsafeRawPointer(tokens.baseAddress)?.assumingMemoryBound(to: UInt64.self), tokens.count)
+    }
+    func release() { destroy?(context) }
 }
 
 /// The flux_status a dispatch ended with.

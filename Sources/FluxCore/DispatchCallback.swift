@@ -10,6 +10,10 @@
     /// What `enqueue` reports a payload's outcome to (C: a `flux_done_fn`).
     /// Hosts that do not enqueue leave it at `NoCompletion`.
     associatedtype Completion = NoCompletion
+    /// How the host's observer is stored and called; Swift's closures unless
+    /// the host has a cheaper form (C: the caller's hooks, by value).
+    associatedtype Observer: DispatchObserving = DispatchObserver<Payload, Failure>
+        where Observer.Payload == Payload, Observer.Failure == Failure
 
     /// Calls the callback; a non-nil result is its failure, which aborts the
     /// running dispatch. (A return value, not `throws(Failure)`: the optimizer

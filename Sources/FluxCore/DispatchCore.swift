@@ -140,7 +140,7 @@ import Synchronization
         @usableFromInline var stackLimit: UInt = .max
     }
 
-    @_spi(Engine) public typealias Observer = DispatchObserver<Callback.Payload, Callback.Failure>
+    @_spi(Engine) public typealias Observer = Callback.Observer
     @usableFromInline typealias Queued = (payload: Callback.Payload, completion: Callback.Completion)
 
     @usableFromInline
@@ -163,7 +163,9 @@ import Synchronization
         var observerChanged = false
         var nextObserver: Observer?
         /// Observers replaced during a dispatch, released when it ends.
-        var retired: [Observer] = []
+        /// Observers replaced during the running call, released when it is
+        /// over; room is reserved by each change (`setObserver`).
+        var retired = MallocList<Observer>()
     }
 
     /// A dispatcher with no callbacks, or nil when memory runs out.
@@ -198,13 +200,14 @@ import Synchronization
         let observer = run.pointee.observer
         locked.pointee.leaving.drain { _ in }
         locked.pointee.releasing.drain { callbacks.append($0) }
+        locked.pointee.retired.drain { $0.release() }
         locked.deinitialize(count: 1)
         run.deinitialize(count: 1)
         slots.deinitialize(count: 1)
         freeBytes(UnsafeMutableRawPointer(slots))
         lock.destroy()
         for callback in callbacks { callback.release() }
-        observer?.release?()
+        observer?.release()
     }
 
     // MARK: - Queries
@@ -381,7 +384,7 @@ import Synchronization
         checkInvariantsLocked()
         lock.unlock()
         taken.removeAll { $0.release() }
-        observer?.release?()
+        observer?.release()
     }
 
     /// Under the lock: when idle, sets the mutating bit and returns true (the
@@ -665,10 +668,9 @@ import Synchronization
     /// (outside the lock, after the dispatch is over).
     @usableFromInline
     func endSlow() {
-        var retired: [Observer] = []
         lock.lock()
         while true {
-            mergeLocked(&retired)
+            mergeLocked()
             guard let next = locked.pointee.queue.popFirst() else { break }
             // Still dispatching: keep the waiters' bit, and the queued bit
             // while payloads remain, so the next end comes back here.
@@ -686,17 +688,19 @@ import Synchronization
         // released now that it is over (room was reserved for each).
         var released = locked.pointee.releasing
         locked.pointee.releasing = MallocList()
+        var retired = locked.pointee.retired
+        locked.pointee.retired = MallocList()
         state.store(0, ordering: .releasing)
         checkInvariantsLocked()
         if locked.pointee.waiters > 0 { lock.broadcast() }
         lock.unlock()
         released.drain { $0.release() }
-        for observer in retired { observer.release?() }
+        retired.drain { $0.release() }
     }
 
     /// Under the lock, at the end of a dispatch: what mutators left for it.
     /// Allocates nothing for registrations (room was reserved by each).
-    private func mergeLocked(_ retired: inout [Observer]) {
+    private func mergeLocked() {
         if !locked.pointee.leaving.isEmpty {
             // Stamp them again: waitFor may have overwritten a stamp (see invoke).
             locked.pointee.leaving.forEach { token in
@@ -722,13 +726,12 @@ import Synchronization
         locked.pointee.spare = nil
         if locked.pointee.observerChanged {
             let run = self.run
-            if let old = run.pointee.observer { retired.append(old) }
+            // Room reserved by the change (setObserver).
+            if let old = run.pointee.observer { locked.pointee.retired.append(old) }
             run.pointee.observer = locked.pointee.nextObserver
             locked.pointee.nextObserver = nil
             locked.pointee.observerChanged = false
         }
-        retired += locked.pointee.retired
-        locked.pointee.retired = []
     }
 
     // MARK: - Queued dispatch
@@ -834,7 +837,7 @@ import Synchronization
     /// The dispatch loop with the observer's events.
     @usableFromInline
     func runObserved(_ payload: Callback.Payload, _ observer: Observer) -> DispatchError<Callback.Failure>? {
-        observer.dispatchBegin?(payload)
+        observer.dispatchBegin(payload)
         let run = self.run
         run.pointee.epoch &+= 1
         let pending = run.pointee.epoch &* 2
@@ -848,15 +851,15 @@ import Synchronization
             if table.mark(i) < pending {
                 run.pointee.cursor = i
                 let token = DispatchToken(rawValue: table.tokens[i])
-                observer.callbackBegin?(token)
+                observer.callbackBegin(token)
                 let error = table.callbacks[i].invoke(payload)
-                observer.callbackEnd?(token, error)
+                observer.callbackEnd(token, error)
                 if let error { recordFailure(error, token: token.rawValue) }
             }
             i &+= 1
         }
         let error = finishRun()
-        observer.dispatchEnd?(payload, error)
+        observer.dispatchEnd(payload, error)
         return error
     }
 
@@ -884,7 +887,7 @@ import Synchronization
         lock.lock()
         if isClosed {
             lock.unlock()
-            observer?.release?()
+            observer?.release()
             throw .closed
         }
         var old: Observer?
@@ -894,14 +897,23 @@ import Synchronization
             run.pointee.observer = observer
             releaseTable()
         } else {
-            if locked.pointee.observerChanged, let replaced = locked.pointee.nextObserver {
-                locked.pointee.retired.append(replaced)
+            // Room for what this change retires when the call ends: the
+            // pending observer it replaces, or, for the first change, the
+            // one the running dispatch uses. Reserved now, so the end of
+            // the dispatch cannot run out of memory.
+            let replacing = locked.pointee.observerChanged && locked.pointee.nextObserver != nil
+            let needed = locked.pointee.retired.count + (replacing ? 1 : 0) + 1  // + 1: the running one's
+            guard locked.pointee.retired.reserve(needed) else {
+                lock.unlock()
+                observer?.release()
+                throw .outOfMemory
             }
+            if replacing, let replaced = locked.pointee.nextObserver { locked.pointee.retired.append(replaced) }
             locked.pointee.nextObserver = observer
             locked.pointee.observerChanged = true
         }
         lock.unlock()
-        old?.release?()
+        old?.release()
     }
 
     /// `tryWaitFor` with an observer: reports the wait, then waits, reporting
@@ -924,11 +936,12 @@ import Synchronization
     /// Reports a wait of the running callback, when a callback is running.
     @usableFromInline
     func reportWait<Tokens: Collection<DispatchToken>>(_ observer: Observer, _ tokens: Tokens) {
-        guard let hook = observer.waitFor, run.pointee.payload != nil else { return }
+        guard observer.observesWaits, run.pointee.payload != nil else { return }
         let waiter = DispatchToken(rawValue: slots.pointee.tokens[waiterIndex])
-        if let done: Void = tokens.withContiguousStorageIfAvailable({ hook(waiter, $0) }) { return done }
+        if let done: Void = tokens.withContiguousStorageIfAvailable({ observer.waitFor(waiter, $0) }) { return done }
+        // Not contiguous (no C caller passes such): a copy, Swift-allocated.
         let copy = Array(tokens)
-        copy.withUnsafeBufferPointer { hook(waiter, $0) }
+        copy.withUnsafeBufferPointer { observer.waitFor(waiter, $0) }
     }
 
     /// The index of the callback running innermost (the waiter of a wait).
@@ -946,11 +959,11 @@ import Synchronization
         let run = self.run
         let waiter = run.pointee.top
         table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
-        observer.callbackBegin?(token)
+        observer.callbackBegin(token)
         run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
         run.pointee.top = waiter
-        observer.callbackEnd?(token, error)
+        observer.callbackEnd(token, error)
         let table = slots.pointee
         table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
         if let error { recordFailure(error, token: token.rawValue) }
@@ -1029,6 +1042,8 @@ import Synchronization
                    "waiters/dirty/queued without a dispatch (state \(word))")
             assert(locked.pointee.queue.isEmpty, "queued payloads without a dispatch")
             assert(!locked.pointee.observerChanged, "an observer change left pending without a dispatch")
+            assert(locked.pointee.retired.isEmpty && locked.pointee.retired.capacity == 0,
+                   "retired observers outlive their dispatch")
             assert(locked.pointee.joined == nil && locked.pointee.spare == nil, "side tables without a dispatch")
             assert(locked.pointee.leaving.isEmpty && locked.pointee.releasing.isEmpty, "leavers without a dispatch")
             assert(locked.pointee.leaving.capacity == 0 && locked.pointee.releasing.capacity == 0,

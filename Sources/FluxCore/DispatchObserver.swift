@@ -1,6 +1,6 @@
-/// What a dispatcher reports to its observer, as the engine stores it: one
-/// optional closure per event, and `release`, run exactly once when the
-/// observer is replaced, cleared or the dispatcher closes (never inside a
+/// What a dispatcher reports to its observer, as the engine calls it, and
+/// how the engine lets go of it: `release()` runs exactly once per observer
+/// set, when it is replaced, cleared or the dispatcher closes (never inside a
 /// dispatch, never with the lock held).
 ///
 /// Events, on the dispatching thread: `dispatchBegin`; `callbackBegin` …
@@ -8,16 +8,37 @@
 /// callbacks a `waitFor` runs); `waitFor` on entry to each wait of a callback
 /// (the waiter's token and the tokens as given, whatever the wait returns);
 /// `dispatchEnd` last, with the dispatch's outcome (nil: it succeeded).
-@_spi(Engine) public final class DispatchObserver<Payload, Failure: Error>: @unchecked Sendable {
-    // @unchecked: immutable; the closures run on the dispatching thread only.
-    @_spi(Engine) public let dispatchBegin: ((Payload) -> Void)?
-    @_spi(Engine) public let dispatchEnd: ((Payload, DispatchError<Failure>?) -> Void)?
-    @_spi(Engine) public let callbackBegin: ((DispatchToken) -> Void)?
+///
+/// A protocol, so that each host keeps its observer in its cheapest form:
+/// the C ABI stores the caller's `flux_observer` hooks by value (setting one
+/// allocates nothing through Swift, so running out of memory is a status),
+/// Swift keeps closures (`DispatchObserver`).
+@_spi(Engine) public protocol DispatchObserving {
+    associatedtype Payload
+    associatedtype Failure: Error
+    func dispatchBegin(_ payload: Payload)
+    func dispatchEnd(_ payload: Payload, _ error: DispatchError<Failure>?)
+    func callbackBegin(_ token: DispatchToken)
     /// The callback's own failure, nil when it succeeded.
-    @_spi(Engine) public let callbackEnd: ((DispatchToken, Failure?) -> Void)?
+    func callbackEnd(_ token: DispatchToken, _ failure: Failure?)
+    /// False spares the engine gathering the tokens of a wait.
+    var observesWaits: Bool { get }
     /// The waiter's token and the tokens as given; valid during the call only.
-    @_spi(Engine) public let waitFor: ((DispatchToken, UnsafeBufferPointer<DispatchToken>) -> Void)?
-    @_spi(Engine) public let release: (() -> Void)?
+    func waitFor(_ waiter: DispatchToken, _ tokens: UnsafeBufferPointer<DispatchToken>)
+    func release()
+}
+
+/// An observer of Swift closures, one optional closure per event.
+@_spi(Engine) public final class DispatchObserver<Payload, Failure: Error>: DispatchObserving, @unchecked Sendable {
+    // @unchecked: immutable; the closures run on the dispatching thread only.
+    @_spi(Engine) public let onDispatchBegin: ((Payload) -> Void)?
+    @_spi(Engine) public let onDispatchEnd: ((Payload, DispatchError<Failure>?) -> Void)?
+    @_spi(Engine) public let onCallbackBegin: ((DispatchToken) -> Void)?
+    /// The callback's own failure, nil when it succeeded.
+    @_spi(Engine) public let onCallbackEnd: ((DispatchToken, Failure?) -> Void)?
+    /// The waiter's token and the tokens as given; valid during the call only.
+    @_spi(Engine) public let onWaitFor: ((DispatchToken, UnsafeBufferPointer<DispatchToken>) -> Void)?
+    @_spi(Engine) public let onRelease: (() -> Void)?
 
     @_spi(Engine) public init(
         dispatchBegin: ((Payload) -> Void)? = nil,
@@ -27,11 +48,23 @@
         waitFor: ((DispatchToken, UnsafeBufferPointer<DispatchToken>) -> Void)? = nil,
         release: (() -> Void)? = nil
     ) {
-        self.dispatchBegin = dispatchBegin
-        self.dispatchEnd = dispatchEnd
-        self.callbackBegin = callbackBegin
-        self.callbackEnd = callbackEnd
-        self.waitFor = waitFor
-        self.release = release
+        onDispatchBegin = dispatchBegin
+        onDispatchEnd = dispatchEnd
+        onCallbackBegin = callbackBegin
+        onCallbackEnd = callbackEnd
+        onWaitFor = waitFor
+        onRelease = release
     }
+
+    @_spi(Engine) public func dispatchBegin(_ payload: Payload) { onDispatchBegin?(payload) }
+    @_spi(Engine) public func dispatchEnd(_ payload: Payload, _ error: DispatchError<Failure>?) {
+        onDispatchEnd?(payload, error)
+    }
+    @_spi(Engine) public func callbackBegin(_ token: DispatchToken) { onCallbackBegin?(token) }
+    @_spi(Engine) public func callbackEnd(_ token: DispatchToken, _ failure: Failure?) { onCallbackEnd?(token, failure) }
+    @_spi(Engine) public var observesWaits: Bool { onWaitFor != nil }
+    @_spi(Engine) public func waitFor(_ waiter: DispatchToken, _ tokens: UnsafeBufferPointer<DispatchToken>) {
+        onWaitFor?(waiter, tokens)
+    }
+    @_spi(Engine) public func release() { onRelease?() }
 }

@@ -500,6 +500,79 @@ static bool enqueue_check(world *w, char *why, size_t size)
     return dispatcher_usable(w, false, why, size);
 }
 
+/* ---- flux_dispatcher_set_observer, idle and during a dispatch ----------- */
+
+static void noop_begin(void *context, const void *payload)
+{
+    (void)payload;
+    ((counter *)context)->calls++;
+}
+
+static const flux_observer counting_hooks = {FLUX_OBSERVER_VERSION, noop_begin, NULL, NULL, NULL, NULL};
+
+static void observer_setup(world *w) { setup_dispatcher(w, 8); }
+
+static flux_status observer_run(world *w)
+{
+    return flux_dispatcher_set_observer(w->d, &counting_hooks, &w->extra, count_destroy);
+}
+
+/* The first callback sets the observer, armed, while the dispatch runs. */
+static int observe_while_dispatching_cb(void *context, const void *payload)
+{
+    (void)payload;
+    world *w = dispatching_world;
+    ((counter *)context)->calls++;
+    if (w->status == (flux_status)-1) {
+        arm(w->k, w->after);
+        w->status = flux_dispatcher_set_observer(w->d, &counting_hooks, &w->extra, count_destroy);
+        disarm();
+    }
+    return 0;
+}
+
+static void observer_during_setup(world *w)
+{
+    w->d = flux_dispatcher_create();
+    REQUIRE(w->d != NULL);
+    flux_token t;
+    REQUIRE(flux_register(w->d, observe_while_dispatching_cb, &w->ctx[0], count_destroy, &t) == FLUX_OK);
+    for (int i = 1; i < 8; i++)
+        REQUIRE(flux_register(w->d, count_cb, &w->ctx[i], count_destroy, &t) == FLUX_OK);
+    w->n = 8;
+    dispatching_world = w;
+}
+
+static flux_status observer_during_run(world *w)
+{
+    disarm();
+    w->status = (flux_status)-1;
+    REQUIRE(flux_dispatch(w->d, NULL) == FLUX_OK);
+    return w->status;
+}
+
+/* Set: the next dispatch reports to it (one dispatch_begin). Refused: its
+ * context was destroyed at once and nothing reports. */
+static bool observer_check(world *w, char *why, size_t size)
+{
+    bool set = w->status == FLUX_OK;
+    if (w->extra.destroyed != (set ? 0 : 1) || w->extra.calls != 0) {
+        snprintf(why, size, "observer context: destroyed %d times, %d events before any dispatch",
+                 w->extra.destroyed, w->extra.calls);
+        return false;
+    }
+    /* dispatcher_usable dispatches once; extra.calls then counts its begin. */
+    if (!dispatcher_usable(w, set, why, size))
+        return false;
+    return true;
+}
+
+static void observer_teardown(world *w)
+{
+    teardown_dispatcher(w);
+    REQUIRE(w->extra.destroyed == 1);
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 /* (Unused when a sanitizer owns the allocator and the test skips.) */
@@ -515,6 +588,9 @@ __attribute__((unused)) static const scenario scenarios[] = {
     {"flux_closure_create", closure_setup, closure_run, closure_check, closure_teardown, true},
     {"flux_enqueue (during a dispatch, growing the queue)", enqueue_during_setup, enqueue_during_run, enqueue_check,
      teardown_dispatcher, true},
+    {"flux_dispatcher_set_observer (idle)", observer_setup, observer_run, observer_check, observer_teardown, false},
+    {"flux_dispatcher_set_observer (during a dispatch)", observer_during_setup, observer_during_run, observer_check,
+     observer_teardown, true},
 };
 
 /* Runs one scenario with the k-th allocation failing (k = 0: none). */
