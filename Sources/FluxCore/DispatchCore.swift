@@ -813,13 +813,7 @@ import Synchronization
         let run = self.run
         // Observed or not is decided here, once per dispatch.
         if let observer = run.pointee.observer { return runObserved(payload, observer) }
-        run.pointee.epoch &+= 1
-        let pending = run.pointee.epoch &* 2
-        run.pointee.payload = payload
-        run.pointee.cursor = -1
-        run.pointee.stackLimit = .max
-        let table = slots.pointee
-        run.pointee.end = table.count
+        let (table, pending) = startRun(payload)
         var i = 0
         // `end` drops to 0 when a callback fails, here or in a waitFor.
         while i < run.pointee.end {
@@ -839,13 +833,7 @@ import Synchronization
     func runObserved(_ payload: Callback.Payload, _ observer: Observer) -> DispatchError<Callback.Failure>? {
         observer.dispatchBegin(payload)
         let run = self.run
-        run.pointee.epoch &+= 1
-        let pending = run.pointee.epoch &* 2
-        run.pointee.payload = payload
-        run.pointee.cursor = -1
-        run.pointee.stackLimit = .max
-        let table = slots.pointee
-        run.pointee.end = table.count
+        let (table, pending) = startRun(payload)
         var i = 0
         while i < run.pointee.end {
             if table.mark(i) < pending {
@@ -861,6 +849,21 @@ import Synchronization
         let error = finishRun()
         observer.dispatchEnd(payload, error)
         return error
+    }
+
+    /// Sets the run state up for a dispatch of `payload` (both loops): a new
+    /// epoch, no callback running yet, the stack limit to look up again, and
+    /// the loop's end. Returns the frozen table and this epoch's pending mark.
+    @inlinable @inline(__always)
+    func startRun(_ payload: Callback.Payload) -> (table: SlotTable<Callback>, pending: UInt64) {
+        let run = self.run
+        run.pointee.epoch &+= 1
+        run.pointee.payload = payload
+        run.pointee.cursor = -1
+        run.pointee.stackLimit = .max
+        let table = slots.pointee
+        run.pointee.end = table.count
+        return (table, run.pointee.epoch &* 2)
     }
 
     /// Resets the run state after the loop; returns the dispatch's failure.
