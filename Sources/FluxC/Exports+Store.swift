@@ -181,15 +181,26 @@ public func flux_store_create(
         releaseState: releaseState, context: context, destroy: destroy, core: core))
     // From here on the registration owns everything: when register fails it
     // runs storeRelease, which releases the state and the context.
-    handle.storeSide.pointee.count.add(1, ordering: .relaxed)
     do throws(FluxError) {
-        let callback = CCallback(function: storeCallback, context: raw, destroy: storeRelease)
-        store.pointee.token = try handle.dispatcher.pointee.register(callback).rawValue
+        store.pointee.token = try registerCounted(handle, storeCallback, raw, storeRelease)
     } catch {
         return fail("flux_store_create", error)
     }
     out.pointee = OpaquePointer(store)
     return 0
+}
+
+/// Registers a store's or a group's block with the dispatcher, counted among
+/// the dispatcher's stores and groups (flux_dispatcher_destroy refuses while
+/// any live). The registration owns the block: when registering fails, `release`
+/// has already run, undoing the count too.
+private func registerCounted(
+    _ handle: OpaquePointer, _ function: FluxCallbackFunction, _ block: UnsafeMutableRawPointer,
+    _ release: FluxDestroyFunction
+) throws(FluxError) -> UInt64 {
+    handle.storeSide.pointee.count.add(1, ordering: .relaxed)
+    let callback = CCallback(function: function, context: block, destroy: release)
+    return try handle.dispatcher.pointee.register(callback).rawValue
 }
 
 @_cdecl("flux_store_state")
@@ -398,11 +409,9 @@ public func flux_store_group_create(
     let group = raw.bindMemory(to: CGroup.self, capacity: 1)
     group.initialize(to: CGroup(handle: handle, count: count, stores: storeList, tokens: tokens,
                                 function: function, context: context, destroy: destroy))
-    handle.storeSide.pointee.count.add(1, ordering: .relaxed)
     do throws(FluxError) {
         // On failure, groupRelease has undone all of the above.
-        let callback = CCallback(function: groupCallback, context: raw, destroy: groupRelease)
-        group.pointee.token = try handle.dispatcher.pointee.register(callback).rawValue
+        group.pointee.token = try registerCounted(handle, groupCallback, raw, groupRelease)
     } catch {
         return fail("flux_store_group_create", error)
     }
