@@ -7,6 +7,7 @@ printed as unraisable, and the dispatcher is idle and usable after."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,12 +18,27 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
 ROUNDS = 20
 
 
+# Python installs its KeyboardInterrupt handler only when SIGINT is not
+# ignored at start-up, and a shell starts background jobs with SIGINT ignored
+# (`make check &`): each script sets the disposition it relies on.
+SIGINT_RAISES = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 def run_script(body: str) -> subprocess.CompletedProcess[str]:
     # A process of its own: the signal goes to it, and its stderr shows
     # whatever would be printed as unraisable.
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+    # Started with SIGINT ignored, as from `make check &`, whatever this
+    # process inherited: the script must not depend on its parent.
+    script = SIGINT_RAISES + textwrap.dedent(body)
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(body)], check=False, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
 
 
