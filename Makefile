@@ -1,19 +1,29 @@
-# libflux -- build, test, demo, bench, install.
+# libflux -- build, test, demo, bench, install. (`make help` prints this list.)
 #
-#   make            the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
-#   make demo       the flight-destination example in C and Python (plain, with stores,
-#                   traced); the Swift counter
-#   make check      every test: swift test, the C harness, the header test, pytest
-#   make check-memory   the C harness under valgrind memcheck
-#   make check-address  the C harness under AddressSanitizer + UBSan
-#   make check-thread-c the C tests with threads under ThreadSanitizer
-#   make fuzz           libFuzzer targets, FUZZ_SECONDS (60) each, after their regressions
-#   make bench      benchmarks, with ratios against baselines measured in the same run
-#   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc
-#   make venv       pytest, hypothesis, mypy, ruff in build/venv (for an
-#                   externally managed python3); used by every target below
-#   make check-types check-abi check-install check-pip check-swift-client
-#   make check-readme bench-smoke   what CI adds to check (see .ci/run)
+#   make / make lib      the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
+#   make demo            the flight-destination example in C and Python (plain, with
+#                        stores, traced); the Swift counter
+#   make check           every test: swift test, the C harness, the header test, pytest;
+#                        one line per suite, logs in build/check/ (V=1: everything)
+#   make check-memory    the C harness under valgrind memcheck
+#   make check-thread    the Swift tests under ThreadSanitizer
+#   make check-address   the C harness against an ASan build of the library, with UBSan
+#   make check-thread-c  the C tests with threads under ThreadSanitizer
+#   make fuzz            libFuzzer targets, FUZZ_SECONDS (60) each, after their regressions
+#   make check-types     mypy --strict and ruff on the Python package and example
+#   make check-abi       exported symbols == the header's functions; SONAME; no RPATH
+#   make check-install   install staged and to a scratch prefix; pkg-config and CMake users
+#   make check-pip       pip install ./bindings/python into a fresh venv
+#   make check-swift-client  a SwiftPM package depending on this checkout by path
+#   make check-readme    the README's examples are the files CI builds and runs
+#   make bench           benchmarks, ratios against baselines measured in the same run
+#   make bench-smoke     every bench built and run once, briefly
+#   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc, CMake package
+#   make uninstall       what install put there
+#   make venv            pytest, hypothesis, mypy, ruff in build/venv (for an externally
+#                        managed python3); used by the targets above when needed
+#   make clean           every build directory
+#   V=1                  show build commands and every test's output
 #
 # The library is built in its own scratch path (.build-lib) with the Swift
 # standard library linked statically, so it loads with no LD_LIBRARY_PATH and
@@ -44,6 +54,7 @@ PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+CMAKEDIR ?= $(LIBDIR)/cmake/libflux
 
 field = $(shell sed -n 's/^\#define FLUX_VERSION_$(1) \([0-9]*\)$$/\1/p' include/flux.h)
 MAJOR   := $(call field,MAJOR)
@@ -60,8 +71,11 @@ CFLAGS   ?= -O2 -g
 WARN     := -Wall -Wextra -Werror
 TEST_CFLAGS := $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -Iinclude -pthread
 LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
+# Build commands are shown with V=1 (and every test's output: support/suite.py).
+V ?= 0
+Q := $(if $(filter-out 0,$(V)),,@)
 
-.PHONY: all lib demo check check-swift check-thread check-c check-header check-python check-memory \
+.PHONY: all lib help demo check check-swift check-thread check-c check-header check-python check-memory \
         check-types check-abi check-install check-pip check-swift-client check-readme venv \
         check-address check-thread-c fuzz \
         bench bench-smoke install uninstall clean
@@ -69,34 +83,41 @@ LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 all: lib
 lib: $(LIB)
 
+help:
+	@sed -n '3,/^#$$/s/^# //p' Makefile
+
 $(B)/lib/$(REALNAME): $(SWIFT_SOURCES) include/flux.h Makefile
-	$(SWIFT) build -c release --product flux --scratch-path .build-lib --disable-local-rpath \
+	@$(if $(Q),echo "  SWIFT  $@ (release; a few minutes from scratch)")
+	$(Q)$(SWIFT) build $(if $(Q),--quiet) -c release --product flux --scratch-path .build-lib --disable-local-rpath \
 	    -Xswiftc -static-stdlib -Xswiftc -use-ld=lld -Xswiftc -cross-module-optimization \
 	    -Xlinker --version-script=$(CURDIR)/support/flux.map \
 	    -Xlinker -soname=$(SONAME)
 	@mkdir -p $(B)/lib
-	cp .build-lib/release/libflux.so $@.tmp
-	strip --strip-unneeded $@.tmp
-	mv -f $@.tmp $@    # a new inode: processes that have the old one mapped keep it
+	$(Q)cp .build-lib/release/libflux.so $@.tmp
+	$(Q)strip --strip-unneeded $@.tmp
+	$(Q)mv -f $@.tmp $@    # a new inode: processes that have the old one mapped keep it
 
 $(LIB): $(B)/lib/$(REALNAME)
-	ln -sf $(REALNAME) $(B)/lib/$(SONAME)
-	ln -sf $(REALNAME) $@
+	$(Q)ln -sf $(REALNAME) $(B)/lib/$(SONAME)
+	$(Q)ln -sf $(REALNAME) $@
 
 # --- C programs against the built library --------------------------------
 C_TESTS := $(patsubst Tests/c/%.c,$(B)/tests/%,$(wildcard Tests/c/test-*.c))
 
 $(B)/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(LIB)
 	@mkdir -p $(B)/tests
-	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
+	@$(if $(Q),echo "  CC     $@")
+	$(Q)$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
 
 $(B)/examples/flight: examples/flight.c include/flux.h $(LIB)
 	@mkdir -p $(B)/examples
-	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
+	@$(if $(Q),echo "  CC     $@")
+	$(Q)$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
 
 $(B)/examples/flight-stores: examples/flight-stores.c include/flux.h $(LIB)
 	@mkdir -p $(B)/examples
-	$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
+	@$(if $(Q),echo "  CC     $@")
+	$(Q)$(CC) $(TEST_CFLAGS) -o $@ $< $(LINK_FLUX)
 
 # --- demo ------------------------------------------------------------------
 demo: $(B)/examples/flight $(B)/examples/flight-stores
@@ -114,7 +135,13 @@ demo: $(B)/examples/flight $(B)/examples/flight-stores
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight_trace.py $(B)/flight-trace.json
 
 # --- tests -----------------------------------------------------------------
+# Each suite runs quietly through support/suite.py: one line with its counts,
+# the whole output in build/check/SUITE.log (printed when the suite fails),
+# everything as it comes with V=1. The last line adds the suites up.
+SUITE = $(PYTHON) support/suite.py run
+
 check: check-swift check-c check-header check-python
+	@$(PYTHON) support/suite.py total "make check" swift c header python
 
 # Without XCTest tests, swift test's XCTest runner only prints "Executed 0
 # tests" (twice): leave it out until a test target imports XCTest.
@@ -122,24 +149,25 @@ SWIFT_TEST := $(SWIFT) test $(if $(shell grep -rl --include='*.swift' 'import XC
 
 # Warnings are errors here: the package promises Swift 6 mode with none.
 check-swift:
-	$(SWIFT_TEST) -Xswiftc -warnings-as-errors
+	@$(SUITE) swift $(SWIFT_TEST) -Xswiftc -warnings-as-errors
 
 # The Swift tests (threads included) under ThreadSanitizer, in a build
 # directory of their own; the first report fails the run.
 check-thread:
-	TSAN_OPTIONS=halt_on_error=1 $(SWIFT_TEST) --sanitize=thread --scratch-path .build-tsan
+	@TSAN_OPTIONS=halt_on_error=1 $(SUITE) swift-tsan $(SWIFT_TEST) --sanitize=thread --scratch-path .build-tsan
 
 check-c: $(C_TESTS)
-	$(PYTHON) Tests/c/run.py $(C_TESTS)
+	@$(SUITE) c $(PYTHON) Tests/c/run.py $(C_TESTS)
 
 check-header: include/flux.h
 	@mkdir -p $(B)/tests
-	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-c.o Tests/c/header.c
-	$(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-cxx.o Tests/c/header.c
-	@echo "header: compiles alone as C99 -pedantic and as C++"
+	@$(SUITE) header sh -c '$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-c.o Tests/c/header.c \
+	    && echo "ok - compiles alone as C99 -pedantic" \
+	    && $(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-cxx.o Tests/c/header.c \
+	    && echo "ok - compiles alone as C++11" && echo "2 passed, 0 failed"'
 
 check-python: $(LIB) $(call needs_venv,$(TEST_PYTHON))
-	PYTHONPATH=bindings/python $(TEST_PYTHON) -m pytest -q bindings/python/tests
+	@PYTHONPATH=bindings/python $(SUITE) python $(TEST_PYTHON) -m pytest -q bindings/python/tests
 
 # mypy --strict and ruff on the Python package and its tests (configured in
 # bindings/python/pyproject.toml), and on the README's Python example.
@@ -186,7 +214,7 @@ $(VENV)/.ready: support/requirements-dev.txt
 # --fair-sched=yes: valgrind runs one thread at a time, and its default lock
 # lets a thread that never blocks (a dispatch loop) starve the others forever.
 check-memory: $(C_TESTS)
-	FLUX_TEST_UNDER_VALGRIND=1 $(PYTHON) Tests/c/run.py \
+	@FLUX_TEST_UNDER_VALGRIND=1 $(SUITE) c-valgrind $(PYTHON) Tests/c/run.py \
 	    --wrap "valgrind --quiet --fair-sched=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite" \
 	    $(C_TESTS)
 
@@ -217,14 +245,14 @@ ASAN_FLAGS := -fuse-ld=lld -fsanitize=address,undefined -fno-sanitize-recover=al
 
 $(B)/asan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/asan/lib/$(SONAME)
 	@mkdir -p $(B)/asan/tests
-	$(CLANG) $(TEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
+	$(Q)$(CLANG) $(TEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
 
 # The toolchain's TSan runtime carries libdispatch interceptors, which need
 # the toolchain's libdispatch and BlocksRuntime to link.
 SWIFT_RUNTIME_DIR = $(dir $(CLANG))../lib/swift/linux
 $(B)/tsan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/tsan/lib/$(SONAME)
 	@mkdir -p $(B)/tsan/tests
-	$(CLANG) $(TEST_CFLAGS) -fuse-ld=lld -fsanitize=thread -o $@ $< -L$(B)/tsan/lib -lflux -Wl,-rpath,$(abspath $(B)/tsan/lib) \
+	$(Q)$(CLANG) $(TEST_CFLAGS) -fuse-ld=lld -fsanitize=thread -o $@ $< -L$(B)/tsan/lib -lflux -Wl,-rpath,$(abspath $(B)/tsan/lib) \
 	    -L$(SWIFT_RUNTIME_DIR) -ldispatch -lBlocksRuntime -Wl,-rpath,$(realpath $(SWIFT_RUNTIME_DIR))
 
 # Leak checking on; the first report of either sanitizer fails the program.
@@ -232,14 +260,14 @@ $(B)/tsan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/tsan/lib/$(SONAME
 # stack, and the depth check (flux.h, "Depth") measures the stack by a
 # local's address.
 check-address: $(ASAN_TESTS)
-	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	    $(PYTHON) Tests/c/run.py $(ASAN_TESTS)
+	@ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    $(SUITE) c-asan $(PYTHON) Tests/c/run.py $(ASAN_TESTS)
 
 # The C tests with threads in them: dispatch, enqueue from other threads,
 # observers set from another thread, stores read and changed across threads.
 TSAN_C_TESTS := $(patsubst %,$(B)/tsan/tests/test-%,threads enqueue observer stores)
 check-thread-c: $(TSAN_C_TESTS)
-	TSAN_OPTIONS=halt_on_error=1 $(PYTHON) Tests/c/run.py $^
+	@TSAN_OPTIONS=halt_on_error=1 $(SUITE) c-tsan $(PYTHON) Tests/c/run.py $^
 
 # --- fuzzing ------------------------------------------------------------------
 # libFuzzer targets (fuzz/*.c) against the ASan libflux, with ASan and UBSan
@@ -255,7 +283,7 @@ FUZZ_ENV     := ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:quar
 
 $(B)/fuzz/fuzz-%: fuzz/fuzz-%.c include/flux.h $(B)/asan/lib/$(SONAME)
 	@mkdir -p $(B)/fuzz
-	$(CLANG) $(TEST_CFLAGS) $(FUZZ_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
+	$(Q)$(CLANG) $(TEST_CFLAGS) $(FUZZ_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
 
 fuzz: $(patsubst %,$(B)/fuzz/fuzz-%,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
@@ -275,20 +303,20 @@ fuzz: $(patsubst %,$(B)/fuzz/fuzz-%,$(FUZZ_TARGETS))
 # back across a library boundary (see bench/baseline.h).
 $(B)/bench/libbaseline.so: bench/baseline.c bench/baseline-chain.c bench/baseline.h
 	@mkdir -p $(B)/bench
-	$(CC) -O2 -std=c11 -fPIC -shared -pthread -DBASELINE_LOOP=baseline_loop_shared -o $@ \
+	$(Q)$(CC) -O2 -std=c11 -fPIC -shared -pthread -DBASELINE_LOOP=baseline_loop_shared -o $@ \
 	    bench/baseline.c bench/baseline-chain.c
 
 $(B)/bench/bench: bench/bench.c bench/baseline.c bench/*.h include/flux.h $(LIB) $(B)/bench/libbaseline.so
-	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ bench/bench.c bench/baseline.c \
+	$(Q)$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ bench/bench.c bench/baseline.c \
 	    -L$(B)/bench -lbaseline -Wl,-rpath,$(abspath $(B)/bench) $(LINK_FLUX) -ldl
 
 $(B)/bench/trampoline: bench/trampoline.c include/flux.h $(LIB)
 	@mkdir -p $(B)/bench
-	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ $< $(LINK_FLUX)
+	$(Q)$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ $< $(LINK_FLUX)
 
 $(B)/bench/stores: bench/stores.c include/flux.h $(LIB)
 	@mkdir -p $(B)/bench
-	$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o $@ $< $(LINK_FLUX) -lm
+	$(Q)$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o $@ $< $(LINK_FLUX) -lm
 
 bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/stores $(B)/bench/pydeps
 	$(B)/bench/bench
@@ -316,21 +344,28 @@ $(B)/bench/pydeps:
 	-$(PYTHON) -m pip install --quiet --disable-pip-version-check --target $@ blinker
 
 # --- install ---------------------------------------------------------------
+# The .pc and CMake files get the paths installed to (DESTDIR aside).
+SUBST_PATHS = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+    -e 's|@VERSION@|$(VERSION)|' -e 's|@MAJOR@|$(MAJOR)|' -e 's|@MINOR@|$(MINOR)|' \
+    -e 's|@REALNAME@|$(REALNAME)|' -e 's|@SONAME@|$(SONAME)|'
+
 install: $(LIB)
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR)
 	install -m 0755 $(B)/lib/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
 	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/libflux.so
 	install -m 0644 include/flux.h $(DESTDIR)$(INCLUDEDIR)/flux.h
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-	    support/flux.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
-	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
+	$(SUBST_PATHS) support/flux.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
+	$(SUBST_PATHS) support/cmake/libfluxConfig.cmake.in > $(DESTDIR)$(CMAKEDIR)/libfluxConfig.cmake
+	$(SUBST_PATHS) support/cmake/libfluxConfigVersion.cmake.in > $(DESTDIR)$(CMAKEDIR)/libfluxConfigVersion.cmake
+	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/flux.pc $(DESTDIR)$(CMAKEDIR)/*.cmake
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	      $(DESTDIR)$(LIBDIR)/libflux.so $(DESTDIR)$(INCLUDEDIR)/flux.h \
-	      $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
+	      $(DESTDIR)$(PKGCONFIGDIR)/flux.pc \
+	      $(DESTDIR)$(CMAKEDIR)/libfluxConfig.cmake $(DESTDIR)$(CMAKEDIR)/libfluxConfigVersion.cmake
+	rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null || true
 
 clean:
 	rm -rf $(B) .build-lib .build-tsan .build-asan .build-tsan-lib
