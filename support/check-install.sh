@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# check-install.sh -- `make install DESTDIR=<scratch> PREFIX=/usr/local`, then
-# the README's C example (examples/readme.c) compiled and linked through
-# pkg-config against that installed copy only, and run. The installed library
-# must carry no RPATH/RUNPATH. Run from the repository root (make check-install).
+# check-install.sh -- the README's install paths, followed as a user would:
+#  1. `make install DESTDIR=<scratch> PREFIX=/usr/local` (a package's staging),
+#     then the README's C example (examples/readme.c) compiled and linked
+#     through pkg-config against that staged copy only, and run. The installed
+#     library must carry no RPATH/RUNPATH.
+#  2. `make install PREFIX=<scratch>` (a prefix the loader does not search),
+#     then the README's two recipes for it, literally: pkg-config through
+#     PKG_CONFIG_PATH with an rpath, and CMake's find_package(libflux) through
+#     CMAKE_PREFIX_PATH (examples/cmake); both programs run with no
+#     LD_LIBRARY_PATH. (Without cmake, CMake is skipped, saying so; under CI it fails.)
+# Run from the repository root (make check-install).
 set -euo pipefail
 dest=$(mktemp -d "${TMPDIR:-/tmp}/libflux-install.XXXXXX")
 trap 'rm -rf "$dest"' EXIT
@@ -31,3 +38,29 @@ used=$(LD_LIBRARY_PATH=$libdir ldd "$dest/readme" | awk '/libflux/ {print $3}')
 [ "$out" = "australia / sydney: FLUX_OK" ] || { echo "check-install: the example printed '$out'" >&2; exit 1; }
 case $used in "$libdir"/*) ;; *) echo "check-install: the example loaded $used, not the installed copy" >&2; exit 1 ;; esac
 echo "check-install: installed under DESTDIR, no RUNPATH; examples/readme.c built with pkg-config against it prints '$out'"
+
+# 2. A non-default prefix, as the README's Install section says to use it.
+PREFIX=$dest/opt/libflux
+make --no-print-directory install PREFIX="$PREFIX" >/dev/null
+expect() {  # expect WHAT PROGRAM: it prints the example's line, and loads $PREFIX's library
+    local got loaded
+    got=$(env -u LD_LIBRARY_PATH "$2")
+    loaded=$(env -u LD_LIBRARY_PATH ldd "$2" | awk '/libflux/ {print $3}')
+    [ "$got" = "australia / sydney: FLUX_OK" ] || { echo "check-install: $1 printed '$got'" >&2; exit 1; }
+    case $loaded in "$PREFIX"/lib/*) ;; *) echo "check-install: $1 loaded '$loaded', not $PREFIX/lib's" >&2; exit 1 ;; esac
+}
+# The README: PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig, and -Wl,-rpath,$PREFIX/lib.
+${CC:-cc} -o "$dest/readme-pc" examples/readme.c \
+    $(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --cflags --libs flux) -Wl,-rpath,"$PREFIX/lib"
+expect "pkg-config with PREFIX=$PREFIX" "$dest/readme-pc"
+if command -v cmake >/dev/null; then
+    cmake -S examples/cmake -B "$dest/cmake" -DCMAKE_PREFIX_PATH="$PREFIX" >"$dest/cmake.log" 2>&1 \
+        && cmake --build "$dest/cmake" >>"$dest/cmake.log" 2>&1 \
+        || { cat "$dest/cmake.log" >&2; echo "check-install: the CMake example did not build" >&2; exit 1; }
+    expect "CMake's find_package(libflux) with CMAKE_PREFIX_PATH=$PREFIX" "$dest/cmake/readme"
+    echo "check-install: PREFIX=$PREFIX: pkg-config (PKG_CONFIG_PATH, rpath) and CMake (libflux::flux) builds run"
+elif [ -n "${CI:-}" ]; then
+    echo "check-install: cmake is missing (CI installs it)" >&2; exit 1
+else
+    echo "check-install: PREFIX=$PREFIX: pkg-config build runs; CMake not installed, its example skipped"
+fi
