@@ -63,14 +63,21 @@ LIBRARY_ENV = "FLUX_LIBRARY"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 #: bindings/python/flux/../../../build/lib: the build tree of the repository
 #: this package lives in, when it is run from the source tree.
-_BUILD_TREE_LIBRARY = os.path.normpath(
-    os.path.join(_PACKAGE_DIR, os.pardir, os.pardir, os.pardir, "build", "lib", "libflux.so")
-)
+_REPOSITORY = os.path.normpath(os.path.join(_PACKAGE_DIR, os.pardir, os.pardir, os.pardir))
+_BUILD_TREE_LIBRARY = os.path.join(_REPOSITORY, "build", "lib", "libflux.so")
+#: Whether this package is bindings/python/flux of a libflux checkout (an
+#: installed copy's ../../.. is some unrelated directory: not worth naming).
+_IN_SOURCE_TREE = os.path.isfile(os.path.join(_REPOSITORY, "include", "flux.h"))
 
 _HOW_TO_BUILD = (
     "Build the library with `make lib` at the root of the libflux repository "
     "(it writes build/lib/libflux.so), install it with `make install`, or set "
     f"{LIBRARY_ENV} to the path of libflux.so."
+)
+_HOW_TO_POINT = (
+    "If libflux is installed under a prefix the system loader does not search "
+    "(anything but /usr and /usr/local after `ldconfig`), set "
+    f"{LIBRARY_ENV}=PREFIX/lib/libflux.so, or add PREFIX/lib to /etc/ld.so.conf.d/ and run `ldconfig`. "
 )
 
 
@@ -114,7 +121,8 @@ def load() -> tuple[ctypes.CDLL, str]:
     major version: the path in ``$FLUX_LIBRARY`` (when set, it is the only
     place tried, so a wrong setting is reported rather than papered over);
     a copy inside this package (``flux/libflux.so*``); the repository's
-    ``build/lib/libflux.so``; ``ctypes.util.find_library("flux")``.
+    ``build/lib/libflux.so`` (only when this package is run from a libflux
+    checkout); ``ctypes.util.find_library("flux")``.
 
     :raises ImportError: naming every place tried and why each failed, and how
         to build the library.
@@ -141,7 +149,9 @@ def load() -> tuple[ctypes.CDLL, str]:
             return lib, path
         tried.append(f"a copy inside the package, {path}: {why}")
 
-    if os.path.exists(_BUILD_TREE_LIBRARY):
+    if not _IN_SOURCE_TREE:
+        pass  # an installed package: there is no build tree to try
+    elif os.path.exists(_BUILD_TREE_LIBRARY):
         lib, why = _open(_BUILD_TREE_LIBRARY)
         if lib is not None:
             return lib, _BUILD_TREE_LIBRARY
@@ -161,6 +171,7 @@ def load() -> tuple[ctypes.CDLL, str]:
     raise ImportError(
         "flux: cannot find a usable libflux. Tried, in order:\n"
         + "".join(f"  - {line}\n" for line in tried)
+        + ("" if _IN_SOURCE_TREE else _HOW_TO_POINT)
         + _HOW_TO_BUILD
     )
 

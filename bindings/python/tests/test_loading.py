@@ -96,16 +96,37 @@ def test_a_copy_inside_the_package_comes_before_the_build_tree(tmp_path: Path) -
 def test_nothing_found_names_every_place_tried_and_how_to_build(tmp_path: Path) -> None:
     if ctypes.util.find_library("flux"):
         pytest.skip("a libflux is installed on this system")
+    # A copy of the package as pip installs it: no checkout around it.
     root = copy_package(tmp_path)
     result = run(PROBE, root)
     assert result.returncode != 0
     message = result.stderr[result.stderr.index("ImportError") :]
-    for place in ("$FLUX_LIBRARY", "inside the package", "build tree", "find_library", "make lib"):
+    for place in ("$FLUX_LIBRARY", "inside the package", "find_library", "make lib"):
         assert place in message, message
     # In order.
-    assert message.index("$FLUX_LIBRARY") < message.index("inside the package") < message.index(
-        "build tree"
-    ) < message.index("find_library")
+    assert message.index("$FLUX_LIBRARY") < message.index("inside the package") < message.index("find_library")
+    # No made-up path of a build tree that cannot exist around an installed
+    # package; instead, what to set for a library under another prefix.
+    assert "build tree" not in message, message
+    assert "FLUX_LIBRARY=PREFIX/lib/libflux.so" in message, message
+    assert "ld.so.conf.d" in message, message
+
+
+def test_in_a_checkout_the_build_tree_is_named_when_nothing_is_found(tmp_path: Path) -> None:
+    if ctypes.util.find_library("flux"):
+        pytest.skip("a libflux is installed on this system")
+    # A checkout with no library built: include/flux.h, bindings/python/flux.
+    checkout = tmp_path / "libflux"
+    (checkout / "include").mkdir(parents=True)
+    shutil.copyfile(PACKAGE.parents[2] / "include" / "flux.h", checkout / "include" / "flux.h")
+    root = copy_package(tmp_path)
+    (checkout / "bindings").mkdir()
+    shutil.move(str(root), str(checkout / "bindings" / "python"))
+    result = run(PROBE, checkout / "bindings" / "python")
+    assert result.returncode != 0
+    message = result.stderr[result.stderr.index("ImportError") :]
+    assert f"the build tree, {checkout / 'build' / 'lib' / 'libflux.so'}: does not exist" in message, message
+    assert message.index("inside the package") < message.index("build tree") < message.index("find_library")
 
 
 def test_a_different_major_version_is_refused(fakes: dict[str, Path]) -> None:
@@ -129,4 +150,5 @@ def test_an_unusable_package_copy_is_skipped_for_the_next_place(
     if result.returncode == 0:  # found further down (a system libflux)
         assert result.stdout.strip() != str(root / "flux" / "libflux.so")
     else:
-        assert "1.2.3" in result.stderr and "build tree" in result.stderr
+        # Refused for its version; the search went on to the next place.
+        assert "1.2.3" in result.stderr and 'find_library("flux")' in result.stderr
