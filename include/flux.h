@@ -17,7 +17,8 @@
  * positive code otherwise. A failing call changes nothing, and leaves a
  * message naming the function and the tokens involved in flux_last_error()
  * for the calling thread. The message is a detail for people; test the
- * returned status, never the message, to detect an error.
+ * returned status, never the message, to detect an error, and read the
+ * values it names from flux_last_error_token() and flux_last_error_cycle().
  *
  * Ownership
  * ---------
@@ -963,6 +964,34 @@ FLUX_API const char *flux_status_name(flux_status status);
  * Threads: any thread; each thread has its own message.
  */
 FLUX_API const char *flux_last_error(void);
+
+/**
+ * @return the token this thread's most recent failed call was about, or 0:
+ *         the callback whose failure aborted the dispatch
+ *         (FLUX_ERR_CALLBACK_FAILED; for a store's failing reduce or
+ *         listener, the store's own token), the first token a call rejected
+ *         (FLUX_ERR_UNKNOWN_TOKEN; 0 when that token was 0), the pending
+ *         token a wait asked for (FLUX_ERR_CIRCULAR), the token whose run
+ *         would have gone too deep (FLUX_ERR_TOO_DEEP); 0 for every other
+ *         status. The value a binding reads to build its own error, instead
+ *         of parsing flux_last_error(). Same lifetime as flux_last_error();
+ *         reading any of the flux_last_error* functions changes nothing.
+ * Threads: any thread; each thread has its own.
+ */
+FLUX_API flux_token flux_last_error_token(void);
+
+/**
+ * For FLUX_ERR_CIRCULAR: the cycle as tokens -- the waiter that called
+ * flux_wait_for() first, then the token it asked for, then the one that
+ * token is waiting for, and so on back to the waiter: "token 3 waits for 1,
+ * which is waiting for 2, which is waiting for 3" is {3, 1, 2, 3}, and a
+ * callback waiting for itself, {3, 3}. Copies min(length, capacity) tokens
+ * into `tokens` (NULL with capacity 0 asks for the length only).
+ * @return the cycle's length; 0 when this thread's most recent failed call
+ *         was not a cycle (or none failed).
+ * Threads: any thread; each thread has its own.
+ */
+FLUX_API size_t flux_last_error_cycle(flux_token *tokens, size_t capacity);
 
 /**
  * @return the library's version as FLUX_VERSION_NUMBER computes it, so a

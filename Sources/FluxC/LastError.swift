@@ -7,45 +7,67 @@ import Darwin
 #endif
 @_spi(Engine) import FluxCore
 
-// flux_last_error(): one malloc'd, NUL-terminated message per thread, freed by
-// the key's destructor when the thread exits.
+// flux_last_error() and its values: one malloc'd record per thread -- the
+// token, the cycle's length and tokens, then the NUL-terminated message --
+// freed by the key's destructor when the thread exits.
 
 private let emptyMessage: StaticString = ""
 private let outOfMemoryMessage: StaticString = "flux: out of memory while recording an error message"
-/// Stored instead of a buffer when none could be allocated; never freed.
+/// Stored instead of a record when none could be allocated; never freed, and
+/// read as a message with no token and no cycle.
 private var outOfMemorySentinel: UnsafeMutableRawPointer {
     UnsafeMutableRawPointer(mutating: UnsafeRawPointer(outOfMemoryMessage.utf8Start))
 }
 
+/// The head of a thread's error record; `count` tokens of the cycle follow,
+/// then the message.
+private struct Record {
+    var token: UInt64
+    var count: Int
+    static func messageOffset(_ count: Int) -> Int { MemoryLayout<Record>.stride + count * MemoryLayout<UInt64>.stride }
+}
+
 private let lastErrorKey: pthread_key_t = {
     var key = pthread_key_t()
-    pthread_key_create(&key) { message in
-        if message != outOfMemorySentinel { free(message) }
+    pthread_key_create(&key) { record in
+        if record != outOfMemorySentinel { free(record) }
     }
     return key
 }()
 
-/// Records "function: message" as this thread's last error and returns `status`.
+/// This thread's record, or nil (none yet, or the out-of-memory sentinel).
+private func currentRecord() -> UnsafeMutableRawPointer? {
+    guard let record = pthread_getspecific(lastErrorKey), record != outOfMemorySentinel else { return nil }
+    return record
+}
+
+/// Records "function: message", the token and the cycle as this thread's last
+/// error and returns `status`.
 ///
 /// Allocates with realloc only, never through Swift (whose allocator traps
 /// when memory runs out): this is how FLUX_ERR_NO_MEMORY is reported. Pass a
 /// literal message on those paths, since building one allocates.
-func fail(_ function: StaticString, _ status: FluxError.Code, _ message: String) -> Int32 {
+func fail(_ function: StaticString, _ status: FluxError.Code, _ message: String,
+          token: DispatchToken? = nil, cycle: [DispatchToken] = []) -> Int32 {
     var message = message
     message.withUTF8 { text in
         let name = function.utf8CodeUnitCount
+        let start = Record.messageOffset(cycle.count)
         let count = name + 2 + text.count
-        var old = pthread_getspecific(lastErrorKey)
-        if old == outOfMemorySentinel { old = nil }
-        if let buffer = realloc(old, count + 1) {
+        if let record = realloc(currentRecord(), start + count + 1) {
+            record.storeBytes(of: Record(token: token?.rawValue ?? 0, count: cycle.count), as: Record.self)
+            for (i, link) in cycle.enumerated() {
+                record.storeBytes(of: link.rawValue, toByteOffset: MemoryLayout<Record>.stride + i * 8, as: UInt64.self)
+            }
+            let buffer = record + start
             buffer.copyMemory(from: function.utf8Start, byteCount: name)
             buffer.storeBytes(of: UInt8(ascii: ":"), toByteOffset: name, as: UInt8.self)
             buffer.storeBytes(of: UInt8(ascii: " "), toByteOffset: name + 1, as: UInt8.self)
             if let base = text.baseAddress { (buffer + name + 2).copyMemory(from: base, byteCount: text.count) }
             buffer.storeBytes(of: 0, toByteOffset: count, as: UInt8.self)
-            pthread_setspecific(lastErrorKey, buffer)
+            pthread_setspecific(lastErrorKey, record)
         } else {
-            free(old)
+            free(currentRecord())
             pthread_setspecific(lastErrorKey, outOfMemorySentinel)
         }
     }
@@ -53,7 +75,7 @@ func fail(_ function: StaticString, _ status: FluxError.Code, _ message: String)
 }
 
 func fail(_ function: StaticString, _ error: FluxError) -> Int32 {
-    fail(function, error.code, error.message)
+    fail(function, error.code, error.message, token: error.token, cycle: error.cycle)
 }
 
 func fail(_ function: StaticString, _ error: DispatchError<CallbackFailure>) -> Int32 {
@@ -62,7 +84,7 @@ func fail(_ function: StaticString, _ error: DispatchError<CallbackFailure>) -> 
         fail(function, error)
     case .callback(let failure, let token):
         fail(function, .callbackFailed,
-             "callback for token \(token.rawValue) returned \(failure.value); the dispatch was aborted")
+             "callback for token \(token.rawValue) returned \(failure.value); the dispatch was aborted", token: token)
     }
 }
 
@@ -74,8 +96,25 @@ extension StaticString {
 
 @_cdecl("flux_last_error")
 public func flux_last_error() -> UnsafePointer<CChar> {
-    if let message = pthread_getspecific(lastErrorKey) {
-        return UnsafePointer(message.assumingMemoryBound(to: CChar.self))
+    guard let record = pthread_getspecific(lastErrorKey) else { return emptyMessage.cString }
+    guard record != outOfMemorySentinel else { return outOfMemoryMessage.cString }
+    let count = record.load(as: Record.self).count
+    return UnsafePointer((record + Record.messageOffset(count)).assumingMemoryBound(to: CChar.self))
+}
+
+@_cdecl("flux_last_error_token")
+public func flux_last_error_token() -> UInt64 {
+    currentRecord()?.load(as: Record.self).token ?? 0
+}
+
+@_cdecl("flux_last_error_cycle")
+public func flux_last_error_cycle(_ tokens: UnsafeMutablePointer<UInt64>?, _ capacity: UInt) -> UInt {
+    guard let record = currentRecord() else { return 0 }
+    let count = record.load(as: Record.self).count
+    if let tokens {
+        for i in 0..<min(count, Int(clamping: capacity)) {
+            tokens[i] = record.load(fromByteOffset: MemoryLayout<Record>.stride + i * 8, as: UInt64.self)
+        }
     }
-    return emptyMessage.cString
+    return UInt(count)
 }

@@ -500,7 +500,7 @@ import Synchronization
         // The checks pass only if the token's state moved on since; an
         // unregistration from another thread can only make them fail, so
         // this is not reached. Say something true all the same.
-        return .flux(FluxError(.unknownToken, "token \(token.rawValue) could not be waited for"))
+        return .flux(FluxError(.unknownToken, "token \(token.rawValue) could not be waited for", token: token))
     }
 
     /// Where `token` is and where it stands, when it may be waited for: not
@@ -535,7 +535,8 @@ import Synchronization
     @usableFromInline
     func currentFailure() -> DispatchError<Callback.Failure> {
         guard let failure = run.pointee.failure else {
-            return .flux(run.pointee.abortError ?? FluxError(.callbackFailed, "the dispatch was aborted"))
+            return .flux(run.pointee.abortError ?? FluxError(.callbackFailed, "the dispatch was aborted",
+                                                             token: DispatchToken(rawValue: run.pointee.failedToken)))
         }
         return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken))
     }
@@ -610,7 +611,7 @@ import Synchronization
         run.pointee.aborted = true
         run.pointee.end = 0
         run.pointee.failedToken = token
-        run.pointee.abortError = .tooDeep
+        run.pointee.abortError = .tooDeep(DispatchToken(rawValue: token))
         return false
     }
 
@@ -990,14 +991,21 @@ import Synchronization
         chain.append(run.pointee.cursor)
         let tokens = slots.pointee.tokens
         guard let k = chain.firstIndex(of: target), let waiter = chain.first else { return .circular(token) }
+        // The cycle as values: the waiter, the target, then back down the
+        // chain of waits to the waiter again.
+        var cycle = [DispatchToken(rawValue: tokens[waiter]), token]
+        for j in stride(from: k - 1, through: 0, by: -1) {
+            cycle.append(DispatchToken(rawValue: tokens[chain[j]]))
+        }
         if k == 0 {
-            return FluxError(.circularDependency, "circular dependency: token \(tokens[waiter]) waits for itself")
+            return FluxError(.circularDependency, "circular dependency: token \(tokens[waiter]) waits for itself",
+                             token: token, cycle: cycle)
         }
         var text = "circular dependency: token \(tokens[waiter]) waits for \(tokens[target])"
-        for j in stride(from: k - 1, through: 0, by: -1) {
-            text += ", which is waiting for \(tokens[chain[j]])"
+        for link in cycle.dropFirst(2) {
+            text += ", which is waiting for \(link.rawValue)"
         }
-        return FluxError(.circularDependency, text)
+        return FluxError(.circularDependency, text, token: token, cycle: cycle)
     }
 
     // MARK: - fork()
@@ -1111,7 +1119,7 @@ import Synchronization
         } else {
             why = "token \(t) does not map to a registered callback (it was unregistered)"
         }
-        return FluxError(.unknownToken, why)
+        return FluxError(.unknownToken, why, token: t == 0 ? nil : DispatchToken(rawValue: t))
     }
 }
 
@@ -1133,7 +1141,7 @@ extension FluxError {
         FluxError(.alreadyDispatching,
                   "a dispatch was running on another thread when this process forked; it cannot finish in this process")
     }
-    @usableFromInline static var tooDeep: FluxError {
-        FluxError(.tooDeep, "the chain of waiting callbacks is too deep for this thread's stack")
+    @usableFromInline static func tooDeep(_ token: DispatchToken) -> FluxError {
+        FluxError(.tooDeep, "the chain of waiting callbacks is too deep for this thread's stack", token: token)
     }
 }

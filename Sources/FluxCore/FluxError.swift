@@ -64,12 +64,27 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     public let code: Code
-    /// What went wrong, naming the tokens involved. Not a stable interface.
+    /// What went wrong, naming the tokens involved. Not a stable interface:
+    /// `token` and `cycle` give the same facts as values.
     public let message: String
+    /// The token the error is about, when there is one: the first token a
+    /// call rejected (`unknownToken`), the pending token a wait asked for
+    /// (`circularDependency`), the token whose run would have gone too deep
+    /// (`tooDeep`), the callback whose failure aborted the dispatch
+    /// (`callbackFailed`). C: `flux_last_error_token()`.
+    public let token: DispatchToken?
+    /// For `circularDependency`: the cycle, the waiter that called `waitFor`
+    /// first, then the token it asked for, then whom that one is waiting for,
+    /// and so on back to the waiter ("3 waits for 1, which waits for 2, which
+    /// waits for 3" is [3, 1, 2, 3]). Empty for every other error.
+    /// C: `flux_last_error_cycle()`.
+    public let cycle: [DispatchToken]
 
-    public init(_ code: Code, _ message: String) {
+    public init(_ code: Code, _ message: String, token: DispatchToken? = nil, cycle: [DispatchToken] = []) {
         self.code = code
         self.message = message
+        self.token = token
+        self.cycle = cycle
     }
 
     public var description: String { message }
@@ -81,6 +96,7 @@ extension FluxError {
     }
 
     @usableFromInline static func circular(_ token: DispatchToken) -> FluxError {
-        FluxError(.circularDependency, "circular dependency detected while waiting for token \(token.rawValue)")
+        FluxError(.circularDependency, "circular dependency detected while waiting for token \(token.rawValue)",
+                  token: token)
     }
 }

@@ -67,6 +67,8 @@ static void expect_too_deep(size_t links, const char *where)
     flux_status status = flux_dispatch(chain_d, NULL);
     is_int(status, FLUX_ERR_TOO_DEEP, "%s: a %zu-link chain: flux_dispatch returns FLUX_ERR_TOO_DEEP", where, links);
     has_substr(flux_last_error(), "too deep", "%s: the message says why", where);
+    is_uint(flux_last_error_token(), tokens[deepest + 1],
+            "%s: flux_last_error_token() is the link whose run would have gone too deep", where);
     ok(deepest > 100 && deepest + 1 < links, "%s: it went %zu links deep, then stopped", where, deepest + 1);
     /* Every wait still unwinding reports the abort; nothing ran twice; no
      * callback after the deepest ran (the outer loop stopped too). */

@@ -1,0 +1,80 @@
+import Testing
+@_spi(Engine) @testable import FluxCore
+
+/// Errors as data (DESIGN.md 10): `FluxError.token` and `.cycle` carry what
+/// the message names, so no caller has to read the message.
+@Suite struct ErrorValueTests {
+    /// The error a throwing body throws, when it is a FluxError.
+    private func fluxError(_ body: () throws -> Void) -> FluxError? {
+        do { try body() } catch let error as FluxError { return error } catch {}
+        return nil
+    }
+
+    @Test func aThreeCallbackCycleGivesItsTokensInOrder() throws {
+        let d = Dispatcher<Int>()
+        let caught = Box<FluxError?>(nil)
+        let t = (1...3).map { DispatchToken(rawValue: $0) }
+        d.register { [unowned d] _ in try d.waitFor([t[1]]) }
+        d.register { [unowned d] _ in try d.waitFor([t[2]]) }
+        d.register { [unowned d] _ in caught.value = self.fluxError { try d.waitFor([t[0]]) } }
+        try d.dispatch(0)
+        let error = try #require(caught.value)
+        #expect(error.code == .circularDependency)
+        #expect(error.token == t[0], "the pending token the wait asked for")
+        #expect(error.cycle == [t[2], t[0], t[1], t[2]], "waiter, asked for, ..., waiter")
+    }
+
+    @Test func aCallbackWaitingForItselfIsACycleOfTwo() throws {
+        let d = Dispatcher<Int>()
+        let caught = Box<FluxError?>(nil)
+        let me = Box<DispatchToken?>(nil)
+        me.value = d.register { [unowned d] _ in caught.value = self.fluxError { try d.waitFor([me.value!]) } }
+        try d.dispatch(0)
+        let error = try #require(caught.value)
+        #expect(error.token == me.value)
+        #expect(error.cycle == [me.value!, me.value!])
+    }
+
+    @Test func anUnknownTokenIsTheFirstOneRejected() throws {
+        let d = Dispatcher<Int>()
+        let caught = Box<FluxError?>(nil)
+        let fine = d.register { _ in }
+        let gone = d.register { _ in }
+        try d.unregister(gone)
+        d.register { [unowned d] _ in
+            caught.value = self.fluxError { try d.waitFor([fine, DispatchToken(rawValue: 77), gone]) }
+        }
+        try d.dispatch(0)
+        #expect(caught.value?.code == .unknownToken)
+        #expect(caught.value?.token == DispatchToken(rawValue: 77))
+        #expect(caught.value?.cycle == [])
+        let again = fluxError { try d.unregister(gone) }
+        #expect(again?.token == gone)
+        #expect(fluxError { try d.unregister(DispatchToken(rawValue: 0)) }?.token == nil, "token 0: no token")
+    }
+
+    @Test func tooDeepNamesTheLinkThatWouldNotFit() throws {
+        let d = Dispatcher<Int>()
+        let tokens = Box<[DispatchToken]>([])
+        let deepest = Box(0)
+        var registered: [DispatchToken] = []
+        for i in 0..<200_000 {
+            registered.append(d.register { [unowned d] _ in
+                deepest.value = max(deepest.value, i)
+                try d.waitFor([tokens.value[i + 1]])
+            })
+        }
+        tokens.value = registered
+        let error = try #require(fluxError { try d.dispatch(0) })
+        #expect(error.code == .tooDeep)
+        #expect(error.token == registered[deepest.value + 1])
+    }
+
+    @Test func errorsWithoutATokenHaveNone() throws {
+        let d = Dispatcher<Int>()
+        let a = d.register { _ in }
+        let error = try #require(fluxError { try d.waitFor([a]) })
+        #expect(error.code == .notDispatching)
+        #expect(error.token == nil && error.cycle.isEmpty)
+    }
+}
