@@ -314,11 +314,16 @@ $(B)/bench/trampoline: bench/trampoline.c include/flux.h $(LIB)
 	@mkdir -p $(B)/bench
 	$(Q)$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -pthread -o $@ $< $(LINK_FLUX)
 
-$(B)/bench/stores: bench/stores.c include/flux.h $(LIB)
+$(B)/bench/stores: bench/stores.c bench/ratio.h include/flux.h $(LIB)
 	@mkdir -p $(B)/bench
 	$(Q)$(CC) -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o $@ $< $(LINK_FLUX) -lm
 
 bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/stores $(B)/bench/pydeps
+	@echo "make bench: about 70 s; on $$(nproc) CPUs ($$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)),"
+	@echo "  load average $$(cut -d' ' -f1-3 /proc/loadavg) at start, $$(date -u '+%Y-%m-%d %H:%M UTC')."
+	@echo "  Each ratio is the median of interleaved rounds, (lowest-highest) beside it: rerun on an idle machine"
+	@echo "  when the spread is wide. blinker (the Python yardstick) is fetched from PyPI into $(B)/bench/pydeps"
+	@echo "  once; offline, its column is left out."
 	$(B)/bench/bench
 	$(B)/bench/trampoline
 	PYTHONPATH=bindings/python:$(B)/bench/pydeps $(PYTHON) bench/bench.py

@@ -23,7 +23,9 @@
  * about FLUX_BENCH_SECONDS (default 0.2 s) and repeated FLUX_BENCH_REPEATS
  * (default 7) times, libflux and plain C (and the three chain depths)
  * interleaved, keeping the best (minimum) -- the least disturbed run on a
- * noisy machine. CLOCK_THREAD_CPUTIME_ID beside it tells how much of a kept
+ * noisy machine. A ratio is the median of the ratios within each round (the
+ * two sides measured back to back, so a slow spell of the host hits both),
+ * printed with its spread: the lowest and highest round. CLOCK_THREAD_CPUTIME_ID beside it tells how much of a kept
  * sample the thread spent preempted; the footer warns when the machine was
  * busy. On a shared VM the host can also slow everything without preempting
  * us: the plain C column is the yardstick for that, which is why targets are
@@ -36,6 +38,7 @@
 #include <flux.h>
 
 #include "baseline.h"
+#include "ratio.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -184,7 +187,7 @@ static heap_snap heap_now(void)
 /* ------------------------------------------------------------------------ */
 
 static double g_seconds = 0.2; /* per measurement */
-static int g_repeats = 7;      /* best of */
+static int g_repeats = 7;      /* best of; rounds of a ratio */
 static int g_api_failed;       /* libflux returned an error somewhere */
 
 static const int g_payload = 42;
@@ -240,7 +243,16 @@ typedef struct variant {
     uint64_t iters;    /* per repeat, after calibration */
     double best;       /* ns per iteration; NAN on failure */
     int failed;
+    double round[MAX_ROUNDS]; /* ns per iteration in each round */
 } variant;
+
+/* A ratio of two variants measured together (ratio.h). */
+static ratio ratio_of(const variant *a, const variant *b)
+{
+    if (a->failed || b->failed || isnan(a->best) || isnan(b->best))
+        return (ratio){NAN, NAN, NAN};
+    return ratio_of_rounds(a->round, b->round, g_repeats);
+}
 
 static double cpu_ns(void)
 {
@@ -300,6 +312,7 @@ static void measure(variant *vs, size_t k)
                 continue;
             }
             double per = ns / (double)vs[i].iters;
+            vs[i].round[r] = per;
             if (per < vs[i].best) {
                 vs[i].best = per;
                 if (i < 8)
@@ -403,6 +416,7 @@ static flux_dispatcher *make_dispatcher(size_t n, uint64_t *counters)
 #define NSIZES 5
 static const size_t g_sizes[NSIZES] = {0, 1, 10, 100, 1000};
 static double g_flux_ns[NSIZES], g_plain_ns[NSIZES], g_shared_ns[NSIZES]; /* per dispatch */
+static ratio g_vs_shared[NSIZES], g_vs_exe[NSIZES]; /* libflux / plain, per round */
 
 static void bench_dispatch(void)
 {
@@ -428,8 +442,12 @@ static void bench_dispatch(void)
         g_flux_ns[k] = vs[0].best;
         g_plain_ns[k] = vs[1].best;
         g_shared_ns[k] = vs[2].best;
-        if (check_counters("libflux dispatch", fc, n, fa.done) != 0)
+        g_vs_shared[k] = ratio_of(&vs[0], &vs[2]);
+        g_vs_exe[k] = ratio_of(&vs[0], &vs[1]);
+        if (check_counters("libflux dispatch", fc, n, fa.done) != 0) {
             g_flux_ns[k] = NAN;
+            g_vs_shared[k] = g_vs_exe[k] = (ratio){NAN, NAN, NAN};
+        }
         check_counters("plain loop", pc, n, pa.done);
         check_counters("plain loop in a shared object", sc, n, sa.done);
         flux_status s = flux_dispatcher_destroy(fa.d);
@@ -725,6 +743,7 @@ static double g_chain_ns[NDEPTHS];   /* per dispatch */
 static double g_plain_chain_ns[NDEPTHS];
 static double g_recursion_ns[NDEPTHS];
 static double g_chain_stack[NDEPTHS];
+static ratio g_chain_vs_plain[NDEPTHS];
 
 /* All depths are measured interleaved, so a slow spell of the machine falls
  * on every depth alike rather than on one. */
@@ -738,6 +757,7 @@ static void *chain_thread(void *unused)
     for (int k = 0; k < NDEPTHS; k++) {
         chain_init(&c[k], g_depths[k]);
         g_chain_ns[k] = g_plain_chain_ns[k] = g_recursion_ns[k] = NAN;
+        g_chain_vs_plain[k] = (ratio){NAN, NAN, NAN};
         ok[k] = chain_probe(&c[k]) == 0;
         if (ok[k]) {
             v[nv++] = (variant){run_flux, &c[k].fa, 0, 0, 0};
@@ -749,6 +769,7 @@ static void *chain_thread(void *unused)
     for (int k = 0, j = 0; k < NDEPTHS; k++) {
         if (!ok[k])
             continue;
+        g_chain_vs_plain[k] = ratio_of(&v[j], &v[j + 1]);
         g_chain_ns[k] = v[j++].best;
         g_plain_chain_ns[k] = v[j++].best;
         g_recursion_ns[k] = v[j++].best;
@@ -759,6 +780,7 @@ static void *chain_thread(void *unused)
                         (unsigned long long)c[k].plain_nodes[i].count,
                         (unsigned long long)c[k].plain_done);
                 g_plain_chain_ns[k] = NAN;
+                g_chain_vs_plain[k] = (ratio){NAN, NAN, NAN};
                 break;
             }
         for (size_t i = 0; i < c[k].depth; i++)
@@ -769,6 +791,7 @@ static void *chain_thread(void *unused)
                         (unsigned long long)c[k].fa.done);
                 g_api_failed = 1;
                 g_chain_ns[k] = NAN;
+                g_chain_vs_plain[k] = (ratio){NAN, NAN, NAN};
                 break;
             }
     }
@@ -977,7 +1000,7 @@ static double env_double(const char *name, double dflt, double lo, double hi)
 int main(void)
 {
     g_seconds = env_double("FLUX_BENCH_SECONDS", 0.2, 0.001, 10);
-    g_repeats = (int)env_double("FLUX_BENCH_REPEATS", 7, 1, 100);
+    g_repeats = (int)env_double("FLUX_BENCH_REPEATS", 7, 1, MAX_ROUNDS);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     char cpu[256];
@@ -996,7 +1019,7 @@ int main(void)
             load = NAN;
         fclose(f);
     }
-    printf("CLOCK_MONOTONIC, ~%.3g s per measurement, best of %d; "
+    printf("CLOCK_MONOTONIC, ~%.3g s per measurement, %d interleaved rounds; "
            "load average at start %.2f.\n\n", g_seconds, g_repeats, load);
 
     double start = now_ns();
@@ -1006,15 +1029,17 @@ int main(void)
     printf("dispatch to N trivial callbacks (ns per callback); the plain loop\n"
            "runs from a shared object (.so, the same library boundary libflux\n"
            "crosses: the like-for-like baseline) and from the executable (exe)\n");
-    printf("  %6s  %9s  %11s  %11s  %8s  %8s\n", "N", "libflux", "plain (.so)",
+    printf("(best round); ratios: the median of %d interleaved rounds (lowest-highest)\n", g_repeats);
+    printf("  %6s  %9s  %11s  %11s  %18s  %18s\n", "N", "libflux", "plain (.so)",
            "plain (exe)", "vs .so", "vs exe");
     for (int k = 1; k < NSIZES; k++) {
         double n = (double)g_sizes[k];
         double f = g_flux_ns[k] / n, p = g_plain_ns[k] / n, q = g_shared_ns[k] / n;
-        printf("  %6zu  %9.2f  %11.2f  %11.2f  %8.2f  %8.2f", g_sizes[k], f, q, p,
-               f / q, f / p);
+        char a[40], b[40];
+        printf("  %6zu  %9.2f  %11.2f  %11.2f  %s  %s", g_sizes[k], f, q, p,
+               ratio_text(g_vs_shared[k], a, sizeof a), ratio_text(g_vs_exe[k], b, sizeof b));
         if (g_sizes[k] == 100)
-            printf("   target ≤ 1.5 (vs .so): %s", verdict(f / q, 1.5));
+            printf("   target ≤ 1.5 (vs .so): %s", verdict(g_vs_shared[k].median, 1.5));
         printf("\n");
     }
 
@@ -1035,16 +1060,17 @@ int main(void)
            "through a wait_for with no locks and\nno registry; recursion: the "
            "chain's two calls per link and nothing else\n(both in "
            "bench/baseline-chain.c): the floor the recursion itself sets\n");
-    printf("  %6s  %9s  %9s  %9s  %8s  %12s  %11s\n", "depth", "libflux",
+    printf("  %6s  %9s  %9s  %9s  %18s  %12s  %11s\n", "depth", "libflux",
            "plain C", "recursion", "vs plain", "vs depth 100", "stack/level");
     for (int k = 0; k < NDEPTHS; k++) {
         double per = g_chain_ns[k] / (double)g_depths[k];
         double plain = g_plain_chain_ns[k] / (double)g_depths[k];
         double bare = g_recursion_ns[k] / (double)g_depths[k];
         double rel = per / (g_chain_ns[0] / (double)g_depths[0]);
-        printf("  %6zu  %9.2f  %9.2f  %9.2f  %8.2f  %11.2fx  %9.0f B   target ≤ 15: %s\n",
-               g_depths[k], per, plain, bare, per / plain, rel, g_chain_stack[k],
-               verdict(per, 15));
+        char vs[40];
+        printf("  %6zu  %9.2f  %9.2f  %9.2f  %s  %11.2fx  %9.0f B   target ≤ 15: %s\n",
+               g_depths[k], per, plain, bare, ratio_text(g_chain_vs_plain[k], vs, sizeof vs), rel,
+               g_chain_stack[k], verdict(per, 15));
     }
 
     /* 4. heap */

@@ -279,12 +279,12 @@ def empty() -> None:
 
 
 def measure(variants: dict[str, Callable[[], None]], loops: int, units: int) -> tuple[
-    dict[str, float], dict[str, float]
+    dict[str, float], dict[str, float], dict[str, tuple[float, float]]
 ]:
     """Times every variant once per round, REPEATS rounds, each preceded by an
     empty loop whose time is subtracted. Returns each variant's best ns per
     unit, and for each variant but flux the median over rounds of
-    flux / variant within the round."""
+    flux / variant within the round, and the lowest and highest of them."""
     for one in variants.values():  # warm up
         time_loop(one, loops // 10 + 1)
     rounds: list[dict[str, float]] = []
@@ -300,10 +300,10 @@ def measure(variants: dict[str, Callable[[], None]], loops: int, units: int) -> 
         if gc_was:
             gc.enable()
     best = {name: min(r[name] for r in rounds) for name in variants}
-    ratio = {
-        name: statistics.median(r["flux"] / r[name] for r in rounds) for name in variants if name != "flux"
-    }
-    return best, ratio
+    each = {name: [r["flux"] / r[name] for r in rounds] for name in variants if name != "flux"}
+    ratio = {name: statistics.median(values) for name, values in each.items()}
+    spread = {name: (min(values), max(values)) for name, values in each.items()}
+    return best, ratio, spread
 
 
 def main() -> int:
@@ -313,11 +313,11 @@ def main() -> int:
         " per variant, interleaved"
     )
     print("  ns per callback: best round (the loop's own cost subtracted);")
-    print("  ratios: flux / other, the median of the ratios within a round")
+    print("  ratios: flux / other, the median of the ratios within a round; vs bare also (lowest-highest)")
     print()
     header = (
         f"  {'N':>4}  {'flux':>7}  {'bare':>7}  {'floor':>7}  {'python':>7}  {'blinker':>7}"
-        f"   {'vs bare':>7}  {'vs floor':>8}  {'vs python':>9}  {'vs blinker':>10}"
+        f"   {'vs bare':>19}  {'vs floor':>8}  {'vs python':>9}  {'vs blinker':>10}"
     )
     print(header)
     blinker_missing = False
@@ -336,24 +336,26 @@ def main() -> int:
             blinker_missing = True
         else:
             variants["blinker"] = blink
-        ns, ratio = measure(variants, loops, n)
+        ns, ratio, spread = measure(variants, loops, n)
+        low, high = spread["bare"]
         blinker_ns = f"{ns['blinker']:7.1f}" if "blinker" in ns else f"{'-':>7}"
         blinker_ratio = f"{ratio['blinker']:9.2f}x" if "blinker" in ratio else f"{'-':>10}"
         print(
             f"  {n:>4}  {ns['flux']:7.1f}  {ns['bare']:7.1f}  {ns['floor']:7.1f}  {ns['python']:7.1f}  {blinker_ns}"
-            f"   {ratio['bare']:6.2f}x  {ratio['floor']:7.2f}x  {ratio['python']:8.2f}x  {blinker_ratio}"
+            f"   {ratio['bare']:6.2f}x ({low:4.2f}-{high:4.2f})  {ratio['floor']:7.2f}x  {ratio['python']:8.2f}x  {blinker_ratio}"
         )
         if ratio["bare"] > TARGET:
             misses += 1
     # The fixed cost of one dispatch with no callback: what N = 1 pays on top.
-    ns, ratio = measure(
+    ns, ratio, spread = measure(
         {"flux": setup_flux(0, keep), "bare": setup_bare(0, keep), "floor": setup_floor(0, keep)},
         CALLBACKS_PER_RUN,
         1,
     )
     print(
         f"  {0:>4}  {ns['flux']:7.1f}  {ns['bare']:7.1f}  {ns['floor']:7.1f}  {'':7}  {'':7}"
-        f"   {ratio['bare']:6.2f}x  {ratio['floor']:7.2f}x   (ns per dispatch, no callback: the fixed cost)"
+        f"   {ratio['bare']:6.2f}x ({spread['bare'][0]:4.2f}-{spread['bare'][1]:4.2f})  {ratio['floor']:7.2f}x"
+        "   (ns per dispatch, no callback: the fixed cost)"
     )
     print()
     print(

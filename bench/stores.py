@@ -101,7 +101,7 @@ def main() -> int:
 
     print(f"flux {flux.__version__} stores benchmark: flux.ReduceStore vs a pure-Python port of "
           f"Facebook's\nReduceStore over flux.Dispatcher, ns per dispatch (best of {rounds} rounds "
-          f"of {n}); ratio: median per round")
+          f"of {n}); ratio: median per round (lowest-highest)")
     print(f"  {'':24}  {'flux':>9}  {'python':>9}  {'ratio':>7}")
     gc.disable()
     try:
@@ -116,7 +116,8 @@ def main() -> int:
                 ratios.append(f / p)
             ratio = statistics.median(ratios)
             verdict = "ok" if ratio <= 1.2 else "MISSED"
-            print(f"  {label:24}  {best['flux']:9.0f}  {best['python']:9.0f}  {ratio:7.2f}   "
+            spread = f"({min(ratios):.2f}-{max(ratios):.2f})"
+            print(f"  {label:24}  {best['flux']:9.0f}  {best['python']:9.0f}  {ratio:7.2f} {spread:11}  "
                   f"target ≤ 1.2: {verdict}")
     finally:
         gc.enable()

@@ -48,18 +48,29 @@ func time(_ iterations: Int, _ body: (Int) -> Void) -> Double {
     return nanoseconds / Double(iterations)
 }
 
-/// The best of seven rounds of each, the rounds interleaved so that both
-/// sides see the same spells of a noisy machine.
-func compare(_ iterations: Int, _ measured: (Int) -> Void, against baseline: (Int) -> Void) -> (Double, Double) {
-    var best = (Double.infinity, Double.infinity)
-    for _ in 0..<7 {
-        best.1 = min(best.1, time(iterations, baseline))
-        best.0 = min(best.0, time(iterations, measured))
-    }
-    return best
+/// Seven rounds of each, interleaved so that both sides see the same spells
+/// of a noisy machine: the best round of each side, and the median of the
+/// per-round ratios with the lowest and highest (as bench/ratio.h does in C).
+let rounds = 7
+struct Comparison {
+    var measured = Double.infinity, baseline = Double.infinity
+    var ratios: [Double] = []
+    var median: Double { ratios.sorted()[ratios.count / 2] }
 }
 
-func row(_ name: String, _ n: Int, _ measured: Double, _ baseline: Double) {
+func compare(_ iterations: Int, _ measured: (Int) -> Void, against baseline: (Int) -> Void) -> Comparison {
+    var result = Comparison()
+    for _ in 0..<rounds {
+        let b = time(iterations, baseline)
+        let m = time(iterations, measured)
+        result.baseline = min(result.baseline, b)
+        result.measured = min(result.measured, m)
+        result.ratios.append(m / b)
+    }
+    return result
+}
+
+func row(_ name: String, _ n: Int, _ c: Comparison) {
     func pad(_ text: String, _ width: Int) -> String {
         String(repeating: " ", count: max(0, width - text.count)) + text
     }
@@ -67,8 +78,13 @@ func row(_ name: String, _ n: Int, _ measured: Double, _ baseline: Double) {
         let tenths = Int((value * 10).rounded())
         return "\(tenths / 10).\(tenths % 10)"
     }
-    print(pad(name, 34), pad("\(n)", 4), pad(format(measured), 10), pad(format(baseline), 10),
-          pad(format(measured / baseline) + "x", 8))
+    func ratio(_ value: Double) -> String {
+        let hundredths = Int((value * 100).rounded())
+        return "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
+    }
+    let spread = "(\(ratio(c.ratios.min()!))-\(ratio(c.ratios.max()!)))"
+    print(pad(name, 34), pad("\(n)", 4), pad(format(c.measured), 10), pad(format(c.baseline), 10),
+          pad(ratio(c.median) + "x", 8), spread)
 }
 
 func benchSink(_ n: Int) {
@@ -76,8 +92,7 @@ func benchSink(_ n: Int) {
     let closures = makeClosures(n)
     let sink = Sink<Int>()
     let disposables = makeClosures(n).map { sink.signal.observe($0) }
-    let (sent, baseline) = compare(iterations, { sink.send(value: $0) }, against: { callAll(closures, $0) })
-    row("Sink.send", n, sent, baseline)
+    row("Sink.send", n, compare(iterations, { sink.send(value: $0) }, against: { callAll(closures, $0) }))
     disposables.forEach { $0.dispose() }
 }
 
@@ -85,9 +100,8 @@ func benchStoreActions() {
     let iterations = 2_000_000
     let closures = makeClosures(1)
     let store = Store<BenchState>(state: .init(), mutations: .init(), executor: .immediate)
-    let (dispatched, baseline) = compare(iterations, { store.actions.dispatch(action: $0) },
-                                         against: { callAll(closures, $0) })
-    row("store.actions.dispatch", 1, dispatched, baseline)
+    row("store.actions.dispatch", 1, compare(iterations, { store.actions.dispatch(action: $0) },
+                                             against: { callAll(closures, $0) }))
 }
 
 func benchSharedActions(_ n: Int) {
@@ -99,13 +113,13 @@ func benchSharedActions(_ n: Int) {
     // Taken once: each `Store<State>.actions` access also looks the shared
     // dispatcher up in a table (about 50 ns).
     let actions = Store<BenchState>.actions
-    let (dispatched, baseline) = compare(iterations, { actions.dispatch(action: $0) },
-                                         against: { callAll(closures, $0) })
-    row("Store<State>.actions.dispatch", n, dispatched, baseline)
+    row("Store<State>.actions.dispatch", n, compare(iterations, { actions.dispatch(action: $0) },
+                                                    against: { callAll(closures, $0) }))
     withExtendedLifetime(stores) {}
 }
 
-print("Swift VueFlux layer vs a loop over [(Int) -> Void], ns per call (best of 7, interleaved)")
+print("Swift VueFlux layer vs a loop over [(Int) -> Void], ns per call (best round);")
+print("ratio: the median of \(rounds) interleaved rounds (lowest-highest)")
 print(String(repeating: " ", count: 34), "   N", "     Flux", "     loop", "   ratio")
 for n in [1, 10, 100] {
     benchSink(n)
