@@ -18,7 +18,9 @@
 #   make check-readme    the README's examples are the files CI builds and runs
 #   make bench           benchmarks, ratios against baselines measured in the same run
 #   make bench-smoke     every bench built and run once, briefly
-#   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc, CMake package
+#   make cdef            build/include/flux_cdef.h: the header's declarations for cffi, LuaJIT
+#   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc, CMake package,
+#                        share/libflux/flux_cdef.h
 #   make uninstall       what install put there
 #   make venv            pytest, hypothesis, mypy, ruff in build/venv (for an externally
 #                        managed python3); used by the targets above when needed
@@ -55,6 +57,7 @@ LIBDIR  ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 CMAKEDIR ?= $(LIBDIR)/cmake/libflux
+DATADIR ?= $(PREFIX)/share
 
 field = $(shell sed -n 's/^\#define FLUX_VERSION_$(1) \([0-9]*\)$$/\1/p' include/flux.h)
 MAJOR   := $(call field,MAJOR)
@@ -75,13 +78,21 @@ LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 V ?= 0
 Q := $(if $(filter-out 0,$(V)),,@)
 
-.PHONY: all lib help demo check check-swift check-thread check-c check-header check-python check-memory \
+.PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-python check-memory \
         check-types check-abi check-install check-pip check-swift-client check-readme venv \
         check-address check-thread-c fuzz \
         bench bench-smoke install uninstall clean
 
 all: lib
 lib: $(LIB)
+
+# flux.h's declarations for FFIs that read C declarations at run time
+# (cffi's cdef(), LuaJIT's ffi.cdef()): no directive, attribute or system
+# header; integer constants as enum constants. See support/cdef.py.
+cdef: $(B)/include/flux_cdef.h
+$(B)/include/flux_cdef.h: include/flux.h support/cdef.py
+	@mkdir -p $(B)/include
+	$(Q)$(PYTHON) support/cdef.py --cc $(CC) include/flux.h $@
 
 help:
 	@sed -n '3,/^#$$/s/^# //p' Makefile
@@ -166,7 +177,7 @@ check-header: include/flux.h
 	    && $(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-cxx.o Tests/c/header.c \
 	    && echo "ok - compiles alone as C++11" && echo "2 passed, 0 failed"'
 
-check-python: $(LIB) $(call needs_venv,$(TEST_PYTHON))
+check-python: $(LIB) $(B)/include/flux_cdef.h $(call needs_venv,$(TEST_PYTHON))
 	@PYTHONPATH=bindings/python $(SUITE) python $(TEST_PYTHON) -m pytest -q bindings/python/tests
 
 # mypy --strict and ruff on the Python package and its tests (configured in
@@ -354,12 +365,14 @@ SUBST_PATHS = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@I
     -e 's|@VERSION@|$(VERSION)|' -e 's|@MAJOR@|$(MAJOR)|' -e 's|@MINOR@|$(MINOR)|' \
     -e 's|@REALNAME@|$(REALNAME)|' -e 's|@SONAME@|$(SONAME)|'
 
-install: $(LIB)
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR)
+install: $(LIB) $(B)/include/flux_cdef.h
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR) \
+	    $(DESTDIR)$(DATADIR)/libflux
 	install -m 0755 $(B)/lib/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
 	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/libflux.so
 	install -m 0644 include/flux.h $(DESTDIR)$(INCLUDEDIR)/flux.h
+	install -m 0644 $(B)/include/flux_cdef.h $(DESTDIR)$(DATADIR)/libflux/flux_cdef.h
 	$(SUBST_PATHS) support/flux.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/flux.pc
 	$(SUBST_PATHS) support/cmake/libfluxConfig.cmake.in > $(DESTDIR)$(CMAKEDIR)/libfluxConfig.cmake
 	$(SUBST_PATHS) support/cmake/libfluxConfigVersion.cmake.in > $(DESTDIR)$(CMAKEDIR)/libfluxConfigVersion.cmake
@@ -369,8 +382,9 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	      $(DESTDIR)$(LIBDIR)/libflux.so $(DESTDIR)$(INCLUDEDIR)/flux.h \
 	      $(DESTDIR)$(PKGCONFIGDIR)/flux.pc \
-	      $(DESTDIR)$(CMAKEDIR)/libfluxConfig.cmake $(DESTDIR)$(CMAKEDIR)/libfluxConfigVersion.cmake
-	rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null || true
+	      $(DESTDIR)$(CMAKEDIR)/libfluxConfig.cmake $(DESTDIR)$(CMAKEDIR)/libfluxConfigVersion.cmake \
+	      $(DESTDIR)$(DATADIR)/libflux/flux_cdef.h
+	rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DATADIR)/libflux 2>/dev/null || true
 
 clean:
 	rm -rf $(B) .build-lib .build-tsan .build-asan .build-tsan-lib

@@ -39,7 +39,8 @@ let package = Package(
         .executableTarget(name: "counter", dependencies: ["Flux"], path: "examples/counter"),
         // The Swift layer's benchmark (make bench, release build).
         .executableTarget(name: "flux-bench-swift", dependencies: ["Flux"], path: "bench/swift"),
-        .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"]),
+        // CFlux too: the header as a plain module, as a Swift host imports it.
+        .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore", "CFlux"]),
         // The VueFlux layer's tests: VueFlux's own suite, ported, and more.
         // Swift 5 mode, as VueFlux's: in Swift 6 XCTest's waitForExpectations
         // is main-actor isolated, and the tests' non-Sendable observers would

@@ -123,9 +123,10 @@ extern "C" {
 #define FLUX_VERSION_STRING                                                    \
     FLUX_STRINGIFY(FLUX_VERSION_MAJOR) "." FLUX_STRINGIFY(FLUX_VERSION_MINOR) \
     "." FLUX_STRINGIFY(FLUX_VERSION_PATCH)
-/** MAJOR*10000 + MINOR*100 + PATCH: the value flux_version() returns. */
-#define FLUX_VERSION_NUMBER                                                    \
-    (FLUX_VERSION_MAJOR * 10000 + FLUX_VERSION_MINOR * 100 + FLUX_VERSION_PATCH)
+/** MAJOR*10000 + MINOR*100 + PATCH: the value flux_version() returns. A
+ *  literal, like every integer constant here, so that importers that skip
+ *  computed macros (Swift's, cffi's) see it; Tests/c/header.c checks it. */
+#define FLUX_VERSION_NUMBER 100
 /** True when the header is at least version major.minor.patch. */
 #define FLUX_VERSION_CHECK(major, minor, patch)                                \
     (FLUX_VERSION_NUMBER >= ((major) * 10000 + (minor) * 100 + (patch)))

@@ -17,7 +17,8 @@ prefix=/usr/local
 
 make --no-print-directory install DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 libdir=$dest$prefix/lib
-for f in "$libdir/libflux.so" "$libdir/libflux.so.0" "$dest$prefix/include/flux.h" "$libdir/pkgconfig/flux.pc"; do
+for f in "$libdir/libflux.so" "$dest$prefix/include/flux.h" "$libdir/pkgconfig/flux.pc" \
+         "$libdir/cmake/libflux/libfluxConfig.cmake" "$dest$prefix/share/libflux/flux_cdef.h"; do
     [ -e "$f" ] || { echo "check-install: $f not installed" >&2; exit 1; }
 done
 if readelf -d "$libdir/libflux.so" | grep -qE '\((RPATH|RUNPATH)\)'; then
