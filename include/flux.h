@@ -263,8 +263,14 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
  * callback may unregister itself, and a callback still running on another
  * thread never sees its context destroyed under it).
  *
+ * A store's registration (flux_store_token()) and a group's belong to them:
+ * this call refuses them, since ending one would free what its owner still
+ * uses. End them with flux_store_destroy() and flux_store_group_release().
+ *
  * @return FLUX_OK.
- *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed; or
+ *         token is a store's or a group's (the message says which function
+ *         ends it). Nothing changed.
  *         FLUX_ERR_UNKNOWN_TOKEN: token is 0, was never issued by d, or was
  *         already unregistered.
  *         FLUX_ERR_NO_MEMORY: only while a dispatch runs, when there is no
@@ -378,7 +384,9 @@ FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
  * flux_store_has_changed() then reports 0. Once a dispatch is aborted (say a
  * flux_wait_for() inside reduce reported a failure that reduce ignored), a
  * store keeps its old state and runs no listener whatever its reduce
- * returns; a different *next is released.
+ * returns; a different *next is released. Likewise a listener whose
+ * flux_wait_for() meets a failure stops its store's emit when it returns
+ * (no further listener runs), whether or not it reports the failure.
  *
  * Another callback or store may flux_wait_for() a store's token
  * (flux_store_token()) and then read its new state: this is how stores
@@ -482,7 +490,8 @@ FLUX_API void *flux_store_state(const flux_store *s);
 
 /**
  * @return the token of the store's registration, for flux_wait_for(): a
- *         callback that waits for it may then read the store's new state.
+ *         callback that waits for it may then read the store's new state
+ *         (flux_unregister() refuses it: flux_store_destroy() ends it).
  *         0 when s is NULL.
  * Threads: any thread, any time.
  */

@@ -302,10 +302,14 @@ import Synchronization
     /// thread after this returns, and `release()` runs when the dispatch ends
     /// (so a callback may unregister itself). Never waits for a running dispatch.
     ///
+    /// A store's or a group's registration (one whose `ownerRefusal` is not
+    /// nil) is ended only by its owner, with `asOwner`.
+    ///
     /// - Throws: `unknownToken` when the token was never issued or is already
-    ///   unregistered; `noMemory` during a dispatch, when there is no memory
-    ///   to note the removal (nothing changed).
-    @_spi(Engine) public func unregister(_ token: DispatchToken) throws(FluxError) {
+    ///   unregistered; `invalidArgument` when it belongs to a store or a group
+    ///   and `asOwner` is false (nothing changed); `noMemory` during a
+    ///   dispatch, when there is no memory to note the removal (nothing changed).
+    @_spi(Engine) public func unregister(_ token: DispatchToken, asOwner: Bool = false) throws(FluxError) {
         lock.lock()
         let t = token.rawValue
         var released: Callback?
@@ -317,18 +321,27 @@ import Synchronization
             return (!table || locked.pointee.leaving.reserve(leaving))
                 && locked.pointee.releasing.reserve(locked.pointee.releasing.count + leaving + 1)
         }
+        // The owner's refusal, before anything changes.
+        func refusal(_ table: SlotTable<Callback>?, _ i: Int) -> FluxError? {
+            guard !asOwner, let table, let message = table.callbacks[i].ownerRefusal(token) else { return nil }
+            return FluxError(.invalidArgument, message)
+        }
         if isClosed {
             error = .closed
         } else if let i = locked.pointee.joined?.index(of: t) {
             // Joined during the running dispatch, which never calls it; still,
             // every removal during a dispatch is released when it ends.
-            if reserveLeaving(table: false), let callback = locked.pointee.joined?.remove(at: i) {
+            if let refused = refusal(locked.pointee.joined, i) {
+                error = refused
+            } else if reserveLeaving(table: false), let callback = locked.pointee.joined?.remove(at: i) {
                 locked.pointee.releasing.append(callback)
             } else {
                 error = .outOfMemory
             }
         } else if let i = slots.pointee.index(of: t), !locked.pointee.leaving.contains(where: { $0 == t }) {
-            if claimTable(orSet: Self.dirtyBit) {
+            if let refused = refusal(slots.pointee, i) {
+                error = refused
+            } else if claimTable(orSet: Self.dirtyBit) {
                 released = slots.pointee.remove(at: i)
                 releaseTable()
             } else if reserveLeaving(table: true) {

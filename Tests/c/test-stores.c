@@ -1564,6 +1564,111 @@ static void listener_removed_by_another_thread_while_running(void)
     teardown(d, &t, 1);
 }
 
+/* ---- a store's and a group's registration belong to them (issue 15) ----- */
+
+typedef struct unreg {
+    flux_token store_token, group_token;
+    flux_status store_status, group_status;
+    char store_error[256], group_error[256];
+} unreg;
+
+/* From inside a dispatch: flux_unregister of the store's and the group's tokens. */
+static int unregister_owned_hook(node *n, const void *payload)
+{
+    (void)payload;
+    unreg *u = n->user;
+    u->store_status = flux_unregister(n->d, u->store_token);
+    snprintf(u->store_error, sizeof u->store_error, "%s", flux_last_error());
+    u->group_status = flux_unregister(n->d, u->group_token);
+    snprintf(u->group_error, sizeof u->group_error, "%s", flux_last_error());
+    return 0;
+}
+
+static void unregister_of_a_store_or_group_token_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *l = listen(t->s, 1, NULL);
+    flux_store *stores[1] = {t->s};
+    gctx *g = gctx_new();
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, g, group_destroy, &group));
+    node n;
+    node_init(&n, 9, d, NULL);
+    EXPECT_OK(node_register(&n));
+    /* Nothing else registered in between: the group's token is the store's + 1. */
+    unreg u = {.store_token = flux_store_token(t->s), .group_token = n.token - 1};
+    REQUIRE(u.group_token == u.store_token + 1);
+
+    EXPECT_STATUS(flux_unregister(d, u.store_token), FLUX_ERR_INVALID_ARGUMENT);
+    has_prefix(flux_last_error(), "flux_unregister: ", "the message names the function");
+    has_substr(flux_last_error(), "flux_store_destroy", "and says to use flux_store_destroy");
+    has_number(flux_last_error(), u.store_token, "and names the token");
+    EXPECT_STATUS(flux_unregister(d, u.group_token), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "flux_store_group_release", "a group's: use flux_store_group_release");
+    is_int(count_events(EV_CONTEXT_DESTROY + 1) + count_events(EV_GROUP_DESTROY) + count_events(EV_LISTENER_DESTROY + 1),
+           0, "nothing was released");
+
+    /* From inside a dispatch (the removal would be deferred): refused too. */
+    n.hook = unregister_owned_hook;
+    n.user = &u;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(u.store_status, FLUX_ERR_INVALID_ARGUMENT, "from a callback: the store's token is refused");
+    has_substr(u.store_error, "flux_store_destroy", "with the same advice");
+    is_int(u.group_status, FLUX_ERR_INVALID_ARGUMENT, "from a callback: the group's token is refused");
+    has_substr(u.group_error, "flux_store_group_release", "with the same advice");
+    n.hook = NULL;
+
+    /* The store and the group still work, every dispatch. */
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(st_value(flux_store_state(t->s)), 3, "the store handled both dispatches");
+    is_int(l->calls, 2, "its listener ran in both");
+    is_int(g->calls, 2, "the group ran in both");
+    EXPECT_OK(flux_unregister(d, n.token));
+    /* Their owners end them, once each. */
+    EXPECT_STATUS(flux_store_destroy(t->s), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(flux_store_group_release(group));
+    is_int(count_events(EV_GROUP_DESTROY), 1, "the group's context was destroyed once");
+    teardown(d, &t, 1);
+    is_int(count_events(EV_LISTENER_DESTROY + 1), 1, "the listener was destroyed once");
+    is_int(count_events(EV_CONTEXT_DESTROY + 1), 1, "the store's context was destroyed once");
+}
+
+/* ---- a listener's wait that meets a failure stops the emit (issue 15) ---- */
+
+static void wait_ignoring_hook(lis *l)
+{
+    node *failing = l->user;
+    l->status = flux_wait_for(failing->d, &failing->token, 1);
+    /* ...and returns as if nothing happened. */
+}
+
+static void a_listener_whose_wait_meets_a_failure_stops_the_emit(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    node failing;
+    node_init(&failing, 9, d, NULL);
+    failing.fail_times = 1;
+    failing.fail_value = 4;
+    EXPECT_OK(node_register(&failing));
+    lis *waiting = listen(t->s, 1, wait_ignoring_hook);
+    waiting->user = &failing;
+    lis *next = listen(t->s, 2, NULL);
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), failing.token, "the dispatch reports the callback that failed");
+    is_int(waiting->status, FLUX_ERR_CALLBACK_FAILED, "the listener's wait reported the failure");
+    is_int(next->calls, 0, "the dispatch is aborted: the store runs no further listener");
+    is_int(failing.calls, 1, "the failing callback ran once (in the wait), not again");
+    waiting->hook = NULL;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(next->calls, 1, "the next dispatch runs every listener");
+    EXPECT_OK(flux_unregister(d, failing.token));
+    teardown(d, &t, 1);
+}
+
 int main(void)
 {
     tap_init();
@@ -1615,5 +1720,7 @@ int main(void)
     RUN(a_failing_group_function_fails_the_dispatch);
     RUN(another_thread_during_a_dispatch);
     RUN(listener_removed_by_another_thread_while_running);
+    RUN(unregister_of_a_store_or_group_token_is_refused);
+    RUN(a_listener_whose_wait_meets_a_failure_stops_the_emit);
     return tap_done();
 }

@@ -195,7 +195,7 @@ import Darwin
             }
         }
         guard flags.pointee.changed else { return nil }
-        if let failure = emit() { return .listener(failure) }
+        if let failure = emit(on: engine) { return .listener(failure) }
         return nil
     }
 
@@ -296,11 +296,12 @@ import Darwin
     }
 
     /// Runs the listeners present now, in the order they were added,
-    /// skipping any removed meanwhile; stops at the first that fails.
-    /// Inlined into each host's store callback, so the listener calls are
-    /// direct.
+    /// skipping any removed meanwhile; stops at the first that fails, or
+    /// once the dispatch is aborting (a listener's wait met a failure it
+    /// did not report). Inlined into each host's store callback, so the
+    /// listener calls are direct.
     @inlinable
-    func emit() -> Listener.Failure? {
+    func emit<Callback>(on engine: borrowing DispatchCore<Callback>) -> Listener.Failure? {
         lock()
         let table = self.table
         table.pointee.emitting = true
@@ -323,7 +324,7 @@ import Darwin
                     entry.listener.release()
                     lock()
                 }
-                if failure != nil { break }
+                if failure != nil || engine.isAbortingInCallback { break }
             }
             i += 1
         }
