@@ -322,7 +322,9 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or tokens is NULL with
  *         count > 0.
  *         FLUX_ERR_NOT_DISPATCHING: this thread is not running a dispatch of
- *         d (no dispatch at all, or one running on another thread).
+ *         d (no dispatch at all, or one running on another thread), or the
+ *         call comes from an observer hook or a done (see "Observer"), not
+ *         from a callback.
  *         FLUX_ERR_UNKNOWN_TOKEN: a token is 0, never issued, unregistered
  *         (during this dispatch too, even after its callback ran), or was
  *         registered during this dispatch (such callbacks join the next one).
@@ -737,10 +739,12 @@ FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_f
  *
  * Queued dispatches (flux_enqueue()) report their own begin and end. A
  * flux_dispatch() refused with FLUX_ERR_ALREADY_DISPATCHING reports nothing;
- * neither does a flux_wait_for() that fails with FLUX_ERR_INVALID_ARGUMENT,
- * nor one called from no callback (say, from a hook or a done). Any hook
- * may be NULL. Hooks may call any function of this header that a callback
- * may call, but the tokens array is valid only during the wait_for call.
+ * neither does a flux_wait_for() that fails with FLUX_ERR_INVALID_ARGUMENT.
+ * Any hook may be NULL. Hooks may call any function of this header that a
+ * callback may call, except flux_wait_for(): only a callback waits, so from
+ * any hook (as from a done) it fails with FLUX_ERR_NOT_DISPATCHING, runs
+ * nothing and reports nothing. The tokens array is valid only during the
+ * wait_for call.
  */
 typedef struct flux_observer {
     int version; /**< FLUX_OBSERVER_VERSION */

@@ -852,9 +852,9 @@ import Synchronization
             if table.mark(i) < pending {
                 run.pointee.cursor = i
                 let token = DispatchToken(rawValue: table.tokens[i])
-                observer.callbackBegin(token)
+                hook { observer.callbackBegin(token) }
                 let error = table.callbacks[i].invoke(payload)
-                observer.callbackEnd(token, error)
+                hook { observer.callbackEnd(token, error) }
                 if let error { recordFailure(error, token: token.rawValue) }
             }
             i &+= 1
@@ -877,6 +877,20 @@ import Synchronization
         let table = slots.pointee
         run.pointee.end = table.count
         return (table, run.pointee.epoch &* 2)
+    }
+
+    /// Runs an observer hook with the run's payload put aside. A callback
+    /// may wait, a hook may not: its wait would be reported as the running
+    /// callback's and run callbacks out of turn (a `waitFor` hook that
+    /// waits, forever). With no payload a wait finds no callback running,
+    /// so it is refused with `notDispatching` and reports nothing, as from
+    /// `dispatchBegin`/`dispatchEnd` (called with none) or a completion.
+    @inline(__always)
+    func hook(_ call: () -> Void) {
+        let run = self.run
+        let payload = run.pointee.payload.take()
+        call()
+        run.pointee.payload = payload
     }
 
     /// Resets the run state after the loop; returns the dispatch's failure.
@@ -954,10 +968,12 @@ import Synchronization
     func reportWait<Tokens: Collection<DispatchToken>>(_ observer: Observer, _ tokens: Tokens) {
         guard observer.observesWaits, run.pointee.payload != nil else { return }
         let waiter = DispatchToken(rawValue: slots.pointee.tokens[waiterIndex])
-        if let done: Void = tokens.withContiguousStorageIfAvailable({ observer.waitFor(waiter, $0) }) { return done }
-        // Not contiguous (no C caller passes such): a copy, Swift-allocated.
-        let copy = Array(tokens)
-        copy.withUnsafeBufferPointer { observer.waitFor(waiter, $0) }
+        hook {
+            if let done: Void = tokens.withContiguousStorageIfAvailable({ observer.waitFor(waiter, $0) }) { return done }
+            // Not contiguous (no C caller passes such): a copy, Swift-allocated.
+            let copy = Array(tokens)
+            copy.withUnsafeBufferPointer { observer.waitFor(waiter, $0) }
+        }
     }
 
     /// The index of the callback running innermost (the waiter of a wait).
@@ -975,11 +991,11 @@ import Synchronization
         let run = self.run
         let waiter = run.pointee.top
         table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
-        observer.callbackBegin(token)
+        hook { observer.callbackBegin(token) }
         run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
         run.pointee.top = waiter
-        observer.callbackEnd(token, error)
+        hook { observer.callbackEnd(token, error) }
         let table = slots.pointee
         table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
         if let error { recordFailure(error, token: token.rawValue) }

@@ -148,7 +148,8 @@ extension Dispatcher {
     /// to a callback's `waitFor` (the waiter's token and the tokens as given,
     /// whatever it then throws), then the pairs of the callbacks it runs,
     /// nested inside the waiter's; `dispatchEnd` last, with the dispatch's
-    /// error (nil when it succeeded).
+    /// error (nil when it succeeded). `waitFor` from any of these closures
+    /// throws `.notDispatching` and reports nothing: only callbacks wait.
     public struct Observer: Sendable {
         public var dispatchBegin: (@Sendable (Payload) -> Void)?
         public var dispatchEnd: (@Sendable (Payload, (any Error)?) -> Void)?
