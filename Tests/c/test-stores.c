@@ -1669,6 +1669,91 @@ static void a_listener_whose_wait_meets_a_failure_stops_the_emit(void)
     teardown(d, &t, 1);
 }
 
+/* ---- many removals keep every listener rule (removal by id, no scan) ---- */
+
+/* The listener calls in L.events (EV_LISTENER + id) from index from, in order. */
+static void listener_calls(trace *out, size_t from)
+{
+    out->n = 0;
+    for (size_t i = from; i < L.events.n; i++)
+        if (L.events.ev[i] >= EV_LISTENER && L.events.ev[i] < EV_LISTENER_END)
+            trace_push(out, L.events.ev[i]);
+}
+
+static void listener_rules_hold_across_many_removals(void)
+{
+    enum { N = 40 };
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *l[N + 1];
+    flux_token token[N + 1]; /* kept: a removed listener is freed */
+    for (int id = 1; id <= N; id++) {
+        l[id] = listen(t->s, id, NULL);
+        token[id] = l[id]->token;
+    }
+    /* Every third removed while idle: enough to drop removed entries on the
+     * way, and to leave some for the emit to skip. */
+    for (int id = 3; id <= N; id += 3)
+        EXPECT_OK(flux_store_remove_listener(t->s, l[id]->token));
+    for (int id = 3; id <= N; id += 3)
+        is_int(count_events(EV_LISTENER_DESTROY + id), 1, "listener %d destroyed once, at once", id);
+    EXPECT_STATUS(flux_store_remove_listener(t->s, token[3]), FLUX_ERR_UNKNOWN_TOKEN);
+    has_substr(flux_last_error(), "already removed", "removed twice: already removed");
+    EXPECT_STATUS(flux_store_remove_listener(t->s, token[N - 1]), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_STATUS(flux_store_remove_listener(t->s, 1000), FLUX_ERR_UNKNOWN_TOKEN);
+    has_substr(flux_last_error(), "never added", "an id never issued: never added");
+    EXPECT_STATUS(flux_store_remove_listener(t->s, 0), FLUX_ERR_UNKNOWN_TOKEN);
+
+    /* During the emit: 1 removes 40 before it runs, 10 removes itself, 5 adds one. */
+    l[1]->hook = remove_user_hook;
+    l[1]->user = l[N];
+    l[10]->hook = remove_self_hook;
+    l[5]->hook = add_hook;
+    size_t from = L.events.n;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    trace got, want = {.n = 0};
+    listener_calls(&got, from);
+    for (int id = 1; id < N; id++)
+        if (id % 3 != 0)
+            trace_push(&want, EV_LISTENER + id);
+    tap_is_trace(&got, want.ev, want.n, "listener calls", __FILE__, __LINE__,
+                 "the others ran in add order, skipping the removed ones");
+    is_int(count_events(EV_LISTENER_DESTROY + N), 1, "the one removed by an earlier listener was destroyed once");
+    is_int(count_events(EV_LISTENER_DESTROY + 10), 1, "the one removing itself was destroyed once");
+    lis *added = l[5]->user;
+    REQUIRE(added != NULL);
+    is_uint(added->token, N + 1, "ids go on counting up");
+    is_int(added->calls, 0, "one added during the emit did not run in it");
+    l[1]->hook = l[5]->hook = NULL;
+
+    from = L.events.n;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    listener_calls(&got, from);
+    want.n = 0;
+    for (int id = 1; id < N; id++)
+        if (id % 3 != 0 && id != 10)
+            trace_push(&want, EV_LISTENER + id);
+    trace_push(&want, EV_LISTENER + added->id);
+    tap_is_trace(&got, want.ev, want.n, "listener calls", __FILE__, __LINE__,
+                 "the next emit: the same order, the added one last");
+    /* The rest, removed from the front while idle: the last one left runs alone. */
+    for (int id = 1; id < N - 1; id++)
+        if (id % 3 != 0 && id != 10)
+            EXPECT_OK(flux_store_remove_listener(t->s, l[id]->token));
+    from = L.events.n;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    listener_calls(&got, from);
+    int last = added->id;
+    is_trace(&got, INTS(EV_LISTENER + last), "only the last one runs");
+    teardown(d, &t, 1);
+    int wrong = 0;
+    for (int id = 1; id <= N; id++)
+        wrong += count_events(EV_LISTENER_DESTROY + id) != 1;
+    is_int(wrong, 0, "every listener was destroyed exactly once");
+    is_int(count_events(EV_LISTENER_DESTROY + last), 1, "the added one too");
+}
+
 int main(void)
 {
     tap_init();
@@ -1722,5 +1807,6 @@ int main(void)
     RUN(listener_removed_by_another_thread_while_running);
     RUN(unregister_of_a_store_or_group_token_is_refused);
     RUN(a_listener_whose_wait_meets_a_failure_stops_the_emit);
+    RUN(listener_rules_hold_across_many_removals);
     return tap_done();
 }
