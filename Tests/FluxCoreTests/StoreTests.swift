@@ -175,6 +175,30 @@ import Testing
     }
 }
 
+extension StoreTests {
+    final class Captured: Sendable {}
+
+    @Test("removing a listener lets go of what it captured at once")
+    func removingAListenerLetsGoOfItsCapturesAtOnce() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        // Enough listeners that removed entries are kept a while, not moved out.
+        let others = (0..<16).map { _ in store.addListener {} }
+        weak var captured: Captured?
+        let sub: Subscription
+        do {
+            let object = Captured()
+            captured = object
+            sub = store.addListener { _ = object }
+        }
+        #expect(captured != nil)
+        try sub.remove()
+        #expect(captured == nil, "its closure was dropped by remove()")
+        try d.dispatch(.willChange)
+        for other in others { try other.remove() }
+    }
+}
+
 @Suite struct StoreThreadTests {
     @Test func listenersAddedAndRemovedFromAnotherThreadDuringAnEmit() throws {
         let d = Dispatcher<Int>()

@@ -69,10 +69,12 @@ import Darwin
 
     @usableFromInline
     struct Entry {
-        /// The listener's id; with `removedBit` set once removed (its
-        /// listener already released, or left to the emit running it).
+        /// The listener's id; with `removedBit` set once removed.
         @usableFromInline var id: UInt64
-        @usableFromInline var listener: Listener
+        /// nil once removed: taken out by the removal, so what a Swift
+        /// listener captured goes at once (an emit running it holds its
+        /// own copy, and releases it when it returns).
+        @usableFromInline var listener: Listener?
     }
 
     /// Marks a removed entry. Removing only marks, and the entries stay in
@@ -141,8 +143,7 @@ import Darwin
         unlock()
         guard let entries else { return }
         for i in 0..<count {
-            let entry = (entries + i).move()
-            if entry.id < Self.removedBit { entry.listener.release() }
+            (entries + i).move().listener?.release()
         }
         freeBytes(entries)
     }
@@ -297,7 +298,8 @@ import Darwin
         // released by the emit running it, once it returns.
         entries[i].id |= Self.removedBit
         table.pointee.removed += 1
-        let released: Listener? = table.pointee.running == id ? nil : entries[i].listener
+        let taken = entries[i].listener.take()
+        let released = table.pointee.running == id ? nil : taken
         if !table.pointee.emitting && table.pointee.removed * 4 > table.pointee.count { compact() }
         unlock()
         released?.release()
@@ -334,16 +336,16 @@ import Darwin
             // Re-read: an add during the emit may have moved the entries.
             guard let entries = table.pointee.entries else { break }
             let entry = entries[i]
-            if entry.id < Self.removedBit {
+            if entry.id < Self.removedBit, let listener = entry.listener {
                 table.pointee.running = entry.id
                 unlock()
-                failure = entry.listener.invoke()
+                failure = listener.invoke()
                 lock()
                 table.pointee.running = 0
                 if let entries = table.pointee.entries, entries[i].id >= Self.removedBit {
                     // Removed while it ran: its release was left to us.
                     unlock()
-                    entry.listener.release()
+                    listener.release()
                     lock()
                 }
                 if failure != nil || engine.isAbortingInCallback { break }
