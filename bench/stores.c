@@ -8,7 +8,8 @@
  * it changed, call the same listener through a pointer. Two payloads: one the
  * reduce ignores (no change), one that changes the state (an integer kept in
  * the state pointer, so nothing is allocated) and runs one listener. Then
- * the heap allocations per dispatch, counted by a malloc interposer.
+ * the heap allocations per dispatch, counted by a malloc interposer, and
+ * the cost of removing many listeners (listener_churn).
  *
  * Timing as in bench.c -- each measurement calibrated to ~FLUX_BENCH_SECONDS
  * (0.2 s), FLUX_BENCH_REPEATS (7) rounds with the variants interleaved, the
@@ -187,6 +188,53 @@ static void check(flux_status s, const char *what)
     }
 }
 
+/* ---- listener churn ----------------------------------------------------------- */
+
+/* Adds n listeners to a fresh store, removes half of them (newest first, or
+ * in a shuffled order), and prints the CPU ns per removal and per listener of
+ * the emits before and after. Removal finds its listener by id and moves
+ * nothing (removed entries go in batches), so it must not grow with n; the
+ * emit must not pay for the removals. */
+static void listener_churn(int n, int shuffled)
+{
+    static const int changed = 1;
+    uint64_t heard = 0;
+    flux_dispatcher *d = flux_dispatcher_create();
+    flux_store *store;
+    flux_token *ids = malloc(sizeof *ids * (size_t)n);
+    if (!d || !ids) {
+        g_failed = 1;
+        return;
+    }
+    check(flux_store_create(d, NULL, reduce, NULL, NULL, NULL, NULL, &store), "flux_store_create");
+    for (int i = 0; i < n; i++)
+        check(flux_store_add_listener(store, listener, &heard, NULL, &ids[i]), "flux_store_add_listener");
+    variant v = {d, &changed, 0, NAN};
+    measure(&v, 1);
+    double emit_before = v.best / n;
+    if (shuffled) {
+        uint64_t x = 88172645463325252u; /* xorshift: the same order every run */
+        for (int i = n - 1; i > 0; i--) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int j = (int)(x % (uint64_t)(i + 1));
+            flux_token t = ids[i];
+            ids[i] = ids[j], ids[j] = t;
+        }
+    }
+    int m = n / 2;
+    double t0 = now_ns();
+    for (int i = 0; i < m; i++)
+        check(flux_store_remove_listener(store, shuffled ? ids[i] : ids[n - 1 - i]), "flux_store_remove_listener");
+    double per_removal = (now_ns() - t0) / m;
+    measure(&v, 1);
+    double emit_after = v.best / (n - m);
+    printf("  %d of %d, %-9s  %9.0f ns per removal   emit %.2f -> %.2f ns per listener   target ≤ 1000: %s\n", m, n,
+           shuffled ? "shuffled" : "newest 1st", per_removal, emit_before, emit_after, verdict(per_removal, 1000));
+    check(flux_store_destroy(store), "flux_store_destroy");
+    check(flux_dispatcher_destroy(d), "flux_dispatcher_destroy");
+    free(ids);
+}
+
 int main(void)
 {
     const char *e = getenv("FLUX_BENCH_SECONDS");
@@ -236,6 +284,10 @@ int main(void)
         double a = allocs_per_dispatch(ds, payloads[k]);
         printf("  %-28s  %9.3f   target 0: %s\n", labels[k], a, verdict(a, 0));
     }
+
+    printf("\nlistener churn: half the listeners of one store removed, then the emit\n");
+    listener_churn(200000, 0);
+    listener_churn(200000, 1);
 
     check(flux_store_destroy(store), "flux_store_destroy");
     check(flux_dispatcher_destroy(ds), "flux_dispatcher_destroy");

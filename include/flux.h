@@ -268,8 +268,14 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
  * callback may unregister itself, and a callback still running on another
  * thread never sees its context destroyed under it).
  *
+ * A store's registration (flux_store_token()) and a group's belong to them:
+ * this call refuses them, since ending one would free what its owner still
+ * uses. End them with flux_store_destroy() and flux_store_group_release().
+ *
  * @return FLUX_OK.
- *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed; or
+ *         token is a store's or a group's (the message says which function
+ *         ends it). Nothing changed.
  *         FLUX_ERR_UNKNOWN_TOKEN: token is 0, was never issued by d, or was
  *         already unregistered.
  *         FLUX_ERR_NO_MEMORY: only while a dispatch runs, when there is no
@@ -321,7 +327,9 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or tokens is NULL with
  *         count > 0.
  *         FLUX_ERR_NOT_DISPATCHING: this thread is not running a dispatch of
- *         d (no dispatch at all, or one running on another thread).
+ *         d (no dispatch at all, or one running on another thread), or the
+ *         call comes from an observer hook or a done (see "Observer"), not
+ *         from a callback.
  *         FLUX_ERR_UNKNOWN_TOKEN: a token is 0, never issued, unregistered
  *         (during this dispatch too, even after its callback ran), or was
  *         registered during this dispatch (such callbacks join the next one).
@@ -383,7 +391,9 @@ FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
  * flux_store_has_changed() then reports 0. Once a dispatch is aborted (say a
  * flux_wait_for() inside reduce reported a failure that reduce ignored), a
  * store keeps its old state and runs no listener whatever its reduce
- * returns; a different *next is released.
+ * returns; a different *next is released. Likewise a listener whose
+ * flux_wait_for() meets a failure stops its store's emit when it returns
+ * (no further listener runs), whether or not it reports the failure.
  *
  * Another callback or store may flux_wait_for() a store's token
  * (flux_store_token()) and then read its new state: this is how stores
@@ -487,7 +497,8 @@ FLUX_API void *flux_store_state(const flux_store *s);
 
 /**
  * @return the token of the store's registration, for flux_wait_for(): a
- *         callback that waits for it may then read the store's new state.
+ *         callback that waits for it may then read the store's new state
+ *         (flux_unregister() refuses it: flux_store_destroy() ends it).
  *         0 when s is NULL.
  * Threads: any thread, any time.
  */
@@ -733,10 +744,12 @@ FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_f
  *
  * Queued dispatches (flux_enqueue()) report their own begin and end. A
  * flux_dispatch() refused with FLUX_ERR_ALREADY_DISPATCHING reports nothing;
- * neither does a flux_wait_for() that fails with FLUX_ERR_INVALID_ARGUMENT,
- * nor one called from no callback (say, from a hook or a done). Any hook
- * may be NULL. Hooks may call any function of this header that a callback
- * may call, but the tokens array is valid only during the wait_for call.
+ * neither does a flux_wait_for() that fails with FLUX_ERR_INVALID_ARGUMENT.
+ * Any hook may be NULL. Hooks may call any function of this header that a
+ * callback may call, except flux_wait_for(): only a callback waits, so from
+ * any hook (as from a done) it fails with FLUX_ERR_NOT_DISPATCHING, runs
+ * nothing and reports nothing. The tokens array is valid only during the
+ * wait_for call.
  */
 typedef struct flux_observer {
     int version; /**< FLUX_OBSERVER_VERSION */

@@ -42,8 +42,9 @@ public func flux_dispatcher_set_observer(
                         "hooks->version is \(h.version); this library knows FLUX_OBSERVER_VERSION \(FLUX_OBSERVER_VERSION)")
         }
         observer = CObserver(hooks: h, context: context, destroy: destroy)
-    } else if context != nil {
-        // Clearing takes no context; one handed over is still released.
+    } else {
+        // Clearing takes no context; one handed over (NULL too: the
+        // caller's destroy decides what that means) is still released.
         destroy?(context)
     }
     do throws(FluxError) {

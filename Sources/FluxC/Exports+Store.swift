@@ -190,6 +190,22 @@ public func flux_store_create(
     return 0
 }
 
+extension CCallback {
+    /// A store's and a group's registrations are told apart by their
+    /// function: only flux_store_destroy and flux_store_group_release end
+    /// them, since they free what the store or the group still uses.
+    func ownerRefusal(_ token: DispatchToken) -> String? {
+        let function = unsafeBitCast(self.function, to: UnsafeRawPointer.self)
+        if function == unsafeBitCast(storeCallback, to: UnsafeRawPointer.self) {
+            return "token \(token.rawValue) belongs to a store: end it with flux_store_destroy()"
+        }
+        if function == unsafeBitCast(groupCallback, to: UnsafeRawPointer.self) {
+            return "token \(token.rawValue) belongs to a store group: end it with flux_store_group_release()"
+        }
+        return nil
+    }
+}
+
 /// Registers a store's or a group's block with the dispatcher, counted among
 /// the dispatcher's stores and groups (flux_dispatcher_destroy refuses while
 /// any live). The registration owns the block: when registering fails, `release`
@@ -309,7 +325,7 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
     do throws(FluxError) {
         // Runs storeRelease now (or, should a dispatch have started on
         // another thread meanwhile, when it ends).
-        try handle.dispatcher.pointee.unregister(DispatchToken(rawValue: store.pointee.token))
+        try handle.dispatcher.pointee.unregister(DispatchToken(rawValue: store.pointee.token), asOwner: true)
         return 0
     } catch {
         return fail("flux_store_destroy", error)
@@ -424,7 +440,8 @@ public func flux_store_group_release(_ g: OpaquePointer?) -> Int32 {
     guard let g else { return 0 }
     let group = UnsafeMutablePointer<CGroup>(g)
     do throws(FluxError) {
-        try group.pointee.handle.dispatcher.pointee.unregister(DispatchToken(rawValue: group.pointee.token))
+        try group.pointee.handle.dispatcher.pointee.unregister(DispatchToken(rawValue: group.pointee.token),
+                                                               asOwner: true)
         return 0
     } catch {
         return fail("flux_store_group_release", error)

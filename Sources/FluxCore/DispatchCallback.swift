@@ -25,11 +25,23 @@
     /// called with the engine's lock held, so it may call back into the engine.
     func release()
 
+    /// Nil for a plain callback, which `unregister` ends. Non-nil when the
+    /// registration belongs to a store or a group, which end it themselves
+    /// (`unregister(_:asOwner: true)`): a caller's `unregister` would free
+    /// what they still use, so it is refused with this message, which says
+    /// how to end it instead. Asked only by `unregister`, never by a dispatch.
+    func ownerRefusal(_ token: DispatchToken) -> String?
+
     /// Reports the outcome of an enqueued payload's dispatch (nil: it
     /// succeeded), or the error that refused it. Called exactly once per
     /// `enqueue`, on the thread that dispatched the payload, with no callback
     /// running and no lock held.
     static func complete(_ completion: Completion, _ payload: Payload, _ error: DispatchError<Failure>?)
+}
+
+extension DispatchCallback {
+    /// Plain callbacks, for hosts whose registrations all are.
+    @_spi(Engine) public func ownerRefusal(_ token: DispatchToken) -> String? { nil }
 }
 
 /// The completion of hosts that never enqueue.

@@ -302,10 +302,14 @@ import Synchronization
     /// thread after this returns, and `release()` runs when the dispatch ends
     /// (so a callback may unregister itself). Never waits for a running dispatch.
     ///
+    /// A store's or a group's registration (one whose `ownerRefusal` is not
+    /// nil) is ended only by its owner, with `asOwner`.
+    ///
     /// - Throws: `unknownToken` when the token was never issued or is already
-    ///   unregistered; `noMemory` during a dispatch, when there is no memory
-    ///   to note the removal (nothing changed).
-    @_spi(Engine) public func unregister(_ token: DispatchToken) throws(FluxError) {
+    ///   unregistered; `invalidArgument` when it belongs to a store or a group
+    ///   and `asOwner` is false (nothing changed); `noMemory` during a
+    ///   dispatch, when there is no memory to note the removal (nothing changed).
+    @_spi(Engine) public func unregister(_ token: DispatchToken, asOwner: Bool = false) throws(FluxError) {
         lock.lock()
         let t = token.rawValue
         var released: Callback?
@@ -317,18 +321,27 @@ import Synchronization
             return (!table || locked.pointee.leaving.reserve(leaving))
                 && locked.pointee.releasing.reserve(locked.pointee.releasing.count + leaving + 1)
         }
+        // The owner's refusal, before anything changes.
+        func refusal(_ table: SlotTable<Callback>?, _ i: Int) -> FluxError? {
+            guard !asOwner, let table, let message = table.callbacks[i].ownerRefusal(token) else { return nil }
+            return FluxError(.invalidArgument, message)
+        }
         if isClosed {
             error = .closed
         } else if let i = locked.pointee.joined?.index(of: t) {
             // Joined during the running dispatch, which never calls it; still,
             // every removal during a dispatch is released when it ends.
-            if reserveLeaving(table: false), let callback = locked.pointee.joined?.remove(at: i) {
+            if let refused = refusal(locked.pointee.joined, i) {
+                error = refused
+            } else if reserveLeaving(table: false), let callback = locked.pointee.joined?.remove(at: i) {
                 locked.pointee.releasing.append(callback)
             } else {
                 error = .outOfMemory
             }
         } else if let i = slots.pointee.index(of: t), !locked.pointee.leaving.contains(where: { $0 == t }) {
-            if claimTable(orSet: Self.dirtyBit) {
+            if let refused = refusal(slots.pointee, i) {
+                error = refused
+            } else if claimTable(orSet: Self.dirtyBit) {
                 released = slots.pointee.remove(at: i)
                 releaseTable()
             } else if reserveLeaving(table: true) {
@@ -840,9 +853,9 @@ import Synchronization
             if table.mark(i) < pending {
                 run.pointee.cursor = i
                 let token = DispatchToken(rawValue: table.tokens[i])
-                observer.callbackBegin(token)
+                hook { observer.callbackBegin(token) }
                 let error = table.callbacks[i].invoke(payload)
-                observer.callbackEnd(token, error)
+                hook { observer.callbackEnd(token, error) }
                 if let error { recordFailure(error, token: token.rawValue) }
             }
             i &+= 1
@@ -865,6 +878,20 @@ import Synchronization
         let table = slots.pointee
         run.pointee.end = table.count
         return (table, run.pointee.epoch &* 2)
+    }
+
+    /// Runs an observer hook with the run's payload put aside. A callback
+    /// may wait, a hook may not: its wait would be reported as the running
+    /// callback's and run callbacks out of turn (a `waitFor` hook that
+    /// waits, forever). With no payload a wait finds no callback running,
+    /// so it is refused with `notDispatching` and reports nothing, as from
+    /// `dispatchBegin`/`dispatchEnd` (called with none) or a completion.
+    @inline(__always)
+    func hook(_ call: () -> Void) {
+        let run = self.run
+        let payload = run.pointee.payload.take()
+        call()
+        run.pointee.payload = payload
     }
 
     /// Resets the run state after the loop; returns the dispatch's failure.
@@ -942,10 +969,12 @@ import Synchronization
     func reportWait<Tokens: Collection<DispatchToken>>(_ observer: Observer, _ tokens: Tokens) {
         guard observer.observesWaits, run.pointee.payload != nil else { return }
         let waiter = DispatchToken(rawValue: slots.pointee.tokens[waiterIndex])
-        if let done: Void = tokens.withContiguousStorageIfAvailable({ observer.waitFor(waiter, $0) }) { return done }
-        // Not contiguous (no C caller passes such): a copy, Swift-allocated.
-        let copy = Array(tokens)
-        copy.withUnsafeBufferPointer { observer.waitFor(waiter, $0) }
+        hook {
+            if let done: Void = tokens.withContiguousStorageIfAvailable({ observer.waitFor(waiter, $0) }) { return done }
+            // Not contiguous (no C caller passes such): a copy, Swift-allocated.
+            let copy = Array(tokens)
+            copy.withUnsafeBufferPointer { observer.waitFor(waiter, $0) }
+        }
     }
 
     /// The index of the callback running innermost (the waiter of a wait).
@@ -963,11 +992,11 @@ import Synchronization
         let run = self.run
         let waiter = run.pointee.top
         table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
-        observer.callbackBegin(token)
+        hook { observer.callbackBegin(token) }
         run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
         run.pointee.top = waiter
-        observer.callbackEnd(token, error)
+        hook { observer.callbackEnd(token, error) }
         let table = slots.pointee
         table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
         if let error { recordFailure(error, token: token.rawValue) }

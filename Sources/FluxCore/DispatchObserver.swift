@@ -8,6 +8,8 @@
 /// callbacks a `waitFor` runs); `waitFor` on entry to each wait of a callback
 /// (the waiter's token and the tokens as given, whatever the wait returns);
 /// `dispatchEnd` last, with the dispatch's outcome (nil: it succeeded).
+/// A wait from any of them fails with `notDispatching` and reports nothing:
+/// only callbacks wait.
 ///
 /// A protocol, so that each host keeps its observer in its cheapest form:
 /// the C ABI stores the caller's `flux_observer` hooks by value (setting one

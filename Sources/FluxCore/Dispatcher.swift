@@ -42,8 +42,14 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// - Returns: a token for `waitFor(_:)` and `unregister(_:)`.
     @discardableResult
     public func register(_ callback: @escaping Callback) -> DispatchToken {
+        register(owner: .caller, callback)
+    }
+
+    /// `register` for stores and groups: only `unregister(owned:)` ends
+    /// their registrations.
+    func register(owner: RegistrationOwner, _ callback: @escaping Callback) -> DispatchToken {
         do {
-            return try core.register(ClosureCallback(body: callback))
+            return try core.register(ClosureCallback(body: callback, owner: owner))
         } catch {
             // Only running out of memory can get here; `close()` is deinit-only.
             fatalError("Dispatcher.register: \(error)")
@@ -54,10 +60,18 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// on this thread, nor by any dispatch that starts later. A callback may
     /// unregister itself.
     /// - Throws: `FluxError` with `.unknownToken` when the token is not
-    ///   registered; `.noMemory` during a dispatch when memory to note the
-    ///   removal ran out (the callback stays registered).
+    ///   registered; `.invalidArgument` when it is a store's or a
+    ///   `StoreGroup`'s (they end it themselves: a store when it is
+    ///   deallocated, a group with `release()`); `.noMemory` during a dispatch
+    ///   when memory to note the removal ran out. On error nothing changed.
     public func unregister(_ token: DispatchToken) throws(FluxError) {
         try core.unregister(token)
+    }
+
+    /// A store's or a group's own unregistration.
+    func unregister(owned token: DispatchToken) {
+        // Only their deinit and release() get here, once each.
+        try? core.unregister(token, asOwner: true)
     }
 
     /// Calls every registered callback with `payload`.
@@ -134,7 +148,8 @@ extension Dispatcher {
     /// to a callback's `waitFor` (the waiter's token and the tokens as given,
     /// whatever it then throws), then the pairs of the callbacks it runs,
     /// nested inside the waiter's; `dispatchEnd` last, with the dispatch's
-    /// error (nil when it succeeded).
+    /// error (nil when it succeeded). `waitFor` from any of these closures
+    /// throws `.notDispatching` and reports nothing: only callbacks wait.
     public struct Observer: Sendable {
         public var dispatchBegin: (@Sendable (Payload) -> Void)?
         public var dispatchEnd: (@Sendable (Payload, (any Error)?) -> Void)?
@@ -225,11 +240,22 @@ public struct QueuedDispatchFailures: Error, @unchecked Sendable {
     public let later: [any Error]
 }
 
+/// Whose a Swift registration is: a store's or a group's is ended only by them.
+@_spi(Engine) public enum RegistrationOwner: Sendable {
+    case caller, store, group
+}
+
 /// A Swift closure as a dispatcher callback.
 @_spi(Engine) public struct ClosureCallback<Payload>: DispatchCallback {
     @_spi(Engine) public let body: @Sendable (Payload) throws -> Void
+    @_spi(Engine) public let owner: RegistrationOwner
 
-    @inlinable @_spi(Engine) public init(body: @escaping @Sendable (Payload) throws -> Void) { self.body = body }
+    @inlinable @_spi(Engine) public init(
+        body: @escaping @Sendable (Payload) throws -> Void, owner: RegistrationOwner = .caller
+    ) {
+        self.body = body
+        self.owner = owner
+    }
     @inlinable @_spi(Engine) public func invoke(_ payload: Payload) -> (any Error)? {
         do {
             try body(payload)
@@ -239,6 +265,14 @@ public struct QueuedDispatchFailures: Error, @unchecked Sendable {
         }
     }
     @inlinable @_spi(Engine) public func release() {}
+
+    @_spi(Engine) public func ownerRefusal(_ token: DispatchToken) -> String? {
+        switch owner {
+        case .caller: nil
+        case .store: "token \(token.rawValue) belongs to a store: the store unregisters it when it is deallocated"
+        case .group: "token \(token.rawValue) belongs to a StoreGroup: end it with the group's release()"
+        }
+    }
 
     @_spi(Engine) public static func complete(_ completion: EnqueueCompletion, _ payload: Payload, _ error: DispatchError<any Error>?) {
         // A refusal (.flux) is thrown by enqueue itself; dispatches fail

@@ -105,4 +105,32 @@ func recordingObserver(_ log: Log) -> Dispatcher<Int>.Observer {
         #expect(first.all == ["D1", "b1", "e1", "E"])
         #expect(second.all == ["D2", "b1", "e1", "E"])
     }
+
+    @Test("waitFor from any observer closure throws notDispatching and reports nothing")
+    func waitForFromAnObserverClosureIsRefused() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let codes = Box<[String: FluxError.Code?]>([:])
+        let three = DispatchToken(rawValue: 3)
+        // One try per closure kind (a waitFor closure that waits must not recurse).
+        let tryWait: @Sendable (String) -> Void = { [unowned d] name in
+            if codes.value[name] == nil { codes.value[name] = fluxCode { try d.waitFor([three]) } }
+        }
+        let recording = recordingObserver(log)
+        d.setObserver(Dispatcher<Int>.Observer(
+            dispatchBegin: { recording.dispatchBegin?($0); tryWait("dispatchBegin") },
+            dispatchEnd: { recording.dispatchEnd?($0, $1); tryWait("dispatchEnd") },
+            callbackBegin: { recording.callbackBegin?($0); tryWait("callbackBegin") },
+            callbackEnd: { recording.callbackEnd?($0, $1); tryWait("callbackEnd") },
+            waitFor: { recording.waitFor?($0, $1); tryWait("waitFor") }))
+        let calls = Box(0)
+        d.register { [unowned d] _ in try d.waitFor([DispatchToken(rawValue: 2)]) }
+        d.register { _ in }
+        d.register { _ in calls.value += 1 }
+        try d.dispatch(1)
+        #expect(log.all == ["D1", "b1", "w1[2]", "b2", "e2", "e1", "b3", "e3", "E"])
+        #expect(calls.value == 1)
+        #expect(codes.value.count == 5)
+        #expect(codes.value.values.allSatisfy { $0 == .notDispatching })
+    }
 }

@@ -67,4 +67,37 @@ import Testing
         #expect(log.all == ["reduce", "group 0", "reduce", "group 2"])
         group.release()
     }
+
+    @Test("a group keeps its stores alive: dropping a store breaks no dispatch")
+    func aGroupKeepsItsStoresAlive() throws {
+        let d = Dispatcher<Int>()
+        var store: ReduceStore<Int, Int>? = ReduceStore(dispatcher: d, initialState: 0) { n, p in n + p }
+        weak let kept = store
+        let calls = Box(0)
+        let group = try StoreGroup([store!]) { calls.value += 1 }
+        store = nil
+        #expect(kept != nil, "the group holds its store")
+        try d.dispatch(1)
+        try d.dispatch(2)
+        #expect(calls.value == 2)
+        #expect(kept?.state == 3)
+        group.release()
+        #expect(kept == nil, "released with the group, the store goes (and unregisters)")
+        try d.dispatch(1)
+        #expect(calls.value == 2)
+        group.release()  // again: nothing
+    }
+
+    @Test("a group that goes away lets go of its stores")
+    func aGroupThatGoesAwayLetsGoOfItsStores() throws {
+        let d = Dispatcher<Int>()
+        weak var kept: ReduceStore<Int, Int>?
+        do {
+            let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+            kept = store
+            _ = try StoreGroup([store]) {}
+        }
+        #expect(kept == nil)
+        try d.dispatch(1)
+    }
 }

@@ -141,6 +141,62 @@ import Testing
         #expect(log.all.isEmpty)
         #expect(fluxCode { try d.unregister(token) } == .unknownToken)
     }
+
+    @Test("unregister of a store's or a group's token is refused, changing nothing")
+    func unregisterOfAStoreOrGroupTokenIsRefused() throws {
+        let d = Dispatcher<Action>()
+        let log = Log()
+        let store = Self.testStore(d, log: log)
+        store.addListener { log.append("change") }
+        let group = try StoreGroup([store]) { log.append("group") }
+        // Nothing registered in between: the group's token follows the store's.
+        let groupToken = DispatchToken(rawValue: store.dispatchToken.rawValue + 1)
+        let next = d.register { _ in }
+        #expect(next.rawValue == groupToken.rawValue + 1)
+
+        #expect(fluxCode { try d.unregister(store.dispatchToken) } == .invalidArgument)
+        #expect(fluxMessage { try d.unregister(store.dispatchToken) }?.contains("deallocated") == true)
+        #expect(fluxCode { try d.unregister(groupToken) } == .invalidArgument)
+        #expect(fluxMessage { try d.unregister(groupToken) }?.contains("release()") == true)
+        // From inside a dispatch, where a removal would be deferred: the same.
+        let inside = Box<[FluxError.Code?]>([])
+        let probe = d.register { [unowned d] _ in
+            inside.value = [fluxCode { try d.unregister(store.dispatchToken) }, fluxCode { try d.unregister(groupToken) }]
+        }
+        try d.dispatch(.willChange)
+        #expect(inside.value == [.invalidArgument, .invalidArgument])
+        try d.unregister(probe)
+
+        // Both still run, every dispatch.
+        try d.dispatch(.willChange)
+        #expect(log.all == ["dispatch", "change", "group", "dispatch", "change", "group"])
+        group.release()
+        try d.unregister(next)
+    }
+}
+
+extension StoreTests {
+    final class Captured: Sendable {}
+
+    @Test("removing a listener lets go of what it captured at once")
+    func removingAListenerLetsGoOfItsCapturesAtOnce() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        // Enough listeners that removed entries are kept a while, not moved out.
+        let others = (0..<16).map { _ in store.addListener {} }
+        weak var captured: Captured?
+        let sub: Subscription
+        do {
+            let object = Captured()
+            captured = object
+            sub = store.addListener { _ = object }
+        }
+        #expect(captured != nil)
+        try sub.remove()
+        #expect(captured == nil, "its closure was dropped by remove()")
+        try d.dispatch(.willChange)
+        for other in others { try other.remove() }
+    }
 }
 
 @Suite struct StoreThreadTests {

@@ -372,6 +372,106 @@ static void test_circular_names_the_cycle_under_an_observer(void)
     flux_dispatcher_destroy(d);
 }
 
+/* ---- flux_wait_for from a hook: refused, reporting nothing (issue 15) ---- */
+
+enum { H_DISPATCH_BEGIN, H_CALLBACK_BEGIN, H_CALLBACK_END, H_WAIT_FOR, H_DISPATCH_END, H_COUNT };
+
+typedef struct waiting_hooks {
+    events ev;
+    flux_dispatcher *d;
+    flux_token target;
+    int inside;                     /* a hook is running: no nested tries */
+    int tries[H_COUNT];
+    int refused[H_COUNT];           /* tries that got FLUX_ERR_NOT_DISPATCHING */
+} waiting_hooks;
+
+static void try_wait(waiting_hooks *w, int hook)
+{
+    if (w->inside)
+        return;
+    w->inside++;
+    w->tries[hook]++;
+    w->refused[hook] += flux_wait_for(w->d, &w->target, 1) == FLUX_ERR_NOT_DISPATCHING;
+    w->inside--;
+}
+
+static void wh_dispatch_begin(void *c, const void *payload)
+{
+    on_dispatch_begin(&((waiting_hooks *)c)->ev, payload);
+    try_wait(c, H_DISPATCH_BEGIN);
+}
+static void wh_dispatch_end(void *c, const void *payload, flux_status status)
+{
+    on_dispatch_end(&((waiting_hooks *)c)->ev, payload, status);
+    try_wait(c, H_DISPATCH_END);
+}
+static void wh_callback_begin(void *c, flux_token t)
+{
+    on_callback_begin(&((waiting_hooks *)c)->ev, t);
+    try_wait(c, H_CALLBACK_BEGIN);
+}
+static void wh_callback_end(void *c, flux_token t, int result)
+{
+    on_callback_end(&((waiting_hooks *)c)->ev, t, result);
+    try_wait(c, H_CALLBACK_END);
+}
+static void wh_wait_for(void *c, flux_token waiter, const flux_token *tokens, size_t count)
+{
+    on_wait_for(&((waiting_hooks *)c)->ev, waiter, tokens, count);
+    try_wait(c, H_WAIT_FOR);
+}
+
+static void test_wait_for_from_a_hook_is_refused(void)
+{
+    static const flux_observer waiting = {
+        FLUX_OBSERVER_VERSION, wh_dispatch_begin, wh_dispatch_end,
+        wh_callback_begin, wh_callback_end, wh_wait_for,
+    };
+    static const char *names[H_COUNT] = {"dispatch_begin", "callback_begin", "callback_end", "wait_for", "dispatch_end"};
+    node n[3];
+    flux_dispatcher *d = three(n);
+    waiting_hooks w;
+    memset(&w, 0, sizeof w);
+    w.d = d;
+    w.target = 3;
+    EXPECT_OK(flux_dispatcher_set_observer(d, &waiting, &w, NULL));
+    node_wait_on(&n[0], 1, (flux_token[]){2}); /* 1 waits for 2: a wait_for event, a nested pair */
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(w.ev.text, "D1 b1 w1[2] b2 e2=0 e1=0 b3 e3=0 E=0",
+           "the hooks' waits are not reported, and run nothing");
+    is_int(n[2].calls, 1, "the waited-for callback ran once, in its turn");
+    for (int h = 0; h < H_COUNT; h++) {
+        ok(w.tries[h] > 0, "%s tried to wait", names[h]);
+        is_int(w.refused[h], w.tries[h], "flux_wait_for from %s: FLUX_ERR_NOT_DISPATCHING every time", names[h]);
+    }
+    EXPECT_OK(n[0].wait_status);
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
+/* ---- hooks == NULL hands the context over: destroy(NULL) too (issue 15) -- */
+
+static int null_destroyed;
+static void count_null_destroy(void *c)
+{
+    if (c == NULL)
+        null_destroyed++;
+}
+
+static void test_clearing_with_a_null_context_runs_destroy(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    null_destroyed = 0;
+    EXPECT_OK(flux_dispatcher_set_observer(d, NULL, NULL, count_null_destroy));
+    is_int(null_destroyed, 1, "NULL hooks, NULL context: destroy(NULL) ran once, at once");
+    /* A NULL context that is set is destroyed like any other. */
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, NULL, count_null_destroy));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(null_destroyed, 2, "a set NULL context is destroyed once, with the dispatcher");
+    EXPECT_STATUS(flux_dispatcher_set_observer(NULL, NULL, NULL, count_null_destroy), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(null_destroyed, 3, "NULL dispatcher: destroy(NULL) ran once, at once");
+}
+
 int main(void)
 {
     tap_init();
@@ -384,5 +484,7 @@ int main(void)
     RUN(test_set_from_another_thread_during_a_dispatch);
     RUN(test_circular_names_the_whole_cycle);
     RUN(test_circular_names_the_cycle_under_an_observer);
+    RUN(test_wait_for_from_a_hook_is_refused);
+    RUN(test_clearing_with_a_null_context_runs_destroy);
     return tap_done();
 }

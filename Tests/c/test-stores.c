@@ -1564,6 +1564,196 @@ static void listener_removed_by_another_thread_while_running(void)
     teardown(d, &t, 1);
 }
 
+/* ---- a store's and a group's registration belong to them (issue 15) ----- */
+
+typedef struct unreg {
+    flux_token store_token, group_token;
+    flux_status store_status, group_status;
+    char store_error[256], group_error[256];
+} unreg;
+
+/* From inside a dispatch: flux_unregister of the store's and the group's tokens. */
+static int unregister_owned_hook(node *n, const void *payload)
+{
+    (void)payload;
+    unreg *u = n->user;
+    u->store_status = flux_unregister(n->d, u->store_token);
+    snprintf(u->store_error, sizeof u->store_error, "%s", flux_last_error());
+    u->group_status = flux_unregister(n->d, u->group_token);
+    snprintf(u->group_error, sizeof u->group_error, "%s", flux_last_error());
+    return 0;
+}
+
+static void unregister_of_a_store_or_group_token_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *l = listen(t->s, 1, NULL);
+    flux_store *stores[1] = {t->s};
+    gctx *g = gctx_new();
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, g, group_destroy, &group));
+    node n;
+    node_init(&n, 9, d, NULL);
+    EXPECT_OK(node_register(&n));
+    /* Nothing else registered in between: the group's token is the store's + 1. */
+    unreg u = {.store_token = flux_store_token(t->s), .group_token = n.token - 1};
+    REQUIRE(u.group_token == u.store_token + 1);
+
+    EXPECT_STATUS(flux_unregister(d, u.store_token), FLUX_ERR_INVALID_ARGUMENT);
+    has_prefix(flux_last_error(), "flux_unregister: ", "the message names the function");
+    has_substr(flux_last_error(), "flux_store_destroy", "and says to use flux_store_destroy");
+    has_number(flux_last_error(), u.store_token, "and names the token");
+    EXPECT_STATUS(flux_unregister(d, u.group_token), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "flux_store_group_release", "a group's: use flux_store_group_release");
+    is_int(count_events(EV_CONTEXT_DESTROY + 1) + count_events(EV_GROUP_DESTROY) + count_events(EV_LISTENER_DESTROY + 1),
+           0, "nothing was released");
+
+    /* From inside a dispatch (the removal would be deferred): refused too. */
+    n.hook = unregister_owned_hook;
+    n.user = &u;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(u.store_status, FLUX_ERR_INVALID_ARGUMENT, "from a callback: the store's token is refused");
+    has_substr(u.store_error, "flux_store_destroy", "with the same advice");
+    is_int(u.group_status, FLUX_ERR_INVALID_ARGUMENT, "from a callback: the group's token is refused");
+    has_substr(u.group_error, "flux_store_group_release", "with the same advice");
+    n.hook = NULL;
+
+    /* The store and the group still work, every dispatch. */
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(st_value(flux_store_state(t->s)), 3, "the store handled both dispatches");
+    is_int(l->calls, 2, "its listener ran in both");
+    is_int(g->calls, 2, "the group ran in both");
+    EXPECT_OK(flux_unregister(d, n.token));
+    /* Their owners end them, once each. */
+    EXPECT_STATUS(flux_store_destroy(t->s), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(flux_store_group_release(group));
+    is_int(count_events(EV_GROUP_DESTROY), 1, "the group's context was destroyed once");
+    teardown(d, &t, 1);
+    is_int(count_events(EV_LISTENER_DESTROY + 1), 1, "the listener was destroyed once");
+    is_int(count_events(EV_CONTEXT_DESTROY + 1), 1, "the store's context was destroyed once");
+}
+
+/* ---- a listener's wait that meets a failure stops the emit (issue 15) ---- */
+
+static void wait_ignoring_hook(lis *l)
+{
+    node *failing = l->user;
+    l->status = flux_wait_for(failing->d, &failing->token, 1);
+    /* ...and returns as if nothing happened. */
+}
+
+static void a_listener_whose_wait_meets_a_failure_stops_the_emit(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    node failing;
+    node_init(&failing, 9, d, NULL);
+    failing.fail_times = 1;
+    failing.fail_value = 4;
+    EXPECT_OK(node_register(&failing));
+    lis *waiting = listen(t->s, 1, wait_ignoring_hook);
+    waiting->user = &failing;
+    lis *next = listen(t->s, 2, NULL);
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), failing.token, "the dispatch reports the callback that failed");
+    is_int(waiting->status, FLUX_ERR_CALLBACK_FAILED, "the listener's wait reported the failure");
+    is_int(next->calls, 0, "the dispatch is aborted: the store runs no further listener");
+    is_int(failing.calls, 1, "the failing callback ran once (in the wait), not again");
+    waiting->hook = NULL;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(next->calls, 1, "the next dispatch runs every listener");
+    EXPECT_OK(flux_unregister(d, failing.token));
+    teardown(d, &t, 1);
+}
+
+/* ---- many removals keep every listener rule (removal by id, no scan) ---- */
+
+/* The listener calls in L.events (EV_LISTENER + id) from index from, in order. */
+static void listener_calls(trace *out, size_t from)
+{
+    out->n = 0;
+    for (size_t i = from; i < L.events.n; i++)
+        if (L.events.ev[i] >= EV_LISTENER && L.events.ev[i] < EV_LISTENER_END)
+            trace_push(out, L.events.ev[i]);
+}
+
+static void listener_rules_hold_across_many_removals(void)
+{
+    enum { N = 40 };
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *l[N + 1];
+    flux_token token[N + 1]; /* kept: a removed listener is freed */
+    for (int id = 1; id <= N; id++) {
+        l[id] = listen(t->s, id, NULL);
+        token[id] = l[id]->token;
+    }
+    /* Every third removed while idle: enough to drop removed entries on the
+     * way, and to leave some for the emit to skip. */
+    for (int id = 3; id <= N; id += 3)
+        EXPECT_OK(flux_store_remove_listener(t->s, l[id]->token));
+    for (int id = 3; id <= N; id += 3)
+        is_int(count_events(EV_LISTENER_DESTROY + id), 1, "listener %d destroyed once, at once", id);
+    EXPECT_STATUS(flux_store_remove_listener(t->s, token[3]), FLUX_ERR_UNKNOWN_TOKEN);
+    has_substr(flux_last_error(), "already removed", "removed twice: already removed");
+    EXPECT_STATUS(flux_store_remove_listener(t->s, token[N - 1]), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_STATUS(flux_store_remove_listener(t->s, 1000), FLUX_ERR_UNKNOWN_TOKEN);
+    has_substr(flux_last_error(), "never added", "an id never issued: never added");
+    EXPECT_STATUS(flux_store_remove_listener(t->s, 0), FLUX_ERR_UNKNOWN_TOKEN);
+
+    /* During the emit: 1 removes 40 before it runs, 10 removes itself, 5 adds one. */
+    l[1]->hook = remove_user_hook;
+    l[1]->user = l[N];
+    l[10]->hook = remove_self_hook;
+    l[5]->hook = add_hook;
+    size_t from = L.events.n;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    trace got, want = {.n = 0};
+    listener_calls(&got, from);
+    for (int id = 1; id < N; id++)
+        if (id % 3 != 0)
+            trace_push(&want, EV_LISTENER + id);
+    tap_is_trace(&got, want.ev, want.n, "listener calls", __FILE__, __LINE__,
+                 "the others ran in add order, skipping the removed ones");
+    is_int(count_events(EV_LISTENER_DESTROY + N), 1, "the one removed by an earlier listener was destroyed once");
+    is_int(count_events(EV_LISTENER_DESTROY + 10), 1, "the one removing itself was destroyed once");
+    lis *added = l[5]->user;
+    REQUIRE(added != NULL);
+    is_uint(added->token, N + 1, "ids go on counting up");
+    is_int(added->calls, 0, "one added during the emit did not run in it");
+    l[1]->hook = l[5]->hook = NULL;
+
+    from = L.events.n;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    listener_calls(&got, from);
+    want.n = 0;
+    for (int id = 1; id < N; id++)
+        if (id % 3 != 0 && id != 10)
+            trace_push(&want, EV_LISTENER + id);
+    trace_push(&want, EV_LISTENER + added->id);
+    tap_is_trace(&got, want.ev, want.n, "listener calls", __FILE__, __LINE__,
+                 "the next emit: the same order, the added one last");
+    /* The rest, removed from the front while idle: the last one left runs alone. */
+    for (int id = 1; id < N - 1; id++)
+        if (id % 3 != 0 && id != 10)
+            EXPECT_OK(flux_store_remove_listener(t->s, l[id]->token));
+    from = L.events.n;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    listener_calls(&got, from);
+    int last = added->id;
+    is_trace(&got, INTS(EV_LISTENER + last), "only the last one runs");
+    teardown(d, &t, 1);
+    int wrong = 0;
+    for (int id = 1; id <= N; id++)
+        wrong += count_events(EV_LISTENER_DESTROY + id) != 1;
+    is_int(wrong, 0, "every listener was destroyed exactly once");
+    is_int(count_events(EV_LISTENER_DESTROY + last), 1, "the added one too");
+}
+
 int main(void)
 {
     tap_init();
@@ -1615,5 +1805,8 @@ int main(void)
     RUN(a_failing_group_function_fails_the_dispatch);
     RUN(another_thread_during_a_dispatch);
     RUN(listener_removed_by_another_thread_while_running);
+    RUN(unregister_of_a_store_or_group_token_is_refused);
+    RUN(a_listener_whose_wait_meets_a_failure_stops_the_emit);
+    RUN(listener_rules_hold_across_many_removals);
     return tap_done();
 }

@@ -72,14 +72,14 @@ public final class FluxStore<Payload>: DispatchingStore, @unchecked Sendable {
         self.core = core
         self.dispatcher = dispatcher
         self.onDispatch = onDispatch
-        dispatchToken = dispatcher.register { [weak self] payload in
+        dispatchToken = dispatcher.register(owner: .store) { [weak self] payload in
             guard let self else { return }
             try self.handle(payload)
         }
     }
 
     deinit {
-        try? dispatcher.unregister(dispatchToken)
+        dispatcher.unregister(owned: dispatchToken)
     }
 
     private func handle(_ payload: Payload) throws {

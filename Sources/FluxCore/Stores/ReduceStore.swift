@@ -41,7 +41,7 @@ public final class ReduceStore<State, Payload>: DispatchingStore, @unchecked Sen
         self.current = Mutex(Box(state: initialState))
         self.reduce = reduce
         self.areEqual = areEqual
-        dispatchToken = dispatcher.register { [weak self] payload in
+        dispatchToken = dispatcher.register(owner: .store) { [weak self] payload in
             guard let self else { return }
             if let failure = self.core.handle(payload, Reducer(store: self), on: self.dispatcher.core) {
                 switch failure {
@@ -52,7 +52,7 @@ public final class ReduceStore<State, Payload>: DispatchingStore, @unchecked Sen
     }
 
     deinit {
-        try? dispatcher.unregister(dispatchToken)
+        dispatcher.unregister(owned: dispatchToken)
     }
 
     /// The current state.

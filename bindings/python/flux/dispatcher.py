@@ -360,7 +360,10 @@ class Dispatcher(Generic[P]):
         :raises NoMemoryError: during a dispatch, no memory to note the
             removal; the callback stays registered.
         :raises TypeError: ``token`` is not a :class:`Token`.
-        :raises InvalidArgumentError: the dispatcher is closed.
+        :raises InvalidArgumentError: the dispatcher is closed; or ``token``
+            is a store's ``dispatch_token`` or a group's (end those with the
+            store's :meth:`~flux.Store.close` or the group's
+            :meth:`~flux.StoreGroup.release`); nothing changed.
         """
         if type(token) is not Token:
             raise _not_a_token(token)
@@ -368,7 +371,10 @@ class Dispatcher(Generic[P]):
         if handle is None:  # the header's order: a closed (NULL) dispatcher first
             raise _closed("unregister")
         value = self._token_value(token)
-        _flux_unregister(handle, value)
+        try:
+            _flux_unregister(handle, value)
+        except InvalidArgumentError as exc:
+            raise self._owned_error(value, exc) from None
         self._tokens.discard(value)
         self._names.pop(value, None)
 
@@ -656,6 +662,22 @@ class Dispatcher(Generic[P]):
         if token._dispatcher != self._serial:
             raise self._foreign_error(token)
         return token._value
+
+    def _owned_error(self, value: int, error: InvalidArgumentError) -> InvalidArgumentError:
+        """libflux refused to unregister a store's or a group's token: the
+        same error, saying how to end it in Python terms."""
+        for child in list(self._children):
+            token = getattr(child, "_token", None)
+            if token is not None and token._value == value:
+                return InvalidArgumentError(
+                    f"unregister: token {value} is the dispatch token of {child!r}: end it with the store's close()"
+                )
+        if "flux_store_group_release" in error.message:
+            # A group's (a Python StoreGroup does not keep its token).
+            return InvalidArgumentError(
+                f"unregister: token {value} belongs to a store group: end it with the group's release()"
+            )
+        return error
 
     def _foreign_error(self, token: Token) -> UnknownTokenError:
         return UnknownTokenError(

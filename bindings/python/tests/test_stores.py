@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import flux
+from flux.dispatcher import Token
 from flux.stores import live_objects
 
 
@@ -604,3 +605,30 @@ def test_has_changed_from_another_thread_is_refused(d: flux.Dispatcher[Any]) -> 
     store = Slow(d)
     d.dispatch("inc")
     assert results == [flux.NotDispatchingError, flux.NotDispatchingError]
+
+
+def test_unregister_of_a_store_or_group_token_is_refused(d: flux.Dispatcher[Any]) -> None:
+    # Facebook's usual way to detach a store; here the store owns its
+    # registration, so it must be closed instead (issue 15).
+    store = Counter(d)
+    listener = Spy()
+    store.add_listener(listener)
+    group_fn = Spy()
+    group = flux.StoreGroup([store], group_fn)
+    after = d.register(lambda payload: None)
+    # Nothing registered in between: the group's token precedes `after`.
+    group_token = Token(after._dispatcher, after.value - 1)
+    with pytest.raises(flux.InvalidArgumentError, match=r"store's close\(\)"):
+        d.unregister(store.dispatch_token)
+    with pytest.raises(flux.InvalidArgumentError, match=r"group's release\(\)"):
+        d.unregister(group_token)
+    # Nothing changed: the store, its listener and the group still work.
+    d.dispatch("inc")
+    d.dispatch("inc")
+    assert store.state == 2
+    assert listener.calls == 2
+    assert group_fn.calls == 2
+    group.release()
+    store.close()
+    d.dispatch("inc")
+    assert group_fn.calls == 2
