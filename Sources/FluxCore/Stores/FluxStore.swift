@@ -5,7 +5,9 @@ public protocol DispatchingStore<Payload>: AnyObject, Sendable {
     associatedtype Payload
     /// The dispatcher the store is registered with.
     var dispatcher: Dispatcher<Payload> { get }
-    /// The store's registration, for `waitFor` and `StoreGroup`.
+    /// The store's registration, for `waitFor` and `StoreGroup`. It is the
+    /// store's: `Dispatcher.unregister` refuses it (the store unregisters
+    /// when it is deallocated).
     var dispatchToken: DispatchToken { get }
 }
 
@@ -49,8 +51,9 @@ public final class Subscription: Sendable {
 ///     }
 ///     let sub = log.addListener { print("changed") }
 ///
-/// The dispatcher holds the store weakly: keep a reference to it. When the
-/// store goes away it unregisters itself.
+/// The dispatcher holds the store weakly: keep a reference to it (a
+/// `StoreGroup` over it keeps it too). When the store goes away it
+/// unregisters itself.
 ///
 /// Thread safety: `addListener` and `Subscription.remove` from any thread;
 /// `hasChanged` and `emitChange` only on the dispatching thread (see each).

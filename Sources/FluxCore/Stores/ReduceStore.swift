@@ -11,7 +11,7 @@ import Synchronization
 ///
 /// A `reduce` that throws fails the dispatch (the dispatcher rethrows that
 /// error) and the store keeps its state. The dispatcher holds the store
-/// weakly: keep a reference to it.
+/// weakly: keep a reference to it (a `StoreGroup` over it keeps it too).
 ///
 /// Thread safety: `state` and `addListener` from any thread; `hasChanged`
 /// only on the dispatching thread.

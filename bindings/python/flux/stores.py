@@ -315,7 +315,8 @@ class Store:
 
     @property
     def dispatch_token(self) -> Token:
-        """The store's registration, for ``wait_for`` and groups."""
+        """The store's registration, for ``wait_for`` and groups. It is the
+        store's: ``Dispatcher.unregister`` refuses it (use :meth:`close`)."""
         return self._token
 
     def has_changed(self) -> bool:
