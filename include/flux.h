@@ -95,9 +95,13 @@
  *
  * Versioning
  * ----------
- * Versions with the same major number are ABI compatible. The shared library's
- * SONAME is libflux.so.FLUX_VERSION_MAJOR. Compare flux_version() with
- * FLUX_VERSION_NUMBER to check at run time that header and library match.
+ * From 1.0 on, versions with the same major number are ABI compatible and
+ * the shared library's SONAME is libflux.so.FLUX_VERSION_MAJOR. While the
+ * major number is 0, the minor number plays its part: 0.x.y and 0.x.z are
+ * ABI compatible, 0.x and 0.(x+1) are not, and the SONAME is
+ * libflux.so.0.FLUX_VERSION_MINOR (0.2.0: libflux.so.0.2). Compare
+ * flux_version() with FLUX_VERSION_NUMBER to check at run time that header
+ * and library match. CHANGELOG.md says what changed in each version.
  */
 #ifndef FLUX_H
 #define FLUX_H
@@ -110,7 +114,7 @@ extern "C" {
 #endif
 
 #define FLUX_VERSION_MAJOR 0
-#define FLUX_VERSION_MINOR 1
+#define FLUX_VERSION_MINOR 2
 #define FLUX_VERSION_PATCH 0
 
 #define FLUX_STRINGIFY_(x) #x
@@ -656,21 +660,24 @@ FLUX_API flux_status flux_store_group_release(flux_store_group *g);
  */
 
 /** Reports an enqueued payload's outcome: called exactly once per
- *  flux_enqueue() call, with the payload as given and the status of its own
- *  dispatch (FLUX_OK, FLUX_ERR_CALLBACK_FAILED), or of flux_enqueue()'s
- *  refusal. It runs on the thread that dispatched the payload, with no
- *  callback running; the dispatcher is still dispatching (see
- *  flux_enqueue()). When status is not FLUX_OK, flux_last_error() describes
- *  the failure while it runs. */
-typedef void (*flux_done_fn)(void *payload, flux_status status);
+ *  flux_enqueue() call, with the context and the payload given to that call
+ *  and the status of the payload's own dispatch (FLUX_OK,
+ *  FLUX_ERR_CALLBACK_FAILED), or of flux_enqueue()'s refusal. It runs on the
+ *  thread that dispatched the payload, with no callback running; the
+ *  dispatcher is still dispatching (see flux_enqueue()). When status is not
+ *  FLUX_OK, flux_last_error() describes the failure while it runs.
+ *  (Changed in 0.2: done takes the call's context, like every other
+ *  callback of this header, so a binding finds its record for the call in
+ *  it, never by the payload's address.) */
+typedef void (*flux_done_fn)(void *context, void *payload, flux_status status);
 
 /**
  * Dispatches payload now, or after the running dispatch, never waiting.
  *
  * - Idle: dispatches payload on the calling thread (exactly as
- *   flux_dispatch()), runs done(payload, status), then runs every payload
- *   that got queued meanwhile, and returns the status of payload's own
- *   dispatch.
+ *   flux_dispatch()), runs done(context, payload, status), then runs every
+ *   payload that got queued meanwhile, and returns the status of payload's
+ *   own dispatch.
  * - A dispatch is running (on this thread -- from a callback or a done -- or
  *   on another): appends payload to the dispatcher's FIFO queue and returns
  *   FLUX_OK at once.
@@ -678,11 +685,12 @@ typedef void (*flux_done_fn)(void *payload, flux_status status);
  * The thread running a dispatch runs every queued payload, in FIFO order,
  * each a full dispatch of its own (flux_wait_for() works in each; callbacks
  * registered meanwhile take part), after its own dispatch and before its
- * flux_dispatch() or flux_enqueue() returns; then done(payload, status) for
- * that payload. A queued dispatch that fails does not stop the queue. Every
- * accepted payload is dispatched exactly once: one enqueued from another
- * thread just as the running dispatch ends is either run by that thread or
- * finds the dispatcher idle and is dispatched by its caller.
+ * flux_dispatch() or flux_enqueue() returns; then done(context, payload,
+ * status) for that payload, with the context given with it. A queued
+ * dispatch that fails does not stop the queue. Every accepted payload is
+ * dispatched exactly once: one enqueued from another thread just as the
+ * running dispatch ends is either run by that thread or finds the
+ * dispatcher idle and is dispatched by its caller.
  *
  * From the outermost call's start until it returns, draining included, the
  * dispatcher is dispatching: flux_is_dispatching() is 1, flux_dispatch()
@@ -692,18 +700,22 @@ typedef void (*flux_done_fn)(void *payload, flux_status status);
  *
  * @param payload  opaque, may be NULL; callbacks receive it as their payload.
  *                 It stays the caller's and must stay valid until done runs.
- * @param done     may be NULL.
+ * @param done     may be NULL. Runs exactly once per call (see flux_done_fn).
+ * @param context  passed to done as given; may be NULL. The library never
+ *                 reads it; done is where the caller lets go of it, whatever
+ *                 the outcome.
  * @return FLUX_OK: dispatched with success, or queued.
  *         FLUX_ERR_CALLBACK_FAILED: dispatched at once, and a callback
  *         failed (as flux_dispatch()).
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_NO_MEMORY: the queue could not grow.
- *         On these three errors done(payload, status) has run, at once,
- *         before this returns.
+ *         On these three errors done(context, payload, status) has run,
+ *         at once, before this returns.
  * Threads: any thread, from inside a callback or a done too; never waits for
  *          a running dispatch.
  */
-FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_fn done);
+FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_fn done,
+                                  void *context);
 
 /* ------------------------------------------------------------------------ */
 /* Observer                                                                 */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-install.sh -- `make install DESTDIR=<scratch> PREFIX=/usr/local`, then
+# check-install.sh SONAME -- `make install DESTDIR=<scratch> PREFIX=/usr/local`, then
 # the README's C example (examples/readme.c) compiled and linked through
 # pkg-config against that installed copy only, and run. The installed library
 # must carry no RPATH/RUNPATH. Run from the repository root (make check-install).
@@ -7,10 +7,11 @@ set -euo pipefail
 dest=$(mktemp -d "${TMPDIR:-/tmp}/libflux-install.XXXXXX")
 trap 'rm -rf "$dest"' EXIT
 prefix=/usr/local
+soname=${1:?usage: check-install.sh SONAME}
 
 make --no-print-directory install DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 libdir=$dest$prefix/lib
-for f in "$libdir/libflux.so" "$libdir/libflux.so.0" "$dest$prefix/include/flux.h" "$libdir/pkgconfig/flux.pc"; do
+for f in "$libdir/libflux.so" "$libdir/$soname" "$dest$prefix/include/flux.h" "$libdir/pkgconfig/flux.pc"; do
     [ -e "$f" ] || { echo "check-install: $f not installed" >&2; exit 1; }
 done
 if readelf -d "$libdir/libflux.so" | grep -qE '\((RPATH|RUNPATH)\)'; then

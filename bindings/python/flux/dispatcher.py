@@ -175,7 +175,7 @@ _enqueued: dict[int, deque[_Enqueued]] = {}
 _enqueued_lock = threading.Lock()
 
 
-def _on_done(address: int | None, status: int) -> None:
+def _on_done(context: int | None, address: int | None, status: int) -> None:
     with _enqueued_lock:
         records = _enqueued.get(address or 0)
         if not records:
@@ -449,7 +449,7 @@ class Dispatcher(Generic[P]):
             if records is None:
                 records = _enqueued[address] = deque()
             records.append(record)
-        status = _flux_enqueue(handle, address, _DONE)
+        status = _flux_enqueue(handle, address, _DONE, None)
         if status and status != _CALLBACK_FAILED:
             # Refused: done has run and taken the record out again.
             raise _closed("enqueue") if self._handle is None else _status_error(status)
