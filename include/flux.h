@@ -79,7 +79,9 @@
  *   - a dispatcher another thread of the parent was dispatching can never
  *     finish that dispatch: flux_dispatch() on it fails at once with
  *     FLUX_ERR_ALREADY_DISPATCHING (the message says the process forked),
- *     flux_dispatcher_destroy() too, flux_is_dispatching() stays 1. Leave
+ *     flux_enqueue() too (its done runs at once with that status, since
+ *     no dispatch would ever drain the queue), flux_dispatcher_destroy()
+ *     too, flux_is_dispatching() stays 1. Leave
  *     it; make a new dispatcher if the child needs one;
  *   - a dispatch the forking thread itself was running (fork() from a
  *     callback) goes on in the child as in the parent;
@@ -164,7 +166,8 @@ typedef enum flux_status {
     FLUX_ERR_UNKNOWN_TOKEN = 2,
     /** flux_dispatch() from inside a callback of the same dispatcher;
      *  flux_dispatcher_destroy() or flux_store_destroy() while a dispatch
-     *  runs. */
+     *  runs; in a child process, flux_dispatch() or flux_enqueue() on a
+     *  dispatch the fork orphaned (see "fork"). */
     FLUX_ERR_ALREADY_DISPATCHING = 3,
     /** flux_wait_for() while this thread is not running a dispatch of this
      *  dispatcher; flux_store_has_changed(), flux_store_emit_change() or
@@ -709,8 +712,11 @@ typedef void (*flux_done_fn)(void *context, void *payload, flux_status status);
  *         failed (as flux_dispatch()).
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_NO_MEMORY: the queue could not grow.
- *         On these three errors done(context, payload, status) has run,
- *         at once, before this returns.
+ *         FLUX_ERR_ALREADY_DISPATCHING: in a child process, d was being
+ *         dispatched by another thread of the parent at the fork (see
+ *         "fork"): no dispatch will ever run its queue.
+ *         On these errors, and when the dispatch at once failed,
+ *         done(context, payload, status) has run before this returns.
  * Threads: any thread, from inside a callback or a done too; never waits for
  *          a running dispatch.
  */

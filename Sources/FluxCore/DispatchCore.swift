@@ -743,7 +743,8 @@ import Synchronization
         case dispatched(DispatchError<Callback.Failure>?)
         /// Queued for the thread running the dispatch; completion runs there.
         case queued
-        /// Refused (closed, out of memory); completion has run with it.
+        /// Refused (closed, out of memory, orphaned by fork()); completion
+        /// has run with it.
         case refused(FluxError)
     }
 
@@ -784,6 +785,9 @@ import Synchronization
         if isClosed { return .some(.closed) }
         var current = state.load(ordering: .relaxed)
         while true {
+            // A dispatch orphaned by fork() never drains its queue: refuse,
+            // as dispatch does, so the completion runs now, not never.
+            if current & Self.orphanedBit != 0 { return .some(.orphaned) }
             if current & Self.dispatchingBit == 0 {
                 // Idle: the dispatch ended before we got here (never lost).
                 let (exchanged, original) = state.compareExchange(
