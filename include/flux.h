@@ -53,6 +53,19 @@
  * the dispatching thread, which runs it before its own call returns.
  * Observer hooks run on the dispatching thread.
  *
+ * Returning
+ * ---------
+ * Every function the library calls -- a callback, a store's reduce, equal
+ * and release_state, a listener or group function, an observer hook, an
+ * enqueue's done, a destroy function -- must return normally. Unwinding
+ * through libflux (longjmp() out of it, a C++ exception, a host language's
+ * error escaping a native callback: a Lua error(), a Ruby raise) is
+ * undefined behaviour, and in practice leaves the dispatcher dispatching
+ * for good: every later dispatch is refused or waits forever. A binding
+ * catches everything at the boundary, turns it into the function's failure
+ * value (a callback's or reduce's non-zero return, flux_store_listener_fail()
+ * for a listener), and raises it again once the libflux call has returned.
+ *
  * Depth
  * -----
  * Every callback that flux_wait_for() runs is one more link of a chain on
@@ -188,7 +201,8 @@ typedef enum flux_status {
 
 /** A registered callback. context is the pointer given to flux_register();
  *  payload the pointer given to flux_dispatch(), borrowed for this call.
- *  Return 0 to go on; any other value aborts the dispatch. */
+ *  Return 0 to go on; any other value aborts the dispatch. It must return
+ *  (see "Returning" above): never unwind through the library. */
 typedef int (*flux_callback)(void *context, const void *payload);
 
 /** Releases a context handed to flux_register() (or a closure's userdata). */
@@ -665,10 +679,13 @@ FLUX_API flux_status flux_store_group_release(flux_store_group *g);
 /** Reports an enqueued payload's outcome: called exactly once per
  *  flux_enqueue() call, with the context and the payload given to that call
  *  and the status of the payload's own dispatch (FLUX_OK,
- *  FLUX_ERR_CALLBACK_FAILED), or of flux_enqueue()'s refusal. It runs on the
+ *  FLUX_ERR_CALLBACK_FAILED, FLUX_ERR_TOO_DEEP), or of flux_enqueue()'s
+ *  refusal (FLUX_ERR_INVALID_ARGUMENT, FLUX_ERR_NO_MEMORY,
+ *  FLUX_ERR_ALREADY_DISPATCHING: see flux_enqueue()). It runs on the
  *  thread that dispatched the payload, with no callback running; the
  *  dispatcher is still dispatching (see flux_enqueue()). When status is not
- *  FLUX_OK, flux_last_error() describes the failure while it runs.
+ *  FLUX_OK, flux_last_error() describes the failure while it runs. Like
+ *  every function the library calls, it must return (see "Returning").
  *  (Changed in 0.2: done takes the call's context, like every other
  *  callback of this header, so a binding finds its record for the call in
  *  it, never by the payload's address.) */
@@ -710,6 +727,9 @@ typedef void (*flux_done_fn)(void *context, void *payload, flux_status status);
  * @return FLUX_OK: dispatched with success, or queued.
  *         FLUX_ERR_CALLBACK_FAILED: dispatched at once, and a callback
  *         failed (as flux_dispatch()).
+ *         FLUX_ERR_TOO_DEEP: dispatched at once, and a flux_wait_for()
+ *         chain went too deep for the stack (see "Depth"; as
+ *         flux_dispatch()).
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_NO_MEMORY: the queue could not grow.
  *         FLUX_ERR_ALREADY_DISPATCHING: in a child process, d was being
@@ -742,7 +762,8 @@ FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_f
  *   the call then returns -- then the begin/end pairs of the callbacks it
  *   runs, nested inside the waiter's pair;
  *   dispatch_end(payload, status) last, status being what the dispatch ends
- *   with (FLUX_OK or FLUX_ERR_CALLBACK_FAILED).
+ *   with (FLUX_OK, FLUX_ERR_CALLBACK_FAILED, or FLUX_ERR_TOO_DEEP when a
+ *   flux_wait_for() chain went too deep: see "Depth").
  *
  * Queued dispatches (flux_enqueue()) report their own begin and end. A
  * flux_dispatch() refused with FLUX_ERR_ALREADY_DISPATCHING reports nothing;
