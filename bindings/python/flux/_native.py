@@ -241,8 +241,11 @@ flux_dispatch = declare("flux_dispatch", c_int, (c_void_p, c_void_p))
 # array they keep alive across the call (an int converts fastest).
 flux_wait_for = declare("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
 flux_is_dispatching = declare("flux_is_dispatching", c_int, (c_void_p,))
-#: flux_done_fn: void (*)(void *context, void *payload, flux_status status)
-DONE = CFUNCTYPE(None, c_void_p, c_void_p, c_int)
+#: flux_done_fn: void (*)(void *context, void *payload, flux_status status).
+#: Dispatcher.enqueue's context is the call's record, a PyObject* that
+#: _in_flight keeps alive until done runs, so the trampoline receives the
+#: record itself.
+DONE = CFUNCTYPE(None, ctypes.py_object, c_void_p, c_int)
 # No errcheck: Dispatcher.enqueue tests the status (a failed own dispatch
 # re-raises the callback's exception, as dispatch does).
 flux_enqueue = declare("flux_enqueue", c_int, (c_void_p, c_void_p, DONE, c_void_p))

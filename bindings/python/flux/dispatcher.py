@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable
 from ctypes import ArgumentError, addressof, byref, c_uint64
 from threading import get_ident
@@ -152,11 +150,12 @@ def _closed(operation: str) -> InvalidArgumentError:
 # -- enqueue's done --------------------------------------------------------
 #
 # flux_enqueue hands libflux the payload's PyObject* (callbacks must receive
-# that very object) and one module-level done trampoline. The trampoline finds
-# the call's record by the payload's address: the record keeps the payload
-# alive until done has run, so the address cannot be reused meanwhile; one
-# object enqueued several times has one record per call, in FIFO order (the
-# order its dones run in, for one dispatcher).
+# that very object), one module-level done trampoline, and the call's own
+# record as done's context (a PyObject* too): done gets the record of the
+# very call it reports, whatever other calls, on this dispatcher or another,
+# enqueued the same payload. _in_flight keeps each record (and through it
+# the payload) alive from the call until its done has run: libflux runs
+# done exactly once per call, so nothing is left behind.
 
 
 class _Enqueued:
@@ -171,19 +170,16 @@ class _Enqueued:
         self.done = False
 
 
-_enqueued: dict[int, deque[_Enqueued]] = {}
-_enqueued_lock = threading.Lock()
+#: The records of calls whose done has not run yet (a set: adding and
+#: discarding are atomic under the GIL, no lock needed).
+_in_flight: set[_Enqueued] = set()
 
 
-def _on_done(context: int | None, address: int | None, status: int) -> None:
-    with _enqueued_lock:
-        records = _enqueued.get(address or 0)
-        if not records:
-            _native.stray["done"] = _native.stray.get("done", 0) + 1
-            return
-        record = records.popleft()
-        if not records:
-            del _enqueued[address or 0]
+def _on_done(record: object, address: int | None, status: int) -> None:
+    if type(record) is not _Enqueued or record not in _in_flight:
+        _native.stray["done"] = _native.stray.get("done", 0) + 1
+        return
+    _in_flight.discard(record)
     record.done = True
     if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
@@ -442,16 +438,11 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("enqueue")
-        address = _id(payload)
         record = _Enqueued(payload, on_error, self._pending, self._queued_errors)
-        with _enqueued_lock:
-            records = _enqueued.get(address)
-            if records is None:
-                records = _enqueued[address] = deque()
-            records.append(record)
-        status = _flux_enqueue(handle, address, _DONE, None)
+        _in_flight.add(record)
+        status = _flux_enqueue(handle, _id(payload), _DONE, _id(record))
         if status and status != _CALLBACK_FAILED:
-            # Refused: done has run and taken the record out again.
+            # Refused: done has run and let the record go.
             raise _closed("enqueue") if self._handle is None else _status_error(status)
         if record.done and self._queued_errors:
             # Dispatched here, so this call ran the queue (the payload's own

@@ -207,3 +207,64 @@ def test_enqueue_racing_the_end_of_dispatches(d: flux.Dispatcher[Any]) -> None:
         w.join()
     assert len(seen) == 900
     assert set(seen.values()) == {1}
+
+
+def test_same_payload_on_two_dispatchers_reaches_the_on_error_of_its_own_call() -> None:
+    # Issue 15 item 6: records were keyed by the payload's address across
+    # all dispatchers, so d2's done took d1's record (and its on_error).
+    payload = object()
+    errors1: list[BaseException] = []
+    errors2: list[BaseException] = []
+    with flux.Dispatcher[Any]() as d1, flux.Dispatcher[Any]() as d2:
+
+        def one(p: object) -> None:
+            if p is payload:
+                raise Boom("from d1")
+            # d1 is dispatching: queued, its done runs after this dispatch.
+            d1.enqueue(payload, on_error=errors1.append)
+            # d2 is idle: dispatched (and failed) at once, done at once.
+            d2.enqueue(payload, on_error=errors2.append)
+
+        def two(p: object) -> None:
+            raise Boom("from d2")
+
+        d1.register(one)
+        d2.register(two)
+        d1.dispatch("start")
+    assert [str(e) for e in errors1] == ["from d1"]
+    assert [str(e) for e in errors2] == ["from d2"]
+
+
+def test_an_enqueue_record_lives_exactly_until_its_done() -> None:
+    # Each call's record travels as its done's context, kept alive only
+    # while the call is in flight: none is left once every done ran, and
+    # none keeps the payload alive.
+    import gc
+    import weakref
+
+    from flux import dispatcher as module
+
+    class Payload:
+        pass
+
+    held = [Payload()]
+    ref = weakref.ref(held[0])
+    in_flight: list[int] = []
+    with flux.Dispatcher[Any]() as d:
+
+        def cb(p: object) -> None:
+            if p == "start":
+                d.enqueue(held[0], on_error=lambda exc: None)
+                d.enqueue(held[0])
+                in_flight.append(len(module._in_flight))
+            elif p is held[0]:
+                raise Boom("queued")
+
+        d.register(cb)
+        with pytest.raises(Boom):
+            d.dispatch("start")
+    assert in_flight == [2], "each queued call has its record in flight"
+    assert not module._in_flight, "every record was let go when its done ran"
+    held.clear()
+    gc.collect()
+    assert ref() is None, "a record kept the payload alive"
