@@ -404,7 +404,9 @@ class Dispatcher(Generic[P]):
         if status:
             # Raised here, so the traceback goes dispatch -> the callback.
             error = self._dispatch_error(status)
-            if status == _CALLBACK_FAILED and self._queued_errors:
+            if (status == _CALLBACK_FAILED or status == _TOO_DEEP) and self._queued_errors:
+                # This call ran the queue too: what failed there with no
+                # on_error comes out now, attached to the call's own error.
                 _raise_queued(self._queued_errors, error)
             raise error
         if _escaped:
@@ -425,11 +427,15 @@ class Dispatcher(Generic[P]):
         dispatches every queued payload, in order, each a full dispatch of
         its own, before its own ``dispatch``/``enqueue`` returns.
 
-        A failed dispatch of ``payload`` (the exception a callback raised) is
-        given to ``on_error(exc)`` when passed, on the thread that ran it.
-        Otherwise the outermost ``dispatch``/``enqueue`` call of that thread
-        raises it once the queue has drained: the first failure, with any
-        later ones attached as notes (``add_note``).
+        A failed dispatch of ``payload`` (the exception a callback raised,
+        or :class:`~flux.TooDeepError` for a ``wait_for`` chain too deep) is
+        given to ``on_error(exc)`` when passed, on the thread that ran it,
+        and to nothing else. Otherwise the outermost ``dispatch``/``enqueue``
+        call of that thread raises it once the queue has drained -- this
+        very call when it dispatched ``payload`` at once -- the first
+        failure, with any later ones attached as notes (``add_note``).
+        Either way each failure is reported exactly once, never by a later
+        call.
 
         :raises BaseException: as above.
         :raises InvalidArgumentError: the dispatcher is closed.
@@ -441,7 +447,7 @@ class Dispatcher(Generic[P]):
         record = _Enqueued(payload, on_error, self._pending, self._queued_errors)
         _in_flight.add(record)
         status = _flux_enqueue(handle, _id(payload), _DONE, _id(record))
-        if status and status != _CALLBACK_FAILED:
+        if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
             # Refused: done has run and let the record go.
             raise _closed("enqueue") if self._handle is None else _status_error(status)
         if record.done and self._queued_errors:
