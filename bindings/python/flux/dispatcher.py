@@ -175,6 +175,19 @@ class _Enqueued:
 _in_flight: set[_Enqueued] = set()
 
 
+def _continues(later: BaseException, earlier: BaseException) -> bool:
+    """Whether ``later`` is ``earlier`` again, or was raised while handling
+    (or from) it: the same failure unwinding one dispatch."""
+    seen: set[int] = set()
+    exc: BaseException | None = later
+    while exc is not None and _id(exc) not in seen:
+        if exc is earlier:
+            return True
+        seen.add(_id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _on_done(record: object, address: int | None, status: int) -> None:
     if type(record) is not _Enqueued or record not in _in_flight:
         _native.stray["done"] = _native.stray.get("done", 0) + 1
@@ -184,14 +197,22 @@ def _on_done(record: object, address: int | None, status: int) -> None:
     if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
     ident = get_ident()
-    # This dispatch's entries are the trailing ones with its payload; any
-    # before them belong to the failed dispatch that is draining the queue.
+    # This dispatch's entries are the trailing ones with its payload (or
+    # none known: a store's listener) that continue one failure: its first
+    # exception, then the same object re-raised by unwinding waiters, or one
+    # raised while handling it. Any before them belong to the failed
+    # dispatch that is draining the queue, whose call raises them.
     exc = None
     entries = record.pending.get(ident)
+    later: BaseException | None = None
     while entries and (entries[-1][0] is record.payload or entries[-1][0] is _native.UNKNOWN_PAYLOAD):
-        last = entries.pop()[1]
+        earlier = entries[-1][1]
+        if later is not None and not _continues(later, earlier):
+            break  # a failure of an earlier dispatch
+        entries.pop()
         if exc is None:
-            exc = last  # the last raised, as dispatch() re-raises
+            exc = earlier  # the last raised, as dispatch() re-raises
+        later = earlier
     if entries is not None and not entries:
         del record.pending[ident]
     if exc is None:  # a native callback failed: no Python exception

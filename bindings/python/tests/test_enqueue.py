@@ -268,3 +268,46 @@ def test_an_enqueue_record_lives_exactly_until_its_done() -> None:
     held.clear()
     gc.collect()
     assert ref() is None, "a record kept the payload alive"
+
+
+@pytest.mark.parametrize("queued_fails", ["no", "raises", "raises, with on_error"])
+def test_a_listener_that_enqueues_then_raises_has_dispatch_raise_its_own_exception(queued_fails: str) -> None:
+    # Issue 15 item 7: the queued dispatch's done took the listener's
+    # exception (parked with no payload) for its own, and dispatch raised a
+    # generic CallbackFailedError instead of the listener's KeyError.
+    mine = KeyError("the listener's")
+    queued = ValueError("the queued dispatch's")
+    handed: list[BaseException] = []
+    with flux.Dispatcher[Any]() as d:
+
+        class Counter(flux.ReduceStore[int]):
+            def get_initial_state(self) -> int:
+                return 0
+
+            def reduce(self, state: int, action: Any) -> int:
+                if action == "queued" and queued_fails != "no":
+                    raise queued
+                return state + 1
+
+        store = Counter(d)
+
+        def listener() -> None:
+            if store.state == 1:
+                if queued_fails == "raises, with on_error":
+                    d.enqueue("queued", on_error=handed.append)
+                else:
+                    d.enqueue("queued")
+                raise mine
+
+        store.add_listener(listener)
+        with pytest.raises(KeyError) as info:
+            d.dispatch("go")
+        assert info.value is mine
+        notes = getattr(info.value, "__notes__", [])
+        if queued_fails == "raises":
+            assert any("ValueError: the queued dispatch's" in note for note in notes), notes
+        else:
+            assert not notes
+        assert handed == ([queued] if queued_fails == "raises, with on_error" else [])
+        d.dispatch("after")  # nothing left over
+        store.close()
