@@ -416,8 +416,9 @@ import Synchronization
     ///
     /// - Throws: `.flux(alreadyDispatching)` from inside a callback on the
     ///   dispatching thread (the running dispatch goes on unharmed);
-    ///   `.callback(failure, token)` when a callback failed: the dispatch was
-    ///   aborted and the dispatcher is idle again.
+    ///   `.callback(failure, token)` when a callback failed, or
+    ///   `.flux(tooDeep)` when a `waitFor` chain went too deep: the dispatch
+    ///   was aborted and the dispatcher is idle again.
     @inlinable @inline(__always)
     @_spi(Engine) public func dispatch(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
         let me = currentThreadID()
