@@ -466,8 +466,19 @@ class Dispatcher(Generic[P]):
         if handle is None:
             raise _closed("enqueue")
         record = _Enqueued(payload, on_error, self._pending, self._queued_errors)
+        address, context = _id(payload), _id(record)
         _in_flight.add(record)
-        status = _flux_enqueue(handle, _id(payload), _DONE, _id(record))
+        try:
+            status = _flux_enqueue(handle, address, _DONE, context)
+        except (ArgumentError, RecursionError) as exc:
+            # The call failed before libflux ran (at the recursion limit,
+            # calling it or converting its arguments): no done will let the
+            # record go. Any other exception came after libflux returned,
+            # and a queued record must stay alive for its done.
+            _in_flight.discard(record)
+            if isinstance(exc, ArgumentError):
+                raise _argument_error(exc) from None
+            raise
         if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
             # Refused: done has run and let the record go.
             raise _closed("enqueue") if self._handle is None else _status_error(status)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from ctypes import ArgumentError
 from typing import Any
 
 import pytest
@@ -311,3 +312,25 @@ def test_a_listener_that_enqueues_then_raises_has_dispatch_raise_its_own_excepti
         assert handed == ([queued] if queued_fails == "raises, with on_error" else [])
         d.dispatch("after")  # nothing left over
         store.close()
+
+
+@pytest.mark.parametrize("failure", ["ArgumentError", "RecursionError"])
+def test_no_record_is_left_when_enqueue_fails_before_reaching_libflux(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    # Near the recursion limit the ctypes call fails before libflux is
+    # called: calling it raises RecursionError, or converting its arguments
+    # does, wrapped in ArgumentError. No done will ever let that call's
+    # record go, so enqueue must.
+    from flux import dispatcher as module
+
+    def refuse(*args: object) -> int:
+        if failure == "ArgumentError":
+            raise ArgumentError("argument 2: RecursionError: maximum recursion depth exceeded")
+        raise RecursionError("maximum recursion depth exceeded while calling a Python object")
+
+    monkeypatch.setattr(module, "_flux_enqueue", refuse)
+    with pytest.raises(RecursionError) as info:
+        d.enqueue(1)
+    assert not isinstance(info.value, ArgumentError), "ctypes' wrapper leaked out"
+    assert not module._in_flight, "the record was left behind"
