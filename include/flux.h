@@ -94,8 +94,8 @@
  *     FLUX_ERR_ALREADY_DISPATCHING (the message says the process forked),
  *     flux_enqueue() too (its done runs at once with that status, since
  *     no dispatch would ever drain the queue), flux_dispatcher_destroy()
- *     too, flux_is_dispatching() stays 1. Leave
- *     it; make a new dispatcher if the child needs one;
+ *     too, flux_is_dispatching() stays 1. Leave it; make a new dispatcher
+ *     if the child needs one;
  *   - a dispatch the forking thread itself was running (fork() from a
  *     callback) goes on in the child as in the parent;
  *   - calls another thread of the parent had in flight on a dispatcher
@@ -735,8 +735,9 @@ typedef void (*flux_done_fn)(void *context, void *payload, flux_status status);
  *         FLUX_ERR_ALREADY_DISPATCHING: in a child process, d was being
  *         dispatched by another thread of the parent at the fork (see
  *         "fork"): no dispatch will ever run its queue.
- *         On these errors, and when the dispatch at once failed,
- *         done(context, payload, status) has run before this returns.
+ *         Whatever it returns, done(context, payload, status) has already
+ *         run, except when payload was queued: then it runs on the thread
+ *         that dispatches it.
  * Threads: any thread, from inside a callback or a done too; never waits for
  *          a running dispatch.
  */
