@@ -65,7 +65,10 @@ MINOR   := $(call field,MINOR)
 PATCH   := $(call field,PATCH)
 VERSION := $(MAJOR).$(MINOR).$(PATCH)
 
-SONAME   := libflux.so.$(MAJOR)
+# flux.h, "Versioning": the major number names the ABI, or while it is 0,
+# 0.MINOR does (0.1 and 0.2 are not compatible).
+ABI      := $(if $(filter 0,$(MAJOR)),0.$(MINOR),$(MAJOR))
+SONAME   := libflux.so.$(ABI)
 REALNAME := libflux.so.$(VERSION)
 LIB      := $(B)/lib/libflux.so
 SWIFT_SOURCES := $(shell find Sources -type f) Package.swift support/flux.map
@@ -188,14 +191,14 @@ check-types: $(call needs_venv,$(TYPES_PYTHON))
 	MYPYPATH=bindings/python $(TYPES_PYTHON) -m mypy --strict examples/readme.py
 
 # Exported symbols are exactly the header's FLUX_API functions; SONAME
-# libflux.so.MAJOR; no RPATH/RUNPATH.
+# libflux.so.$(ABI); no RPATH/RUNPATH.
 check-abi: $(LIB)
 	support/check-abi.sh $(B)/lib/$(REALNAME) include/flux.h $(SONAME)
 
 # make install into a scratch DESTDIR, then the README's C example built
 # through pkg-config against that copy and run.
 check-install: $(LIB)
-	support/check-install.sh
+	support/check-install.sh $(SONAME)
 
 # pip install ./bindings/python into a fresh virtual environment from a copy
 # of the tree with no library built: the install builds it, or fails clearly.

@@ -476,7 +476,7 @@ static int run_enqueue(void *arg, uint64_t iters)
 {
     flux_arg *a = arg;
     for (uint64_t i = 0; i < iters; i++) {
-        flux_status s = flux_enqueue(a->d, (void *)&g_payload, NULL);
+        flux_status s = flux_enqueue(a->d, (void *)&g_payload, NULL, NULL);
         if (s != FLUX_OK) {
             api_error("flux_enqueue", s);
             return -1;
@@ -494,7 +494,7 @@ static int cb_enqueue_once(void *context, const void *payload)
 {
     (void)context;
     if (payload == &g_trigger)
-        return flux_enqueue(g_enqueue_target, (void *)&g_payload, NULL) == FLUX_OK ? 0 : 1;
+        return flux_enqueue(g_enqueue_target, (void *)&g_payload, NULL, NULL) == FLUX_OK ? 0 : 1;
     return 0;
 }
 static int run_dispatch_queueing(void *arg, uint64_t iters)

@@ -10,12 +10,17 @@
  *   0 [s] [flags] [w1] [w2] [w3] [o]  register slot s with a behaviour:
  *       flags bit 0: return non-zero; bits 1-2: wait_for on 0-3 slots'
  *       tokens (w1..w3, stale or never-issued ones included); bit 3:
- *       unregister slot o; bit 4: register slot o (from inside the callback)
+ *       unregister slot o; bit 4: register slot o; bit 5: flux_enqueue a
+ *       payload (from inside the callback; at most ENQUEUES per operation,
+ *       so cascades end)
  *   1 [s]  unregister slot s          2  dispatch
  *   3      wait_for outside a dispatch
  *   4      destroy the dispatcher, make a new one
- *   5      dispatch twice
- * Any disagreement aborts: libFuzzer reports it as a crash.
+ *   5      dispatch, then flux_enqueue on the idle dispatcher
+ * Queued payloads run FIFO after the dispatch that queued them, each a
+ * dispatch of its own, each followed by its done, which must get the
+ * context of its own call. Any disagreement aborts: libFuzzer reports it as
+ * a crash.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,7 +30,7 @@
 
 #include <flux.h>
 
-enum { SLOTS = 10, TRACE = 8192, MAX_STEPS = 64 };
+enum { SLOTS = 10, TRACE = 8192, MAX_STEPS = 64, ENQUEUES = 4 };
 enum { NOT_RUN, PENDING, HANDLED };
 
 #define CHECK(cond)                                                              \
@@ -42,6 +47,7 @@ typedef struct behaviour {
     int waits[3];
     int unregister;  /* a slot, or -1 */
     int register_;   /* a slot, or -1 */
+    bool enqueue;
 } behaviour;
 
 static behaviour behaviours[SLOTS];
@@ -64,6 +70,18 @@ static bool r_registered[SLOTS];
 static flux_token r_token[SLOTS];  /* the latest token (stale once unregistered) */
 static int r_destroyed[SLOTS];
 static trace r_trace;
+/* Payload ids count up from 1 per operation; each call's done context is
+ * tags[id], so done can check it got the context of its own call. */
+static int r_budget, r_enqueued;
+static char tags[ENQUEUES + 2];
+
+/* done: 1000 + 10 * payload id + status in the trace. */
+static void r_done(void *context, void *payload, flux_status status)
+{
+    int id = (int)(intptr_t)payload;
+    CHECK(id >= 1 && id <= ENQUEUES + 1 && context == &tags[id]);
+    push(&r_trace, 1000 + 10 * id + (int)status);
+}
 
 static void on_destroy(void *context)
 {
@@ -104,6 +122,11 @@ static int r_callback(void *context, const void *payload)
     }
     if (b->register_ >= 0 && !r_registered[b->register_])
         push(&r_trace, 300 + r_register(b->register_));
+    if (b->enqueue && r_budget > 0) {
+        r_budget--;
+        int id = ++r_enqueued;
+        push(&r_trace, 400 + flux_enqueue(d, (void *)(intptr_t)id, r_done, &tags[id]));
+    }
     CHECK(flux_dispatch(d, NULL) == FLUX_ERR_ALREADY_DISPATCHING);
     push(&r_trace, -1 - s);
     return b->fail ? 1 : 0;
@@ -116,6 +139,8 @@ static flux_token m_token[SLOTS];
 static flux_token m_next;
 static int m_owed[SLOTS];  /* destroys owed so far */
 static trace m_trace;
+static int m_budget, m_enqueued;
+static int m_queue[ENQUEUES + 1], m_queued; /* FIFO; at most ENQUEUES per operation */
 
 /* One dispatch: participants fixed at its start, identified by the token
  * they had then. */
@@ -188,13 +213,19 @@ static void m_callback(int s)
         m_token[b->register_] = m_next++;  /* joins the next dispatch */
         push(&m_trace, 300 + FLUX_OK);
     }
+    if (b->enqueue && m_budget > 0) {
+        m_budget--;
+        m_queue[m_queued++] = ++m_enqueued;  /* a dispatch is running: queued */
+        push(&m_trace, 400 + FLUX_OK);
+    }
     push(&m_trace, -1 - s);
     m_phase[s] = HANDLED;
     if (b->fail)
         m_aborted = true;
 }
 
-static flux_status m_dispatch(void)
+/* One dispatch, queue aside. */
+static flux_status m_run(void)
 {
     int order[SLOTS], n = 0;
     for (int s = 0; s < SLOTS; s++) {
@@ -222,6 +253,35 @@ static flux_status m_dispatch(void)
     return m_aborted ? FLUX_ERR_CALLBACK_FAILED : FLUX_OK;
 }
 
+/* The queue, FIFO, each payload a dispatch of its own and then its done;
+ * callbacks registered meanwhile take part. */
+static void m_drain(void)
+{
+    for (int i = 0; i < m_queued; i++) {
+        flux_status st = m_run();
+        push(&m_trace, 1000 + 10 * m_queue[i] + (int)st);
+    }
+    m_queued = 0;
+}
+
+static flux_status m_dispatch(void)
+{
+    flux_status st = m_run();
+    m_drain();
+    return st;
+}
+
+/* flux_enqueue on an idle dispatcher: dispatched at once, its done, then
+ * the queue. */
+static flux_status m_enqueue(void)
+{
+    int id = ++m_enqueued;
+    flux_status st = m_run();
+    push(&m_trace, 1000 + 10 * id + (int)st);
+    m_drain();
+    return st;
+}
+
 /* ---- both --------------------------------------------------------------- */
 
 static void compare(void)
@@ -234,13 +294,29 @@ static void compare(void)
     CHECK(!flux_is_dispatching(d));
 }
 
-static void dispatch_both(void)
+/* One operation's enqueue bookkeeping, the same on both sides. */
+static void reset_enqueues(void)
+{
+    r_budget = m_budget = ENQUEUES;
+    r_enqueued = m_enqueued = 0;
+    m_queued = 0;
+}
+
+static void dispatch_both(bool enqueue)
 {
     m_trace.n = r_trace.n = 0;
-    flux_status want = m_dispatch();
-    flux_status got = flux_dispatch(d, NULL);
+    flux_status want, got;
+    if (enqueue) {
+        want = m_enqueue();
+        int id = ++r_enqueued;
+        got = flux_enqueue(d, (void *)(intptr_t)id, r_done, &tags[id]);
+    } else {
+        want = m_dispatch();
+        got = flux_dispatch(d, NULL);
+    }
     if (got != want || r_trace.n != m_trace.n || memcmp(r_trace.v, m_trace.v, (size_t)r_trace.n * sizeof(int))) {
-        fprintf(stderr, "dispatch: libflux %d (%s), model %d\n  libflux:", got, flux_last_error(), want);
+        fprintf(stderr, "%s: libflux %d (%s), model %d\n  libflux:", enqueue ? "enqueue" : "dispatch", got,
+                flux_last_error(), want);
         for (int i = 0; i < r_trace.n; i++)
             fprintf(stderr, " %d", r_trace.v[i]);
         fprintf(stderr, "\n  model:  ");
@@ -284,6 +360,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t p = 0;
 #define NEXT() (p < size ? data[p++] : 0)
     for (int step = 0; p < size && step < MAX_STEPS; step++) {
+        reset_enqueues();
         switch (NEXT() % 6) {
         case 0: {
             int s = NEXT() % SLOTS;
@@ -293,7 +370,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (m_registered[s])
                 break;
             behaviour b = {(flags & 1) != 0, (flags >> 1) & 3, {w1, w2, w3},
-                           (flags & 8) ? o : -1, (flags & 16) ? o : -1};
+                           (flags & 8) ? o : -1, (flags & 16) ? o : -1, (flags & 32) != 0};
             behaviours[s] = b;
             CHECK(r_register(s) == FLUX_OK);
             m_registered[s] = true;
@@ -313,11 +390,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
         case 5:
-            dispatch_both();
+            dispatch_both(false);
             compare();
-            /* fall through */
+            reset_enqueues();
+            dispatch_both(true);
+            break;
         case 2:
-            dispatch_both();
+            dispatch_both(false);
             break;
         case 3: {
             flux_token t = r_token[0];

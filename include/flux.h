@@ -54,6 +54,19 @@
  * the dispatching thread, which runs it before its own call returns.
  * Observer hooks run on the dispatching thread.
  *
+ * Returning
+ * ---------
+ * Every function the library calls -- a callback, a store's reduce, equal
+ * and release_state, a listener or group function, an observer hook, an
+ * enqueue's done, a destroy function -- must return normally. Unwinding
+ * through libflux (longjmp() out of it, a C++ exception, a host language's
+ * error escaping a native callback: a Lua error(), a Ruby raise) is
+ * undefined behaviour, and in practice leaves the dispatcher dispatching
+ * for good: every later dispatch is refused or waits forever. A binding
+ * catches everything at the boundary, turns it into the function's failure
+ * value (a callback's or reduce's non-zero return, flux_store_listener_fail()
+ * for a listener), and raises it again once the libflux call has returned.
+ *
  * Depth
  * -----
  * Every callback that flux_wait_for() runs is one more link of a chain on
@@ -83,8 +96,10 @@
  *   - a dispatcher another thread of the parent was dispatching can never
  *     finish that dispatch: flux_dispatch() on it fails at once with
  *     FLUX_ERR_ALREADY_DISPATCHING (the message says the process forked),
- *     flux_dispatcher_destroy() too, flux_is_dispatching() stays 1. Leave
- *     it; make a new dispatcher if the child needs one;
+ *     flux_enqueue() too (its done runs at once with that status, since
+ *     no dispatch would ever drain the queue), flux_dispatcher_destroy()
+ *     too, flux_is_dispatching() stays 1. Leave it; make a new dispatcher
+ *     if the child needs one;
  *   - a dispatch the forking thread itself was running (fork() from a
  *     callback) goes on in the child as in the parent;
  *   - calls another thread of the parent had in flight on a dispatcher
@@ -99,9 +114,13 @@
  *
  * Versioning
  * ----------
- * Versions with the same major number are ABI compatible. The shared library's
- * SONAME is libflux.so.FLUX_VERSION_MAJOR. Compare flux_version() with
- * FLUX_VERSION_NUMBER to check at run time that header and library match.
+ * From 1.0 on, versions with the same major number are ABI compatible and
+ * the shared library's SONAME is libflux.so.FLUX_VERSION_MAJOR. While the
+ * major number is 0, the minor number plays its part: 0.x.y and 0.x.z are
+ * ABI compatible, 0.x and 0.(x+1) are not, and the SONAME is
+ * libflux.so.0.FLUX_VERSION_MINOR (0.2.0: libflux.so.0.2). Compare
+ * flux_version() with FLUX_VERSION_NUMBER to check at run time that header
+ * and library match. CHANGELOG.md says what changed in each version.
  */
 #ifndef FLUX_H
 #define FLUX_H
@@ -114,7 +133,7 @@ extern "C" {
 #endif
 
 #define FLUX_VERSION_MAJOR 0
-#define FLUX_VERSION_MINOR 1
+#define FLUX_VERSION_MINOR 2
 #define FLUX_VERSION_PATCH 0
 
 #define FLUX_STRINGIFY_(x) #x
@@ -126,7 +145,7 @@ extern "C" {
 /** MAJOR*10000 + MINOR*100 + PATCH: the value flux_version() returns. A
  *  literal, like every integer constant here, so that importers that skip
  *  computed macros (Swift's, cffi's) see it; Tests/c/header.c checks it. */
-#define FLUX_VERSION_NUMBER 100
+#define FLUX_VERSION_NUMBER 200
 /** True when the header is at least version major.minor.patch. */
 #define FLUX_VERSION_CHECK(major, minor, patch)                                \
     (FLUX_VERSION_NUMBER >= ((major) * 10000 + (minor) * 100 + (patch)))
@@ -165,7 +184,8 @@ typedef enum flux_status {
     FLUX_ERR_UNKNOWN_TOKEN = 2,
     /** flux_dispatch() from inside a callback of the same dispatcher;
      *  flux_dispatcher_destroy() or flux_store_destroy() while a dispatch
-     *  runs. */
+     *  runs; in a child process, flux_dispatch() or flux_enqueue() on a
+     *  dispatch the fork orphaned (see "fork"). */
     FLUX_ERR_ALREADY_DISPATCHING = 3,
     /** flux_wait_for() while this thread is not running a dispatch of this
      *  dispatcher; flux_store_has_changed(), flux_store_emit_change() or
@@ -186,7 +206,8 @@ typedef enum flux_status {
 
 /** A registered callback. context is the pointer given to flux_register();
  *  payload the pointer given to flux_dispatch(), borrowed for this call.
- *  Return 0 to go on; any other value aborts the dispatch. */
+ *  Return 0 to go on; any other value aborts the dispatch. It must return
+ *  (see "Returning" above): never unwind through the library. */
 typedef int (*flux_callback)(void *context, const void *payload);
 
 /** Releases a context handed to flux_register() (or a closure's userdata). */
@@ -672,21 +693,27 @@ FLUX_API flux_status flux_store_group_release(flux_store_group *g);
  */
 
 /** Reports an enqueued payload's outcome: called exactly once per
- *  flux_enqueue() call, with the payload as given and the status of its own
- *  dispatch (FLUX_OK, FLUX_ERR_CALLBACK_FAILED), or of flux_enqueue()'s
- *  refusal. It runs on the thread that dispatched the payload, with no
- *  callback running; the dispatcher is still dispatching (see
- *  flux_enqueue()). When status is not FLUX_OK, flux_last_error() describes
- *  the failure while it runs. */
-typedef void (*flux_done_fn)(void *payload, flux_status status);
+ *  flux_enqueue() call, with the context and the payload given to that call
+ *  and the status of the payload's own dispatch (FLUX_OK,
+ *  FLUX_ERR_CALLBACK_FAILED, FLUX_ERR_TOO_DEEP), or of flux_enqueue()'s
+ *  refusal (FLUX_ERR_INVALID_ARGUMENT, FLUX_ERR_NO_MEMORY,
+ *  FLUX_ERR_ALREADY_DISPATCHING: see flux_enqueue()). It runs on the
+ *  thread that dispatched the payload, with no callback running; the
+ *  dispatcher is still dispatching (see flux_enqueue()). When status is not
+ *  FLUX_OK, flux_last_error() describes the failure while it runs. Like
+ *  every function the library calls, it must return (see "Returning").
+ *  (Changed in 0.2: done takes the call's context, like every other
+ *  callback of this header, so a binding finds its record for the call in
+ *  it, never by the payload's address.) */
+typedef void (*flux_done_fn)(void *context, void *payload, flux_status status);
 
 /**
  * Dispatches payload now, or after the running dispatch, never waiting.
  *
  * - Idle: dispatches payload on the calling thread (exactly as
- *   flux_dispatch()), runs done(payload, status), then runs every payload
- *   that got queued meanwhile, and returns the status of payload's own
- *   dispatch.
+ *   flux_dispatch()), runs done(context, payload, status), then runs every
+ *   payload that got queued meanwhile, and returns the status of payload's
+ *   own dispatch.
  * - A dispatch is running (on this thread -- from a callback or a done -- or
  *   on another): appends payload to the dispatcher's FIFO queue and returns
  *   FLUX_OK at once.
@@ -694,11 +721,12 @@ typedef void (*flux_done_fn)(void *payload, flux_status status);
  * The thread running a dispatch runs every queued payload, in FIFO order,
  * each a full dispatch of its own (flux_wait_for() works in each; callbacks
  * registered meanwhile take part), after its own dispatch and before its
- * flux_dispatch() or flux_enqueue() returns; then done(payload, status) for
- * that payload. A queued dispatch that fails does not stop the queue. Every
- * accepted payload is dispatched exactly once: one enqueued from another
- * thread just as the running dispatch ends is either run by that thread or
- * finds the dispatcher idle and is dispatched by its caller.
+ * flux_dispatch() or flux_enqueue() returns; then done(context, payload,
+ * status) for that payload, with the context given with it. A queued
+ * dispatch that fails does not stop the queue. Every accepted payload is
+ * dispatched exactly once: one enqueued from another thread just as the
+ * running dispatch ends is either run by that thread or finds the
+ * dispatcher idle and is dispatched by its caller.
  *
  * From the outermost call's start until it returns, draining included, the
  * dispatcher is dispatching: flux_is_dispatching() is 1, flux_dispatch()
@@ -708,18 +736,29 @@ typedef void (*flux_done_fn)(void *payload, flux_status status);
  *
  * @param payload  opaque, may be NULL; callbacks receive it as their payload.
  *                 It stays the caller's and must stay valid until done runs.
- * @param done     may be NULL.
+ * @param done     may be NULL. Runs exactly once per call (see flux_done_fn).
+ * @param context  passed to done as given; may be NULL. The library never
+ *                 reads it; done is where the caller lets go of it, whatever
+ *                 the outcome.
  * @return FLUX_OK: dispatched with success, or queued.
  *         FLUX_ERR_CALLBACK_FAILED: dispatched at once, and a callback
  *         failed (as flux_dispatch()).
+ *         FLUX_ERR_TOO_DEEP: dispatched at once, and a flux_wait_for()
+ *         chain went too deep for the stack (see "Depth"; as
+ *         flux_dispatch()).
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_NO_MEMORY: the queue could not grow.
- *         On these three errors done(payload, status) has run, at once,
- *         before this returns.
+ *         FLUX_ERR_ALREADY_DISPATCHING: in a child process, d was being
+ *         dispatched by another thread of the parent at the fork (see
+ *         "fork"): no dispatch will ever run its queue.
+ *         Whatever it returns, done(context, payload, status) has already
+ *         run, except when payload was queued: then it runs on the thread
+ *         that dispatches it.
  * Threads: any thread, from inside a callback or a done too; never waits for
  *          a running dispatch.
  */
-FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_fn done);
+FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_fn done,
+                                  void *context);
 
 /* ------------------------------------------------------------------------ */
 /* Observer                                                                 */
@@ -740,7 +779,8 @@ FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_f
  *   the call then returns -- then the begin/end pairs of the callbacks it
  *   runs, nested inside the waiter's pair;
  *   dispatch_end(payload, status) last, status being what the dispatch ends
- *   with (FLUX_OK or FLUX_ERR_CALLBACK_FAILED).
+ *   with (FLUX_OK, FLUX_ERR_CALLBACK_FAILED, or FLUX_ERR_TOO_DEEP when a
+ *   flux_wait_for() chain went too deep: see "Depth").
  *
  * Queued dispatches (flux_enqueue()) report their own begin and end. A
  * flux_dispatch() refused with FLUX_ERR_ALREADY_DISPATCHING reports nothing;

@@ -4,7 +4,8 @@
 # The ABI of libflux.so is exactly what include/flux.h declares:
 #   - the dynamic symbols it defines are exactly the header's FLUX_API
 #     functions (the list is read from the header, so new API needs no edit here);
-#   - its SONAME is the one given (libflux.so.MAJOR);
+#   - its SONAME is the one given (libflux.so.MAJOR, or libflux.so.0.MINOR
+#     while MAJOR is 0: flux.h, "Versioning");
 #   - it carries no RPATH/RUNPATH (an installed system library must not).
 set -euo pipefail
 lib=$1 header=$2 soname=$3

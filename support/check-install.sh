@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-install.sh -- the README's install paths, followed as a user would:
+# check-install.sh SONAME -- the README's install paths, followed as a user would:
 #  1. `make install DESTDIR=<scratch> PREFIX=/usr/local` (a package's staging),
 #     then the README's C example (examples/readme.c) compiled and linked
 #     through pkg-config against that staged copy only, and run. The installed
@@ -14,10 +14,11 @@ set -euo pipefail
 dest=$(mktemp -d "${TMPDIR:-/tmp}/libflux-install.XXXXXX")
 trap 'rm -rf "$dest"' EXIT
 prefix=/usr/local
+soname=${1:?usage: check-install.sh SONAME}
 
 make --no-print-directory install DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 libdir=$dest$prefix/lib
-for f in "$libdir/libflux.so" "$dest$prefix/include/flux.h" "$libdir/pkgconfig/flux.pc" \
+for f in "$libdir/libflux.so" "$libdir/$soname" "$dest$prefix/include/flux.h" "$libdir/pkgconfig/flux.pc" \
          "$libdir/cmake/libflux/libfluxConfig.cmake" "$dest$prefix/share/libflux/flux_cdef.h"; do
     [ -e "$f" ] || { echo "check-install: $f not installed" >&2; exit 1; }
 done

@@ -14,9 +14,21 @@ import Synchronization
 public typealias FluxCallbackFunction = flux_callback
 /// `flux_destroy`: `void (*)(void *context)`, as the header declares it.
 public typealias FluxDestroyFunction = flux_destroy
-/// `flux_done_fn`: `void (*)(void *payload, flux_status status)`, as the
-/// header declares it.
+/// `flux_done_fn`: `void (*)(void *context, void *payload, flux_status status)`,
+/// as the header declares it.
 public typealias FluxDoneFunction = flux_done_fn
+
+/// What flux_enqueue keeps per call until its done runs: the caller's done
+/// function and its context, by value.
+struct CDone {
+    let function: FluxDoneFunction?
+    let context: UnsafeMutableRawPointer?
+
+    /// done(context, payload, status).
+    func callAsFunction(_ payload: UnsafeRawPointer?, _ status: Int32) {
+        function?(context, UnsafeMutableRawPointer(mutating: payload), flux_status(status))
+    }
+}
 
 /// A C callback as the engine stores it: the raw (function, context) pair and
 /// the context's destroy function, 24 bytes, called with no Swift closure in
@@ -36,11 +48,11 @@ struct CCallback: DispatchCallback {
 
     func release() { destroy?(context) }
 
-    /// flux_enqueue's done(payload, status); flux_last_error() describes a
-    /// failure while it runs.
-    static func complete(_ done: FluxDoneFunction?, _ payload: UnsafeRawPointer?, _ error: DispatchError<CallbackFailure>?) {
+    /// flux_enqueue's done(context, payload, status); flux_last_error()
+    /// describes a failure while it runs.
+    static func complete(_ done: CDone, _ payload: UnsafeRawPointer?, _ error: DispatchError<CallbackFailure>?) {
         let status = error.map { fail("flux_enqueue", $0) } ?? 0
-        done?(UnsafeMutableRawPointer(mutating: payload), flux_status(status))
+        done(payload, status)
     }
 }
 

@@ -5,10 +5,14 @@ import CFlux
 // "Observer"). Nothing here can trap; the header documents the semantics.
 
 @_cdecl("flux_enqueue")
-public func flux_enqueue(_ handle: OpaquePointer?, _ payload: UnsafeMutableRawPointer?, _ done: FluxDoneFunction?) -> Int32 {
+public func flux_enqueue(
+    _ handle: OpaquePointer?, _ payload: UnsafeMutableRawPointer?, _ done: FluxDoneFunction?,
+    _ context: UnsafeMutableRawPointer?
+) -> Int32 {
+    let done = CDone(function: done, context: context)
     guard let handle else {
         let status = fail("flux_enqueue", .invalidArgument, "the dispatcher is NULL")
-        done?(payload, flux_status(status))
+        done(payload, status)
         return status
     }
     switch handle.dispatcher.pointee.enqueue(UnsafeRawPointer(payload), done) {

@@ -429,8 +429,9 @@ import Synchronization
     ///
     /// - Throws: `.flux(alreadyDispatching)` from inside a callback on the
     ///   dispatching thread (the running dispatch goes on unharmed);
-    ///   `.callback(failure, token)` when a callback failed: the dispatch was
-    ///   aborted and the dispatcher is idle again.
+    ///   `.callback(failure, token)` when a callback failed, or
+    ///   `.flux(tooDeep)` when a `waitFor` chain went too deep: the dispatch
+    ///   was aborted and the dispatcher is idle again.
     @inlinable @inline(__always)
     @_spi(Engine) public func dispatch(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
         let me = currentThreadID()
@@ -757,7 +758,8 @@ import Synchronization
         case dispatched(DispatchError<Callback.Failure>?)
         /// Queued for the thread running the dispatch; completion runs there.
         case queued
-        /// Refused (closed, out of memory); completion has run with it.
+        /// Refused (closed, out of memory, orphaned by fork()); completion
+        /// has run with it.
         case refused(FluxError)
     }
 
@@ -798,6 +800,9 @@ import Synchronization
         if isClosed { return .some(.closed) }
         var current = state.load(ordering: .relaxed)
         while true {
+            // A dispatch orphaned by fork() never drains its queue: refuse,
+            // as dispatch does, so the completion runs now, not never.
+            if current & Self.orphanedBit != 0 { return .some(.orphaned) }
             if current & Self.dispatchingBit == 0 {
                 // Idle: the dispatch ended before we got here (never lost).
                 let (exchanged, original) = state.compareExchange(

@@ -77,17 +77,21 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// Calls every registered callback with `payload`.
     /// - Throws: the error a callback threw (the dispatch was aborted: no
     ///   further callback ran, and the dispatcher is ready for the next
-    ///   dispatch), or `FluxError` with `.alreadyDispatching` when called from
-    ///   inside a callback on the dispatching thread. Payloads enqueued
-    ///   meanwhile are dispatched before this returns; their failures with no
-    ///   `onError` are thrown too (see `enqueue(_:onError:)`).
+    ///   dispatch), `FluxError` with `.tooDeep` when a `waitFor` chain went
+    ///   too deep for the stack (aborted the same way), or `FluxError` with
+    ///   `.alreadyDispatching` when called from inside a callback on the
+    ///   dispatching thread. Payloads enqueued meanwhile are dispatched
+    ///   before this returns; their failures with no `onError` are thrown
+    ///   too, by this call whatever its own outcome (see
+    ///   `enqueue(_:onError:)`).
     public func dispatch(_ payload: Payload) throws {
         do {
             try core.dispatch(payload)
-        } catch .flux(let error) {
-            // Refused: not the outermost call, it ran nothing.
-            throw error
         } catch {
+            // Refused: not the outermost call, it ran nothing.
+            if error.isRefusal { throw error.unwrapped }
+            // It ran, failed (a callback's error, or too deep), and drained
+            // the queue: what failed there comes out with it, not later.
             try queuedFailures.throwPending(first: error.unwrapped)
         }
         if queuedFailures.any { try queuedFailures.throwPending(first: nil) }
@@ -98,11 +102,14 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// dispatch, which dispatches it -- a full dispatch of its own -- before
     /// its own `dispatch` or `enqueue` returns. Never waits.
     ///
-    /// The payload's error goes to `onError` when given (on the thread that
-    /// dispatched it). Otherwise the outermost `dispatch`/`enqueue` call of
-    /// that thread throws it once the queue has drained: the first failure
-    /// unchanged when it is the only one, else `QueuedDispatchFailures` with
-    /// all of them in order.
+    /// The payload's error -- a callback's, or `FluxError` `.tooDeep` when
+    /// a `waitFor` chain went too deep -- goes to `onError` when given (on
+    /// the thread that dispatched it), and nowhere else. Otherwise the
+    /// outermost `dispatch`/`enqueue` call of that thread throws it once the
+    /// queue has drained (this very call when the dispatcher was idle): the
+    /// first failure unchanged when it is the only one, else
+    /// `QueuedDispatchFailures` with all of them in order. Never a later
+    /// call, never another thread's.
     ///
     /// - Throws: as above; `FluxError` `.noMemory` when the queue cannot grow.
     public func enqueue(_ payload: Payload, onError: (@Sendable (any Error) -> Void)? = nil) throws {
@@ -275,10 +282,11 @@ public struct QueuedDispatchFailures: Error, @unchecked Sendable {
     }
 
     @_spi(Engine) public static func complete(_ completion: EnqueueCompletion, _ payload: Payload, _ error: DispatchError<any Error>?) {
-        // A refusal (.flux) is thrown by enqueue itself; dispatches fail
-        // only with a callback's error.
-        guard case .callback(let error, _) = error else { return }
-        if let onError = completion.onError { onError(error) } else { completion.failures.add(error) }
+        // A refusal is thrown by enqueue itself; a dispatch that ran and
+        // failed (a callback's error, or too deep) goes to onError, or to
+        // the outermost call of this thread.
+        guard let error, !error.isRefusal else { return }
+        if let onError = completion.onError { onError(error.unwrapped) } else { completion.failures.add(error.unwrapped) }
     }
 }
 
@@ -289,5 +297,14 @@ extension DispatchError where Failure == any Error {
         case .flux(let error): error
         case .callback(let error, _): error
         }
+    }
+
+    /// Whether the call was refused before it dispatched anything (closed,
+    /// already dispatching, no memory), as opposed to a dispatch that ran
+    /// and failed: a callback's error, or `tooDeep`, the one engine error a
+    /// dispatch that ran can end with.
+    var isRefusal: Bool {
+        if case .flux(let error) = self { return error.code != .tooDeep }
+        return false
     }
 }

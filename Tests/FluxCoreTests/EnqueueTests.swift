@@ -145,4 +145,100 @@ import Synchronization
         #expect(counts.count == 1500)
         #expect(counts.values.allSatisfy { $0 == 1 })
     }
+
+    /// A FluxError's code, or any other error as it prints.
+    static func describe(_ error: any Error) -> String {
+        (error as? FluxError).map { "\($0.code)" } ?? "\(error)"
+    }
+
+    /// A dispatcher whose callbacks form a `waitFor` chain `depth.value`
+    /// long (deeper than any stack: `tooDeep`; 1: every callback alone),
+    /// after a first callback that throws `Boom(id: -1)` for payload -1 and,
+    /// when `queueFailing` is set, enqueues -1 once.
+    final class DeepChain: Sendable {
+        let d = Dispatcher<Int>()
+        let depth = Box(200_000)
+        let queueFailing = Box(false)
+
+        init() {
+            let tokens = Box<[DispatchToken]>([])
+            d.register { [unowned d, queueFailing] p in
+                if p == -1 { throw Boom(id: -1) }
+                if queueFailing.value {
+                    queueFailing.value = false
+                    try d.enqueue(-1)
+                }
+            }
+            var registered: [DispatchToken] = []
+            for i in 0..<200_000 {
+                registered.append(d.register { [unowned d, depth] _ in
+                    if i + 1 < depth.value { try d.waitFor([tokens.value[i + 1]]) }
+                })
+            }
+            tokens.value = registered
+        }
+    }
+
+    /// Issue 15 item 8: `tooDeep` of enqueue's own dispatch vanished
+    /// (enqueue returned normally, onError never ran), and so did a queued
+    /// dispatch's.
+    @Test func aTooDeepDispatchOfEnqueueIsThrownOrGivenToOnErrorOnce() throws {
+        let chain = DeepChain()
+        let d = chain.d
+        // Its own dispatch, no onError: enqueue throws it.
+        #expect(fluxCode { try d.enqueue(0) } == .tooDeep)
+        // With onError: given to it, once, and enqueue throws nothing.
+        let handed = Log()
+        try d.enqueue(0, onError: { handed.append(Self.describe($0)) })
+        #expect(handed.all == ["tooDeep"])
+        // Queued behind a dispatch that succeeds: its onError, or the
+        // outermost call.
+        chain.depth.value = 1
+        let queuer = d.register { [unowned d] p in
+            if p == 1 {
+                chain.depth.value = 200_000  // the queued dispatch goes too deep
+                try d.enqueue(2, onError: { handed.append("queued " + Self.describe($0)) })
+                try d.enqueue(3)
+            }
+        }
+        #expect(fluxCode { try d.dispatch(1) } == .tooDeep, "the queued 3 went too deep; no onError: thrown here")
+        #expect(handed.all == ["tooDeep", "queued tooDeep"])
+        try d.unregister(queuer)
+        // Nothing left over for later calls.
+        chain.depth.value = 1
+        try d.dispatch(4)
+        try d.enqueue(5)
+        #expect(handed.all.count == 2)
+    }
+
+    /// Issue 15 item 8: a dispatch that ended too deep after a queued
+    /// payload threw threw only `tooDeep`, and the queued failure came out
+    /// of the next, successful dispatch.
+    @Test func aDispatchEndingTooDeepThrowsTheQueuedFailureItself() throws {
+        let chain = DeepChain()
+        let d = chain.d
+        chain.queueFailing.value = true
+        do {
+            try d.dispatch(0)
+            Issue.record("expected a throw")
+        } catch let failures as QueuedDispatchFailures {
+            #expect((failures.first as? FluxError)?.code == .tooDeep, "its own failure first")
+            #expect(failures.later.compactMap { $0 as? Boom } == [Boom(id: -1)], "then the queued one")
+        }
+        chain.depth.value = 1
+        try d.dispatch(1)  // nothing left over
+        // The same through enqueue.
+        chain.depth.value = 200_000
+        chain.queueFailing.value = true
+        do {
+            try d.enqueue(0)
+            Issue.record("expected a throw")
+        } catch let failures as QueuedDispatchFailures {
+            #expect((failures.first as? FluxError)?.code == .tooDeep)
+            #expect(failures.later.compactMap { $0 as? Boom } == [Boom(id: -1)])
+        }
+        chain.depth.value = 1
+        try d.enqueue(1)
+        try d.dispatch(1)
+    }
 }

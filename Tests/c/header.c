@@ -58,8 +58,8 @@ struct header_api {
     const char *(*version_string)(void);
     int (*callback)(void *, const void *);
     void (*destroy)(void *);
-    flux_status (*enqueue)(flux_dispatcher *, void *, flux_done_fn);
-    void (*done)(void *, flux_status);
+    flux_status (*enqueue)(flux_dispatcher *, void *, flux_done_fn, void *);
+    void (*done)(void *, void *, flux_status);
     flux_status (*set_observer)(flux_dispatcher *, const flux_observer *, void *, void (*)(void *));
 };
 

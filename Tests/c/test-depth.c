@@ -157,6 +157,94 @@ static void test_ten_thousand_links(void)
     EXPECT_OK(flux_dispatcher_destroy(chain_d));
 }
 
+/* FLUX_ERR_TOO_DEEP through flux_enqueue: it returns it for its own
+ * dispatch, and done and the observer's dispatch_end get it, for that
+ * dispatch and for a queued one (flux.h lists it for all three). */
+static flux_status done_status[4];
+static void *done_context[4];
+static int done_calls;
+static void depth_done(void *context, void *payload, flux_status status)
+{
+    (void)payload;
+    if (done_calls < 4) {
+        done_status[done_calls] = status;
+        done_context[done_calls] = context;
+    }
+    done_calls++;
+}
+
+static flux_status end_status[4];
+static int end_calls;
+static void on_dispatch_end(void *context, const void *payload, flux_status status)
+{
+    (void)context;
+    (void)payload;
+    if (end_calls < 4)
+        end_status[end_calls] = status;
+    end_calls++;
+}
+
+/* Registered last: when queue_again is set, it queues one more dispatch, a
+ * chain queue_again links long, as a cascading action would. */
+static size_t queue_again;
+static char tag_own, tag_queued;
+static int enqueue_again_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    if (queue_again) {
+        depth = queue_again;
+        queue_again = 0;
+        flux_enqueue(chain_d, NULL, depth_done, &tag_queued);
+    }
+    return 0;
+}
+
+static void *enqueue_chain_thread(void *arg)
+{
+    size_t links = (size_t)(uintptr_t)arg;
+    depth = links;
+    reset(links);
+    done_calls = end_calls = 0;
+    flux_status status = flux_enqueue(chain_d, NULL, depth_done, &tag_own);
+    is_int(status, FLUX_ERR_TOO_DEEP, "flux_enqueue, idle: returns FLUX_ERR_TOO_DEEP for its own dispatch");
+    ok(done_calls == 1 && done_status[0] == FLUX_ERR_TOO_DEEP && done_context[0] == &tag_own,
+       "its done ran once, with FLUX_ERR_TOO_DEEP and its context");
+    ok(end_calls == 1 && end_status[0] == FLUX_ERR_TOO_DEEP, "dispatch_end reported FLUX_ERR_TOO_DEEP");
+
+    /* A short chain whose last callback queues the long one. */
+    depth = 1;
+    reset(links);
+    done_calls = end_calls = 0;
+    queue_again = links;
+    status = flux_enqueue(chain_d, NULL, depth_done, &tag_own);
+    is_int(status, FLUX_OK, "the outer call returns its own dispatch's status, not the queued one's");
+    ok(done_calls == 2 && done_status[0] == FLUX_OK && done_status[1] == FLUX_ERR_TOO_DEEP &&
+           done_context[1] == &tag_queued,
+       "the queued dispatch went too deep: its done got FLUX_ERR_TOO_DEEP and its context");
+    ok(end_calls == 2 && end_status[0] == FLUX_OK && end_status[1] == FLUX_ERR_TOO_DEEP,
+       "dispatch_end reported FLUX_OK, then FLUX_ERR_TOO_DEEP for the queued dispatch");
+    return NULL;
+}
+
+static void test_too_deep_through_enqueue(void)
+{
+    size_t links = 100000;
+    build_chain(links);
+    flux_token t;
+    REQUIRE(flux_register(chain_d, enqueue_again_cb, NULL, NULL, &t) == FLUX_OK);
+    flux_observer hooks = {FLUX_OBSERVER_VERSION, NULL, on_dispatch_end, NULL, NULL, NULL};
+    REQUIRE(flux_dispatcher_set_observer(chain_d, &hooks, NULL, NULL) == FLUX_OK);
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    REQUIRE(pthread_attr_setstacksize(&attributes, 512 * 1024) == 0);
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, &attributes, enqueue_chain_thread, (void *)(uintptr_t)links) == 0);
+    pthread_join(thread, NULL);
+    pthread_attr_destroy(&attributes);
+    EXPECT_OK(flux_dispatcher_destroy(chain_d));
+}
+
 int main(void)
 {
     tap_init();
@@ -172,5 +260,6 @@ int main(void)
     RUN(test_million_links_main_thread);
     RUN(test_thread_default_stack);
     RUN(test_thread_small_stack);
+    RUN(test_too_deep_through_enqueue);
     return tap_done();
 }

@@ -2,8 +2,8 @@
  * test-enqueue.c -- flux_enqueue(): dispatches at once when idle; queues,
  * never blocking, while a dispatch runs (from a callback or another thread);
  * the dispatching thread runs the queue FIFO, each payload a full dispatch
- * of its own, before its call returns; done(payload, status) exactly once
- * per call on every path; nothing lost and nothing run twice when other
+ * of its own, before its call returns; done(context, payload, status)
+ * exactly once per call on every path, with that call's context; nothing lost and nothing run twice when other
  * threads enqueue as dispatches end.
  */
 #include "helpers.h"
@@ -24,15 +24,23 @@ typedef struct recorder {
     flux_status dispatch_from_done[64];
     flux_status destroy_from_done[64];
     char done_error[64][160];
+    void *done_context[64];  /* the context the last done of that id got */
 } recorder;
 
 static recorder rec;
 
-static void done_fn(void *payload, flux_status status)
+/* Each call enqueueing items[i] passes CTX(i): done checks it got its own. */
+static char contexts[64];
+#define CTX(i) ((void *)&contexts[(i)])
+static int wrong_context; /* dones of done_fn whose context was not CTX(id) */
+
+static void done_fn(void *context, void *payload, flux_status status)
 {
     item *it = payload;
     int id = it ? it->id : 0;
     rec.done_calls[id]++;
+    rec.done_context[id] = context;
+    wrong_context += context != CTX(id);
     rec.done_status[id] = status;
     rec.done_dispatching[id] = flux_is_dispatching(rec.d);
     snprintf(rec.done_error[id], sizeof rec.done_error[id], "%s", status ? flux_last_error() : "");
@@ -70,7 +78,7 @@ static int logger_cb(void *ctx, const void *payload)
         l->wait_status = flux_wait_for(rec.d, &l->wait_token, 1);
     trace_push(&rec.log, 100 * it->id + l->which);
     if (it->id < l->enqueue_next_until)
-        l->enqueue_status = flux_enqueue(rec.d, &items[it->id + 1], done_fn);
+        l->enqueue_status = flux_enqueue(rec.d, &items[it->id + 1], done_fn, CTX(it->id + 1));
     return it->id == l->fail_on ? 1 : 0;
 }
 
@@ -90,12 +98,12 @@ static void test_idle_enqueue_dispatches_at_once(void)
     logger a, b;
     add_logger(&a, 1);
     add_logger(&b, 2);
-    EXPECT_OK(flux_enqueue(rec.d, &items[1], done_fn));
+    EXPECT_OK(flux_enqueue(rec.d, &items[1], done_fn, CTX(1)));
     is_trace(&rec.log, INTS(101, 102, -1001), "both callbacks ran, then done, before enqueue returned");
     is_int(rec.done_calls[1], 1, "done ran exactly once");
     is_int(rec.done_dispatching[1], 1, "the dispatcher is still dispatching while done runs");
     ok(!flux_is_dispatching(rec.d), "idle again after enqueue returned");
-    EXPECT_OK(flux_enqueue(rec.d, &items[2], NULL));
+    EXPECT_OK(flux_enqueue(rec.d, &items[2], NULL, CTX(2)));
     is_int(rec.log.n, 5, "a NULL done is fine");
     flux_dispatcher_destroy(rec.d);
 }
@@ -108,9 +116,9 @@ static int null_payload_cb(void *ctx, const void *payload)
     return 0;
 }
 static int null_done_calls;
-static void null_done(void *payload, flux_status status)
+static void null_done(void *context, void *payload, flux_status status)
 {
-    null_done_calls += payload == NULL && status == FLUX_OK;
+    null_done_calls += context == &null_done_calls && payload == NULL && status == FLUX_OK;
 }
 
 static void test_null_payload(void)
@@ -119,9 +127,9 @@ static void test_null_payload(void)
     flux_token t;
     REQUIRE(flux_register(d, null_payload_cb, NULL, NULL, &t) == FLUX_OK);
     null_payload_seen = null_done_calls = 0;
-    EXPECT_OK(flux_enqueue(d, NULL, null_done));
+    EXPECT_OK(flux_enqueue(d, NULL, null_done, &null_done_calls));
     is_int(null_payload_seen, 1, "a NULL payload is dispatched like any other");
-    is_int(null_done_calls, 1, "done gets the NULL payload and FLUX_OK");
+    is_int(null_done_calls, 1, "done gets its context, the NULL payload and FLUX_OK");
     flux_dispatcher_destroy(d);
 }
 
@@ -153,9 +161,9 @@ static int enqueue_three_cb(void *ctx, const void *payload)
     trace_push(&rec.log, 100 * it->id);
     if (it->id == 1) {
         /* Several from one callback: FIFO. */
-        flux_enqueue(rec.d, &items[5], done_fn);
-        flux_enqueue(rec.d, &items[3], done_fn);
-        flux_enqueue(rec.d, &items[4], done_fn);
+        flux_enqueue(rec.d, &items[5], done_fn, CTX(5));
+        flux_enqueue(rec.d, &items[3], done_fn, CTX(3));
+        flux_enqueue(rec.d, &items[4], done_fn, CTX(4));
     }
     return 0;
 }
@@ -165,7 +173,7 @@ static void test_fifo_order_of_several(void)
     recorder_init();
     flux_token t;
     REQUIRE(flux_register(rec.d, enqueue_three_cb, NULL, NULL, &t) == FLUX_OK);
-    EXPECT_OK(flux_enqueue(rec.d, &items[1], done_fn));
+    EXPECT_OK(flux_enqueue(rec.d, &items[1], done_fn, CTX(1)));
     is_trace(&rec.log, INTS(100, -1001, 500, -1005, 300, -1003, 400, -1004),
              "the outer payload's done first, then the queue in the order enqueued");
     flux_dispatcher_destroy(rec.d);
@@ -195,7 +203,7 @@ static int register_late_cb(void *ctx, const void *payload)
     const item *it = payload;
     trace_push(&rec.log, 100 * it->id + 9);
     if (it->id == 1) {
-        flux_enqueue(rec.d, &items[2], done_fn);
+        flux_enqueue(rec.d, &items[2], done_fn, CTX(2));
         late = &late_storage;
         add_logger(late, 3); /* registered during dispatch 1 */
     }
@@ -215,14 +223,14 @@ static void test_callback_registered_meanwhile_takes_part(void)
 
 /* ---- done's view: still dispatching ---------------------------------- */
 
-static void done_that_reenters(void *payload, flux_status status)
+static void done_that_reenters(void *context, void *payload, flux_status status)
 {
-    done_fn(payload, status);
+    done_fn(context, payload, status);
     item *it = payload;
     rec.dispatch_from_done[it->id] = flux_dispatch(rec.d, &items[60]);
     rec.destroy_from_done[it->id] = flux_dispatcher_destroy(rec.d);
     if (it->id < 3)
-        flux_enqueue(rec.d, &items[it->id + 1], done_that_reenters);
+        flux_enqueue(rec.d, &items[it->id + 1], done_that_reenters, CTX(it->id + 1));
 }
 
 static void test_done_sees_a_dispatching_dispatcher(void)
@@ -230,7 +238,7 @@ static void test_done_sees_a_dispatching_dispatcher(void)
     recorder_init();
     logger a;
     add_logger(&a, 1);
-    EXPECT_OK(flux_enqueue(rec.d, &items[1], done_that_reenters));
+    EXPECT_OK(flux_enqueue(rec.d, &items[1], done_that_reenters, CTX(1)));
     for (int i = 1; i <= 3; i++) {
         is_int(rec.done_calls[i], 1, "done %d ran once", i);
         is_int(rec.done_dispatching[i], 1, "done %d: flux_is_dispatching is 1", i);
@@ -271,7 +279,7 @@ static void test_outer_failure_is_returned_and_the_queue_still_runs(void)
     add_logger(&a, 1);
     a.enqueue_next_until = 2;
     a.fail_on = 1;
-    EXPECT_STATUS(flux_enqueue(rec.d, &items[1], done_fn), FLUX_ERR_CALLBACK_FAILED);
+    EXPECT_STATUS(flux_enqueue(rec.d, &items[1], done_fn, CTX(1)), FLUX_ERR_CALLBACK_FAILED);
     has_substr(flux_last_error(), "returned 1", "the message is the outer payload's");
     is_trace(&rec.log, INTS(101, -2001, 201, -1002), "done(1) failed, then the queued payload ran");
     is_int(rec.done_calls[1], 1, "done(1) once");
@@ -291,17 +299,17 @@ static void test_outer_failure_is_returned_and_the_queue_still_runs(void)
 static void test_null_dispatcher(void)
 {
     memset(&rec, 0, sizeof rec);
-    EXPECT_STATUS(flux_enqueue(NULL, &items[7], done_fn), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(flux_enqueue(NULL, &items[7], done_fn, CTX(7)), FLUX_ERR_INVALID_ARGUMENT);
     is_int(rec.done_calls[7], 1, "done ran at once");
     is_int(rec.done_status[7], FLUX_ERR_INVALID_ARGUMENT, "with the error");
-    EXPECT_STATUS(flux_enqueue(NULL, &items[7], NULL), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(flux_enqueue(NULL, &items[7], NULL, CTX(7)), FLUX_ERR_INVALID_ARGUMENT);
 }
 
 static flux_status enqueue_during_destroy;
 static void destroy_that_enqueues(void *ctx)
 {
     (void)ctx;
-    enqueue_during_destroy = flux_enqueue(rec.d, &items[9], done_fn);
+    enqueue_during_destroy = flux_enqueue(rec.d, &items[9], done_fn, CTX(9));
 }
 
 static void test_dispatcher_being_destroyed(void)
@@ -321,7 +329,7 @@ static flux_status enqueue_from_destroy_status;
 static void destroy_enqueues_after_dispatch(void *ctx)
 {
     (void)ctx;
-    enqueue_from_destroy_status = flux_enqueue(rec.d, &items[8], done_fn);
+    enqueue_from_destroy_status = flux_enqueue(rec.d, &items[8], done_fn, CTX(8));
 }
 static int unregister_self_cb(void *ctx, const void *payload)
 {
@@ -345,6 +353,85 @@ static void test_destroy_at_the_end_runs_outside_the_dispatch(void)
     flux_dispatcher_destroy(rec.d);
 }
 
+/* ---- done's context: each call's own, on every path ---------------------- */
+
+/* One payload, many calls, each with a context of its own: done must get
+ * the context of the call it reports, not one found by the payload. */
+typedef struct ctx_log {
+    void *context[16];
+    flux_status status[16];
+    int n;
+} ctx_log;
+static ctx_log clog;
+static char tags[16];
+
+static void ctx_done(void *context, void *payload, flux_status status)
+{
+    (void)payload;
+    if (clog.n < 16) {
+        clog.context[clog.n] = context;
+        clog.status[clog.n] = status;
+    }
+    clog.n++;
+}
+
+/* Payload 1 enqueues the shared payload 3 twice, tags 1 and 2; the
+ * shared payload fails when its call had tag 2 (fail_next says which). */
+static int fail_next;
+static int ctx_cb(void *ctx, const void *payload)
+{
+    flux_dispatcher *d = ctx;
+    const item *it = payload;
+    if (it->id == 1) {
+        flux_enqueue(d, &items[3], ctx_done, &tags[1]);
+        flux_enqueue(d, &items[3], ctx_done, &tags[2]);
+    }
+    if (it->id == 3)
+        return fail_next++ == 1; /* the second dispatch of payload 3 fails */
+    return it->id == 5;
+}
+
+static flux_dispatcher *dying;
+static void enqueue_on_dying(void *ctx)
+{
+    (void)ctx;
+    flux_enqueue(dying, &items[3], ctx_done, &tags[6]);
+}
+
+static void test_done_gets_the_context_of_its_call(void)
+{
+    memset(&clog, 0, sizeof clog);
+    fail_next = 0;
+    flux_dispatcher *d = flux_dispatcher_create();
+    flux_token t;
+    REQUIRE(flux_register(d, ctx_cb, d, NULL, &t) == FLUX_OK);
+
+    EXPECT_OK(flux_enqueue(d, &items[1], ctx_done, &tags[0]));
+    is_int(clog.n, 3, "three calls, three dones");
+    ok(clog.context[0] == &tags[0] && clog.status[0] == FLUX_OK, "idle, dispatched at once: its own context");
+    ok(clog.context[1] == &tags[1] && clog.status[1] == FLUX_OK, "queued, dispatched with success: its own context");
+    ok(clog.context[2] == &tags[2] && clog.status[2] == FLUX_ERR_CALLBACK_FAILED,
+       "queued, the same payload, its dispatch failed: its own context");
+
+    EXPECT_STATUS(flux_enqueue(d, &items[5], ctx_done, &tags[3]), FLUX_ERR_CALLBACK_FAILED);
+    ok(clog.n == 4 && clog.context[3] == &tags[3] && clog.status[3] == FLUX_ERR_CALLBACK_FAILED,
+       "idle, its own dispatch failed: its own context");
+
+    EXPECT_STATUS(flux_enqueue(NULL, &items[3], ctx_done, &tags[4]), FLUX_ERR_INVALID_ARGUMENT);
+    ok(clog.n == 5 && clog.context[4] == &tags[4] && clog.status[4] == FLUX_ERR_INVALID_ARGUMENT,
+       "refused, NULL dispatcher: its own context, at once");
+
+    EXPECT_STATUS(flux_enqueue(NULL, &items[3], NULL, &tags[5]), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(clog.n, 5, "a NULL done with a context: nothing to run");
+
+    dying = d;
+    flux_token t2;
+    REQUIRE(flux_register(d, ctx_cb, d, enqueue_on_dying, &t2) == FLUX_OK);
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    ok(clog.n == 6 && clog.context[5] == &tags[6] && clog.status[5] == FLUX_ERR_INVALID_ARGUMENT,
+       "refused, the dispatcher is being destroyed: its own context, at once");
+}
+
 /* ---- threads ---------------------------------------------------------- */
 
 /* Other threads enqueue while a callback holds the dispatch open: each call
@@ -362,7 +449,7 @@ static void *enqueuer_main(void *arg)
     REQUIRE(flag_wait(&e->go, 60));
     e->status = FLUX_OK;
     for (int i = e->first; i < e->first + e->count; i++) {
-        flux_status s = flux_enqueue(rec.d, &items[i], done_fn);
+        flux_status s = flux_enqueue(rec.d, &items[i], done_fn, CTX(i));
         if (s != FLUX_OK)
             e->status = s;
     }
@@ -446,10 +533,10 @@ static int race_cb(void *ctx, const void *payload)
     return 0;
 }
 
-static void race_done_fn(void *payload, flux_status status)
+static void race_done_fn(void *context, void *payload, flux_status status)
 {
     race_payload *p = payload;
-    if (status != FLUX_OK)
+    if (status != FLUX_OK || context != p)
         atomic_fetch_add(&race_bad_status, 1);
     atomic_fetch_add(&race_done[p->thread][p->index], 1);
 }
@@ -465,7 +552,8 @@ static void *race_main(void *arg)
     race_worker *w = arg;
     for (int i = 0; i < w->count; i++) {
         race_payloads[w->thread][i] = (race_payload){w->thread, i};
-        if (flux_enqueue(w->d, &race_payloads[w->thread][i], race_done_fn) != FLUX_OK)
+        race_payload *p = &race_payloads[w->thread][i];
+        if (flux_enqueue(w->d, p, race_done_fn, p) != FLUX_OK)
             atomic_fetch_add(&race_bad_status, 1);
     }
     atomic_fetch_sub(&race_running, 1);
@@ -506,7 +594,7 @@ static void test_enqueue_racing_the_end_of_dispatches(void)
     is_int(lost, 0, "no payload was lost");
     is_int(twice, 0, "no payload was dispatched twice");
     is_int(done_wrong, 0, "done ran exactly once for every payload");
-    is_int(atomic_load(&race_bad_status), 0, "every call returned FLUX_OK");
+    is_int(atomic_load(&race_bad_status), 0, "every call returned FLUX_OK; every done got FLUX_OK and its context");
     ok(!flux_is_dispatching(d), "idle at the end");
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
@@ -526,7 +614,9 @@ int main(void)
     RUN(test_null_dispatcher);
     RUN(test_dispatcher_being_destroyed);
     RUN(test_destroy_at_the_end_runs_outside_the_dispatch);
+    RUN(test_done_gets_the_context_of_its_call);
     RUN(test_enqueue_from_other_threads_never_blocks);
     RUN(test_enqueue_racing_the_end_of_dispatches);
+    is_int(wrong_context, 0, "every done of every test above got the context of its own call");
     return tap_done();
 }

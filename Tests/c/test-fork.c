@@ -1,7 +1,8 @@
 /*
  * test-fork.c -- what a child process may do with a dispatcher it inherited
  * from fork() (flux.h, "fork"): one idle at the fork works fully; one that
- * another thread of the parent was dispatching fails fast, never hangs; one
+ * another thread of the parent was dispatching fails fast, never hangs (a
+ * flux_enqueue on it is refused, its done run at once); one
  * this thread was dispatching (fork() from a callback) finishes its dispatch.
  */
 #include "helpers.h"
@@ -138,6 +139,77 @@ static void test_child_fails_fast_on_a_dispatch_another_thread_was_running(void)
     flag_fini(&s.release);
 }
 
+/* flux_enqueue on the orphaned dispatcher: refused like flux_dispatch, and
+ * its done runs at once, exactly once, with the error and its context (it
+ * would otherwise be queued for a dispatch that can never end here). */
+typedef struct done_record {
+    int calls;
+    flux_status status;
+    void *context;
+    void *payload;
+    int dispatching;
+    char message[160];
+} done_record;
+
+static done_record child_done;
+
+static void child_done_fn(void *context, void *payload, flux_status status)
+{
+    child_done.calls++;
+    child_done.status = status;
+    child_done.context = context;
+    child_done.payload = payload;
+    snprintf(child_done.message, sizeof child_done.message, "%s", flux_last_error());
+}
+
+static int child_refuses_enqueue(void *arg)
+{
+    shared *s = arg;
+    int payload = 0, tag = 0;
+    memset(&child_done, 0, sizeof child_done);
+    flux_status st = flux_enqueue(s->d, &payload, child_done_fn, &tag);
+    if (st != FLUX_ERR_ALREADY_DISPATCHING)
+        return 1;
+    if (strstr(flux_last_error(), "forked") == NULL)
+        return 2;
+    if (child_done.calls != 1)
+        return 3; /* done must have run, at once, exactly once */
+    if (child_done.status != FLUX_ERR_ALREADY_DISPATCHING || child_done.context != &tag ||
+        child_done.payload != &payload)
+        return 4;
+    if (strstr(child_done.message, "forked") == NULL)
+        return 5;
+    if (flux_enqueue(s->d, &payload, NULL, &tag) != FLUX_ERR_ALREADY_DISPATCHING)
+        return 6; /* a NULL done: refused all the same */
+    if (child_done.calls != 1)
+        return 7;
+    return 0;
+}
+
+static void test_child_refuses_enqueue_on_a_dispatch_another_thread_was_running(void)
+{
+    shared s = {0};
+    flag_init(&s.entered);
+    flag_init(&s.release);
+    s.d = flux_dispatcher_create();
+    REQUIRE(s.d != NULL);
+    flux_token t;
+    EXPECT_OK(flux_register(s.d, blocking_cb, &s, NULL, &t));
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, NULL, dispatching_thread, &s) == 0);
+    REQUIRE(flag_wait(&s.entered, 10));
+    int child = in_child(child_refuses_enqueue, &s);
+    is_int(child, 0,
+           "the child's flux_enqueue is refused with FLUX_ERR_ALREADY_DISPATCHING, its done run at once, "
+           "exactly once, with the error and its context (1: not refused; 3: done did not run)");
+    flag_set(&s.release);
+    pthread_join(thread, NULL);
+    EXPECT_OK(flux_dispatch(s.d, NULL));
+    EXPECT_OK(flux_dispatcher_destroy(s.d));
+    flag_fini(&s.entered);
+    flag_fini(&s.release);
+}
+
 /* The same with a second parent thread waiting in flux_dispatch: the child
  * forgets it. */
 static void *waiting_thread(void *arg)
@@ -215,6 +287,7 @@ int main(void)
     RUN(test_child_may_use_a_dispatcher_idle_at_the_fork);
     RUN(test_child_fails_fast_on_a_dispatch_another_thread_was_running);
     RUN(test_child_fails_fast_with_waiters_too);
+    RUN(test_child_refuses_enqueue_on_a_dispatch_another_thread_was_running);
     RUN(test_fork_from_a_callback);
     return tap_done();
 }

@@ -182,7 +182,7 @@ static int enqueue_and_set_cb(void *ctx, const void *payload)
 {
     flux_dispatcher *d = ctx;
     if (*(const int *)payload == 1) {
-        flux_enqueue(d, (void *)&two, NULL);
+        flux_enqueue(d, (void *)&two, NULL, NULL);
         flux_dispatcher_set_observer(d, &hooks, queued_observer, on_destroy);
     }
     return 0;
@@ -196,7 +196,7 @@ static void test_queued_dispatches_see_the_observer_as_they_begin(void)
     flux_token t;
     REQUIRE(flux_register(d, enqueue_and_set_cb, d, NULL, &t) == FLUX_OK);
     EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &first, on_destroy));
-    EXPECT_OK(flux_enqueue(d, (void *)&one, NULL));
+    EXPECT_OK(flux_enqueue(d, (void *)&one, NULL, NULL));
     is_str(first.text, "D1 b1 e1=0 E=0", "the first observer saw the outer dispatch");
     is_str(second.text, "D2 b1 e1=0 E=0", "the queued dispatch reported to the observer set meanwhile");
     is_int(first.destroyed, 1, "the replaced one was destroyed after the call");

@@ -435,12 +435,14 @@ static void unregister_teardown(world *w)
 
 static int done_calls;
 static flux_status done_status;
+static void *done_context;
 
-static void count_done(void *payload, flux_status status)
+static void count_done(void *context, void *payload, flux_status status)
 {
     (void)payload;
     done_calls++;
     done_status = status;
+    done_context = context;
 }
 
 /* The first callback enqueues, armed, while the dispatch runs: the queue
@@ -452,7 +454,7 @@ static int enqueue_while_dispatching_cb(void *context, const void *payload)
     ((counter *)context)->calls++;
     if (w->status == (flux_status)-1) {
         arm(w->k, w->after);
-        w->status = flux_enqueue(w->d, &w->extra, count_done);
+        w->status = flux_enqueue(w->d, &w->extra, count_done, &done_calls);
         disarm();
     }
     return 0;
@@ -470,6 +472,7 @@ static void enqueue_during_setup(world *w)
     dispatching_world = w;
     done_calls = 0;
     done_status = (flux_status)-1;
+    done_context = NULL;
 }
 
 static flux_status enqueue_during_run(world *w)
@@ -484,11 +487,15 @@ static bool enqueue_check(world *w, char *why, size_t size)
 {
     /* Queued: dispatched after the outer dispatch, before it returned, with
      * FLUX_OK. Refused: done ran at once with FLUX_ERR_NO_MEMORY. Either
-     * way exactly once, and each callback ran once per dispatch made. */
+     * way exactly once, with the call's context, and each callback ran once per dispatch made. */
     flux_status want = w->status == FLUX_OK ? FLUX_OK : FLUX_ERR_NO_MEMORY;
     int dispatches = w->status == FLUX_OK ? 2 : 1;
     if (done_calls != 1 || done_status != want) {
         snprintf(why, size, "done ran %d times, last with %s", done_calls, flux_status_name(done_status));
+        return false;
+    }
+    if (done_context != &done_calls) {
+        snprintf(why, size, "done got context %p, not its call's %p", done_context, (void *)&done_calls);
         return false;
     }
     for (int i = 0; i < w->n; i++) {

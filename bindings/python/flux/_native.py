@@ -4,7 +4,7 @@ Nothing here is public API. Three things live in this module:
 
 * ``load()`` finds ``libflux.so`` -- ``$FLUX_LIBRARY``; a copy inside this
   package; the repository's ``build/lib``; the system loader -- and checks that
-  its major version is the one this binding speaks.
+  its ABI version is the one this binding speaks.
 * Every C function is declared once (argtypes, restype) and the ones that
   return a ``flux_status`` share one ``errcheck`` that raises the matching
   :class:`~flux.FluxError` carrying ``flux_last_error()``, read right away on
@@ -51,11 +51,21 @@ from typing import Any
 from ._version import __version__
 from .errors import FluxError, error_for_status
 
-__all__ = ["BINDING_MAJOR", "LIBRARY_ENV", "load"]
+__all__ = ["BINDING_ABI", "BINDING_MAJOR", "LIBRARY_ENV", "load"]
 
 #: The libflux major version this binding is written against (flux.h's
-#: FLUX_VERSION_MAJOR). Same major means ABI compatible.
+#: FLUX_VERSION_MAJOR).
 BINDING_MAJOR = int(__version__.split(".")[0])
+
+
+def abi(major: int, minor: int) -> str:
+    """The part of a version that names its ABI (flux.h, "Versioning"): the
+    major number, or "0.MINOR" while it is 0."""
+    return f"0.{minor}" if major == 0 else str(major)
+
+
+#: The ABI this binding speaks: a library with another one cannot be loaded.
+BINDING_ABI = abi(BINDING_MAJOR, int(__version__.split(".")[1]))
 
 #: The environment variable that names the library to load.
 LIBRARY_ENV = "FLUX_LIBRARY"
@@ -99,11 +109,12 @@ def _open(path: str) -> tuple[ctypes.CDLL | None, str]:
     version.argtypes = ()
     version.restype = c_uint
     number = version()
-    major = number // 10000
-    if major != BINDING_MAJOR:
-        found = f"{major}.{number // 100 % 100}.{number % 100}"
+    major, minor = number // 10000, number // 100 % 100
+    if abi(major, minor) != BINDING_ABI:
+        found = f"{major}.{minor}.{number % 100}"
         return None, (
-            f"is libflux {found}, but this binding needs major version {BINDING_MAJOR}"
+            f"is libflux {found}, but this binding needs ABI version {BINDING_ABI} "
+            f"(libflux {BINDING_ABI}.x)"
         )
     return lib, ""
 
@@ -118,7 +129,7 @@ def load() -> tuple[ctypes.CDLL, str]:
     """Finds and loads libflux; returns the library and where it came from.
 
     Tries, in this order, and takes the first that loads and has the right
-    major version: the path in ``$FLUX_LIBRARY`` (when set, it is the only
+    ABI version (see :func:`abi`): the path in ``$FLUX_LIBRARY`` (when set, it is the only
     place tried, so a wrong setting is reported rather than papered over);
     a copy inside this package (``flux/libflux.so*``); the repository's
     ``build/lib/libflux.so`` (only when this package is run from a libflux
@@ -241,11 +252,14 @@ flux_dispatch = declare("flux_dispatch", c_int, (c_void_p, c_void_p))
 # array they keep alive across the call (an int converts fastest).
 flux_wait_for = declare("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
 flux_is_dispatching = declare("flux_is_dispatching", c_int, (c_void_p,))
-#: flux_done_fn: void (*)(void *payload, flux_status status)
-DONE = CFUNCTYPE(None, c_void_p, c_int)
+#: flux_done_fn: void (*)(void *context, void *payload, flux_status status).
+#: Dispatcher.enqueue's context is the call's record, a PyObject* that
+#: _in_flight keeps alive until done runs, so the trampoline receives the
+#: record itself.
+DONE = CFUNCTYPE(None, ctypes.py_object, c_void_p, c_int)
 # No errcheck: Dispatcher.enqueue tests the status (a failed own dispatch
 # re-raises the callback's exception, as dispatch does).
-flux_enqueue = declare("flux_enqueue", c_int, (c_void_p, c_void_p, DONE))
+flux_enqueue = declare("flux_enqueue", c_int, (c_void_p, c_void_p, DONE, c_void_p))
 
 
 class Observer(ctypes.Structure):

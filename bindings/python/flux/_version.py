@@ -4,4 +4,4 @@ tests/test_header.py checks it against the header, and pyproject.toml reads it
 from here for the distribution's metadata.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable
 from ctypes import ArgumentError, addressof, byref, c_uint64
 from threading import get_ident
@@ -152,11 +150,12 @@ def _closed(operation: str) -> InvalidArgumentError:
 # -- enqueue's done --------------------------------------------------------
 #
 # flux_enqueue hands libflux the payload's PyObject* (callbacks must receive
-# that very object) and one module-level done trampoline. The trampoline finds
-# the call's record by the payload's address: the record keeps the payload
-# alive until done has run, so the address cannot be reused meanwhile; one
-# object enqueued several times has one record per call, in FIFO order (the
-# order its dones run in, for one dispatcher).
+# that very object), one module-level done trampoline, and the call's own
+# record as done's context (a PyObject* too): done gets the record of the
+# very call it reports, whatever other calls, on this dispatcher or another,
+# enqueued the same payload. _in_flight keeps each record (and through it
+# the payload) alive from the call until its done has run: libflux runs
+# done exactly once per call, so nothing is left behind.
 
 
 class _Enqueued:
@@ -171,31 +170,49 @@ class _Enqueued:
         self.done = False
 
 
-_enqueued: dict[int, deque[_Enqueued]] = {}
-_enqueued_lock = threading.Lock()
+#: The records of calls whose done has not run yet (a set: adding and
+#: discarding are atomic under the GIL, no lock needed).
+_in_flight: set[_Enqueued] = set()
 
 
-def _on_done(address: int | None, status: int) -> None:
-    with _enqueued_lock:
-        records = _enqueued.get(address or 0)
-        if not records:
-            _native.stray["done"] = _native.stray.get("done", 0) + 1
-            return
-        record = records.popleft()
-        if not records:
-            del _enqueued[address or 0]
+def _continues(later: BaseException, earlier: BaseException) -> bool:
+    """Whether ``later`` is ``earlier`` again, or was raised while handling
+    (or from) it: the same failure unwinding one dispatch."""
+    seen: set[int] = set()
+    exc: BaseException | None = later
+    while exc is not None and _id(exc) not in seen:
+        if exc is earlier:
+            return True
+        seen.add(_id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _on_done(record: object, address: int | None, status: int) -> None:
+    if type(record) is not _Enqueued or record not in _in_flight:
+        _native.stray["done"] = _native.stray.get("done", 0) + 1
+        return
+    _in_flight.discard(record)
     record.done = True
     if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
     ident = get_ident()
-    # This dispatch's entries are the trailing ones with its payload; any
-    # before them belong to the failed dispatch that is draining the queue.
+    # This dispatch's entries are the trailing ones with its payload (or
+    # none known: a store's listener) that continue one failure: its first
+    # exception, then the same object re-raised by unwinding waiters, or one
+    # raised while handling it. Any before them belong to the failed
+    # dispatch that is draining the queue, whose call raises them.
     exc = None
     entries = record.pending.get(ident)
+    later: BaseException | None = None
     while entries and (entries[-1][0] is record.payload or entries[-1][0] is _native.UNKNOWN_PAYLOAD):
-        last = entries.pop()[1]
+        earlier = entries[-1][1]
+        if later is not None and not _continues(later, earlier):
+            break  # a failure of an earlier dispatch
+        entries.pop()
         if exc is None:
-            exc = last  # the last raised, as dispatch() re-raises
+            exc = earlier  # the last raised, as dispatch() re-raises
+        later = earlier
     if entries is not None and not entries:
         del record.pending[ident]
     if exc is None:  # a native callback failed: no Python exception
@@ -414,7 +431,9 @@ class Dispatcher(Generic[P]):
         if status:
             # Raised here, so the traceback goes dispatch -> the callback.
             error = self._dispatch_error(status)
-            if status == _CALLBACK_FAILED and self._queued_errors:
+            if (status == _CALLBACK_FAILED or status == _TOO_DEEP) and self._queued_errors:
+                # This call ran the queue too: what failed there with no
+                # on_error comes out now, attached to the call's own error.
                 _raise_queued(self._queued_errors, error)
             raise error
         if _escaped:
@@ -435,11 +454,15 @@ class Dispatcher(Generic[P]):
         dispatches every queued payload, in order, each a full dispatch of
         its own, before its own ``dispatch``/``enqueue`` returns.
 
-        A failed dispatch of ``payload`` (the exception a callback raised) is
-        given to ``on_error(exc)`` when passed, on the thread that ran it.
-        Otherwise the outermost ``dispatch``/``enqueue`` call of that thread
-        raises it once the queue has drained: the first failure, with any
-        later ones attached as notes (``add_note``).
+        A failed dispatch of ``payload`` (the exception a callback raised,
+        or :class:`~flux.TooDeepError` for a ``wait_for`` chain too deep) is
+        given to ``on_error(exc)`` when passed, on the thread that ran it,
+        and to nothing else. Otherwise the outermost ``dispatch``/``enqueue``
+        call of that thread raises it once the queue has drained -- this
+        very call when it dispatched ``payload`` at once -- the first
+        failure, with any later ones attached as notes (``add_note``).
+        Either way each failure is reported exactly once, never by a later
+        call.
 
         :raises BaseException: as above.
         :raises InvalidArgumentError: the dispatcher is closed.
@@ -448,16 +471,22 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("enqueue")
-        address = _id(payload)
         record = _Enqueued(payload, on_error, self._pending, self._queued_errors)
-        with _enqueued_lock:
-            records = _enqueued.get(address)
-            if records is None:
-                records = _enqueued[address] = deque()
-            records.append(record)
-        status = _flux_enqueue(handle, address, _DONE)
-        if status and status != _CALLBACK_FAILED:
-            # Refused: done has run and taken the record out again.
+        address, context = _id(payload), _id(record)
+        _in_flight.add(record)
+        try:
+            status = _flux_enqueue(handle, address, _DONE, context)
+        except (ArgumentError, RecursionError) as exc:
+            # The call failed before libflux ran (at the recursion limit,
+            # calling it or converting its arguments): no done will let the
+            # record go. Any other exception came after libflux returned,
+            # and a queued record must stay alive for its done.
+            _in_flight.discard(record)
+            if isinstance(exc, ArgumentError):
+                raise _argument_error(exc) from None
+            raise
+        if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
+            # Refused: done has run and let the record go.
             raise _closed("enqueue") if self._handle is None else _status_error(status)
         if record.done and self._queued_errors:
             # Dispatched here, so this call ran the queue (the payload's own

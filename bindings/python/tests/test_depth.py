@@ -119,3 +119,72 @@ def test_chain_reaching_the_recursion_limit_raises_recursion_error(d: flux.Dispa
     calls.clear()
     d.dispatch(2)
     assert sorted(calls) == list(range(limit * 2))
+
+
+def test_a_too_deep_enqueue_is_reported_exactly_once() -> None:
+    # Issue 15 item 9: an enqueue whose own dispatch goes too deep was
+    # reported twice (on_error ran and enqueue raised too), or, with no
+    # on_error, raised once more by the next successful enqueue.
+    body = textwrap.dedent(
+        """
+        sys.setrecursionlimit(1_000_000)
+        d = flux.Dispatcher()
+        links = [20_000]  # how deep the chain goes; 1: every callback alone
+        queue_bad = [False]  # the first callback queues a payload that fails
+        class Boom(Exception):
+            pass
+        def first(payload):
+            if payload == "bad":
+                raise Boom("queued")
+            if queue_bad[0]:
+                queue_bad[0] = False
+                d.enqueue("bad")
+        d.register(first)
+        tokens = []
+        def make(i):
+            def callback(payload):
+                if i + 1 < links[0]:
+                    d.wait_for([tokens[i + 1]])
+            return callback
+        for i in range(20_000):
+            tokens.append(d.register(make(i)))
+
+        # With on_error: given to it, once, and enqueue raises nothing.
+        errors = []
+        d.enqueue("deep", on_error=errors.append)
+        assert len(errors) == 1 and isinstance(errors[0], flux.TooDeepError), errors
+        # Without: raised by enqueue itself.
+        try:
+            d.enqueue("deep")
+        except flux.TooDeepError:
+            pass
+        else:
+            raise AssertionError("the too-deep enqueue raised nothing")
+        # Later successful calls on this thread raise nothing.
+        links[0] = 1
+        d.enqueue("shallow")
+        d.dispatch("shallow")
+        assert len(errors) == 1, errors
+
+        # A dispatch that ends too deep after queueing a payload that fails:
+        # the queued failure comes out of that very call, never a later one.
+        queue_bad[0] = True
+        links[0] = 20_000
+        try:
+            d.dispatch("deep")
+        except flux.TooDeepError as exc:
+            notes = getattr(exc, "__notes__", [])
+            assert any("Boom: queued" in note for note in notes), notes
+        else:
+            raise AssertionError("the too-deep dispatch raised nothing")
+        links[0] = 1
+        d.dispatch("shallow")  # nothing left over
+        d.enqueue("shallow")
+        assert not d.is_dispatching
+        print("ok")
+        """
+    )
+    result = run_script(body)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok"), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from ctypes import ArgumentError
 from typing import Any
 
 import pytest
@@ -207,3 +208,129 @@ def test_enqueue_racing_the_end_of_dispatches(d: flux.Dispatcher[Any]) -> None:
         w.join()
     assert len(seen) == 900
     assert set(seen.values()) == {1}
+
+
+def test_same_payload_on_two_dispatchers_reaches_the_on_error_of_its_own_call() -> None:
+    # Issue 15 item 6: records were keyed by the payload's address across
+    # all dispatchers, so d2's done took d1's record (and its on_error).
+    payload = object()
+    errors1: list[BaseException] = []
+    errors2: list[BaseException] = []
+    with flux.Dispatcher[Any]() as d1, flux.Dispatcher[Any]() as d2:
+
+        def one(p: object) -> None:
+            if p is payload:
+                raise Boom("from d1")
+            # d1 is dispatching: queued, its done runs after this dispatch.
+            d1.enqueue(payload, on_error=errors1.append)
+            # d2 is idle: dispatched (and failed) at once, done at once.
+            d2.enqueue(payload, on_error=errors2.append)
+
+        def two(p: object) -> None:
+            raise Boom("from d2")
+
+        d1.register(one)
+        d2.register(two)
+        d1.dispatch("start")
+    assert [str(e) for e in errors1] == ["from d1"]
+    assert [str(e) for e in errors2] == ["from d2"]
+
+
+def test_an_enqueue_record_lives_exactly_until_its_done() -> None:
+    # Each call's record travels as its done's context, kept alive only
+    # while the call is in flight: none is left once every done ran, and
+    # none keeps the payload alive.
+    import gc
+    import weakref
+
+    from flux import dispatcher as module
+
+    class Payload:
+        pass
+
+    held = [Payload()]
+    ref = weakref.ref(held[0])
+    in_flight: list[int] = []
+    with flux.Dispatcher[Any]() as d:
+
+        def cb(p: object) -> None:
+            if p == "start":
+                d.enqueue(held[0], on_error=lambda exc: None)
+                d.enqueue(held[0])
+                in_flight.append(len(module._in_flight))
+            elif p is held[0]:
+                raise Boom("queued")
+
+        d.register(cb)
+        with pytest.raises(Boom):
+            d.dispatch("start")
+    assert in_flight == [2], "each queued call has its record in flight"
+    assert not module._in_flight, "every record was let go when its done ran"
+    held.clear()
+    gc.collect()
+    assert ref() is None, "a record kept the payload alive"
+
+
+@pytest.mark.parametrize("queued_fails", ["no", "raises", "raises, with on_error"])
+def test_a_listener_that_enqueues_then_raises_has_dispatch_raise_its_own_exception(queued_fails: str) -> None:
+    # Issue 15 item 7: the queued dispatch's done took the listener's
+    # exception (parked with no payload) for its own, and dispatch raised a
+    # generic CallbackFailedError instead of the listener's KeyError.
+    mine = KeyError("the listener's")
+    queued = ValueError("the queued dispatch's")
+    handed: list[BaseException] = []
+    with flux.Dispatcher[Any]() as d:
+
+        class Counter(flux.ReduceStore[int]):
+            def get_initial_state(self) -> int:
+                return 0
+
+            def reduce(self, state: int, action: Any) -> int:
+                if action == "queued" and queued_fails != "no":
+                    raise queued
+                return state + 1
+
+        store = Counter(d)
+
+        def listener() -> None:
+            if store.state == 1:
+                if queued_fails == "raises, with on_error":
+                    d.enqueue("queued", on_error=handed.append)
+                else:
+                    d.enqueue("queued")
+                raise mine
+
+        store.add_listener(listener)
+        with pytest.raises(KeyError) as info:
+            d.dispatch("go")
+        assert info.value is mine
+        notes = getattr(info.value, "__notes__", [])
+        if queued_fails == "raises":
+            assert any("ValueError: the queued dispatch's" in note for note in notes), notes
+        else:
+            assert not notes
+        assert handed == ([queued] if queued_fails == "raises, with on_error" else [])
+        d.dispatch("after")  # nothing left over
+        store.close()
+
+
+@pytest.mark.parametrize("failure", ["ArgumentError", "RecursionError"])
+def test_no_record_is_left_when_enqueue_fails_before_reaching_libflux(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    # Near the recursion limit the ctypes call fails before libflux is
+    # called: calling it raises RecursionError, or converting its arguments
+    # does, wrapped in ArgumentError. No done will ever let that call's
+    # record go, so enqueue must.
+    from flux import dispatcher as module
+
+    def refuse(*args: object) -> int:
+        if failure == "ArgumentError":
+            raise ArgumentError("argument 2: RecursionError: maximum recursion depth exceeded")
+        raise RecursionError("maximum recursion depth exceeded while calling a Python object")
+
+    monkeypatch.setattr(module, "_flux_enqueue", refuse)
+    with pytest.raises(RecursionError) as info:
+        d.enqueue(1)
+    assert not isinstance(info.value, ArgumentError), "ctypes' wrapper leaked out"
+    assert not module._in_flight, "the record was left behind"

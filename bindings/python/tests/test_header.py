@@ -65,6 +65,7 @@ def test_the_binding_version_is_the_headers() -> None:
     major, minor, patch = header_version()
     assert flux.__version__ == f"{major}.{minor}.{patch}"
     assert _native.BINDING_MAJOR == major
+    assert _native.BINDING_ABI == (f"0.{minor}" if major == 0 else str(major))
 
 
 def test_the_library_version_is_the_headers() -> None:

@@ -45,6 +45,7 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("fakes")
     sources = {
         "future": "unsigned flux_version(void) { return 10203; }",  # 1.2.3
+        "older": "unsigned flux_version(void) { return 105; }",  # 0.1.5: another 0.x ABI
         "alien": "int something_else(void) { return 0; }",
     }
     libs = {}
@@ -56,11 +57,12 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return libs
 
 
-def test_the_library_is_libflux_of_the_same_major() -> None:
+def test_the_library_is_libflux_of_the_same_abi() -> None:
     assert flux.library_version // 10000 == _native.BINDING_MAJOR
     major, minor, patch = (int(x) for x in flux.library_version_string.split("."))
     assert major * 10000 + minor * 100 + patch == flux.library_version
     assert flux.__version__.split(".")[0] == str(_native.BINDING_MAJOR)
+    assert _native.abi(major, minor) == _native.BINDING_ABI
 
 
 def test_from_the_source_tree_the_build_tree_is_used() -> None:
@@ -133,7 +135,17 @@ def test_a_different_major_version_is_refused(fakes: dict[str, Path]) -> None:
     result = run(PROBE, PACKAGE.parent, FLUX_LIBRARY=str(fakes["future"]))
     assert result.returncode != 0
     assert "ImportError" in result.stderr and "1.2.3" in result.stderr
-    assert "major version 0" in result.stderr
+    assert f"ABI version {_native.BINDING_ABI}" in result.stderr
+
+
+def test_another_minor_version_while_major_is_0_is_refused(fakes: dict[str, Path]) -> None:
+    # flux.h, "Versioning": while the major number is 0, 0.1 and 0.2 differ
+    # in ABI (flux_enqueue's done gained a context in 0.2).
+    assert _native.BINDING_ABI != "0.1"
+    result = run(PROBE, PACKAGE.parent, FLUX_LIBRARY=str(fakes["older"]))
+    assert result.returncode != 0
+    assert "ImportError" in result.stderr and "0.1.5" in result.stderr
+    assert f"ABI version {_native.BINDING_ABI}" in result.stderr
 
 
 def test_a_library_that_is_not_libflux_is_refused(fakes: dict[str, Path]) -> None:
