@@ -25,6 +25,8 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// Failures of queued dispatches that had no `onError`, for the
     /// outermost call of the thread that ran them (keyed by thread).
     let queuedFailures = QueuedFailures()
+    /// The stores `registerStore` made, one per class.
+    let registry = StoreRegistry()
 
     public init() {
         // Swift's own allocations trap when memory runs out; so does this.

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A store on a `Dispatcher`: Facebook's `FluxStore` (and the common part of
 /// `ReduceStore`). Its registered callback hands each payload to the store;
 /// when the store changed, its listeners run once, still inside the dispatch.
@@ -43,6 +45,122 @@ public final class Subscription: Sendable {
     @_spi(Engine) public func release() {}
 }
 
+/// What `FluxStore` and `ReduceStore` share: the registration with their
+/// dispatcher (ended when the store goes), the listeners, whether the store
+/// changed, and the error a change may carry (JBFlux's
+/// `emitChangeWithError:`). Not created directly: use one of the two.
+///
+/// Thread safety: `addListener`, `Subscription.remove` and `error` from any
+/// thread; `hasChanged` and `emitChange` only on the dispatching thread.
+public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
+    // @unchecked: the core synchronizes the listeners, a mutex the error;
+    // the rest is set once, in init.
+    public let dispatcher: Dispatcher<Payload>
+    public internal(set) var dispatchToken = DispatchToken(rawValue: 0)
+    let core: StoreCore<ClosureListener>
+    /// The error of the emit now running (`emitChange(error:)`), else nil.
+    private let emitError = Mutex<(any Error)?>(nil)
+
+    init(dispatcher: Dispatcher<Payload>) {
+        // Swift's own allocations trap when memory runs out; so does this.
+        guard let core = StoreCore<ClosureListener>() else { fatalError("\(Self.self): out of memory") }
+        self.core = core
+        self.dispatcher = dispatcher
+    }
+
+    deinit {
+        dispatcher.unregister(owned: dispatchToken)
+    }
+
+    /// Registers `handle` as the store's callback (held weakly: the
+    /// dispatcher does not keep the store alive). An error set for this
+    /// handling's emit lasts until its listeners have run.
+    func register(_ handle: @escaping @Sendable (StoreBase<Payload>, Payload) throws -> Void) {
+        dispatchToken = dispatcher.register(owner: .store) { [weak self] payload in
+            guard let self else { return }
+            defer { self.emitError.withLock { $0 = nil } }
+            try handle(self, payload)
+        }
+    }
+
+    /// Whether the store changed in its most recent handling (call it after
+    /// `waitFor([dispatchToken])` for this dispatch's answer).
+    /// - Throws: `.notDispatching` unless this thread is dispatching.
+    public func hasChanged() throws(FluxError) -> Bool {
+        try core.hasChanged(on: dispatcher.core)
+    }
+
+    /// Marks the store changed: its listeners run once the store's handling
+    /// of the payload returns (for a `ReduceStore`, even when its state
+    /// compares equal: state changed in place).
+    /// - Throws: `.notDispatching` unless called while the store handles a
+    ///   payload (`onDispatch`, `reduce`), on the dispatching thread.
+    public func emitChange() throws(FluxError) {
+        try core.emitChange(on: dispatcher.core)
+    }
+
+    /// `emitChange()` for a change that happened because something failed
+    /// (JBFlux's `emitChangeWithError:`): the listeners run, and `error` is
+    /// `error` while they do.
+    /// - Throws: `.notDispatching` as `emitChange()`; nothing is kept then.
+    public func emitChange(error: any Error) throws(FluxError) {
+        try core.emitChange(on: dispatcher.core)
+        emitError.withLock { $0 = error }
+    }
+
+    /// The error the running emit carries (`emitChange(error:)`): set while
+    /// that emit's listeners run, nil otherwise.
+    public var error: (any Error)? { emitError.withLock { $0 } }
+
+    /// Adds `listener`, run once per dispatch that changed the store (from
+    /// the next change on, when added during one).
+    @discardableResult
+    public func addListener(_ listener: @escaping @Sendable () -> Void) -> Subscription {
+        addClosureListener(core, listener) { [weak self] id throws(FluxError) in
+            guard let self else { throw FluxError(.unknownToken, "the store is gone") }
+            try self.core.removeListener(id)
+        }
+    }
+
+    /// Adds a listener bound to `owner`'s life (JBFlux's
+    /// `registerObject:forChangeEvents:`): the store holds `owner` weakly
+    /// and passes it to `listener`; once `owner` is gone the listener never
+    /// runs again and is removed (at the next change), without a `remove()`.
+    @discardableResult
+    public func addListener<Owner: AnyObject & Sendable>(
+        owner: Owner, _ listener: @escaping @Sendable (Owner) -> Void
+    ) -> Subscription {
+        let binding = OwnerBinding(owner)
+        let subscription = addListener { [weak self] in
+            guard let owner = binding.owner else {
+                // Gone: end the subscription, once (a concurrent emit may
+                // get here too; the loser's remove finds it removed).
+                if let id = binding.take(), let self { try? self.core.removeListener(id) }
+                return
+            }
+            listener(owner)
+        }
+        binding.id = subscription.id
+        return subscription
+    }
+}
+
+/// An owner-bound listener's weak reference to its owner, and its id once
+/// known (an emit on another thread may run it before `addListener` returns).
+final class OwnerBinding<Owner: AnyObject & Sendable>: Sendable {
+    private let state: Mutex<(owner: Weak, id: UInt64?)>
+    struct Weak: @unchecked Sendable { weak var object: Owner? }
+
+    init(_ owner: Owner) { state = Mutex((Weak(object: owner), nil)) }
+    var owner: Owner? { state.withLock { $0.owner.object } }
+    var id: UInt64? {
+        get { state.withLock { $0.id } }
+        set { state.withLock { $0.id = newValue } }
+    }
+    /// The id, for the one caller that removes the listener.
+    func take() -> UInt64? { state.withLock { s in defer { s.id = nil }; return s.id } }
+}
+
 /// Facebook's `FluxStore`: `onDispatch` handles every payload itself and
 /// calls `emitChange()` when it changed something.
 ///
@@ -55,14 +173,8 @@ public final class Subscription: Sendable {
 /// `StoreGroup` over it keeps it too). When the store goes away it
 /// unregisters itself.
 ///
-/// Thread safety: `addListener` and `Subscription.remove` from any thread;
-/// `hasChanged` and `emitChange` only on the dispatching thread (see each).
-public final class FluxStore<Payload>: DispatchingStore, @unchecked Sendable {
-    // @unchecked: the core synchronizes the listeners; `onDispatch` runs on
-    // the dispatching thread only.
-    public let dispatcher: Dispatcher<Payload>
-    public private(set) var dispatchToken = DispatchToken(rawValue: 0)
-    let core: StoreCore<ClosureListener>
+/// Thread safety: as `StoreBase`.
+public final class FluxStore<Payload>: StoreBase<Payload>, @unchecked Sendable {
     private let onDispatch: @Sendable (FluxStore<Payload>, Payload) throws -> Void
 
     /// Registers the store with `dispatcher`; `onDispatch(store, payload)`
@@ -71,18 +183,9 @@ public final class FluxStore<Payload>: DispatchingStore, @unchecked Sendable {
         dispatcher: Dispatcher<Payload>,
         onDispatch: @escaping @Sendable (FluxStore<Payload>, Payload) throws -> Void
     ) {
-        guard let core = StoreCore<ClosureListener>() else { fatalError("FluxStore: out of memory") }
-        self.core = core
-        self.dispatcher = dispatcher
         self.onDispatch = onDispatch
-        dispatchToken = dispatcher.register(owner: .store) { [weak self] payload in
-            guard let self else { return }
-            try self.handle(payload)
-        }
-    }
-
-    deinit {
-        dispatcher.unregister(owned: dispatchToken)
+        super.init(dispatcher: dispatcher)
+        register { store, payload in try unsafeDowncast(store, to: FluxStore<Payload>.self).handle(payload) }
     }
 
     private func handle(_ payload: Payload) throws {
@@ -103,29 +206,6 @@ public final class FluxStore<Payload>: DispatchingStore, @unchecked Sendable {
         func isSame(_: (), _: ()) -> Bool { true }
         func areEqual(_: (), _: ()) -> Bool { true }
         func release(_: ()) {}
-    }
-
-    /// Whether the store changed in its most recent handling (call it after
-    /// `waitFor([dispatchToken])` for this dispatch's answer).
-    /// - Throws: `.notDispatching` unless this thread is dispatching.
-    public func hasChanged() throws(FluxError) -> Bool {
-        try core.hasChanged(on: dispatcher.core)
-    }
-
-    /// Marks the store changed: its listeners run once `onDispatch` returns.
-    /// - Throws: `.notDispatching` unless called while `onDispatch` runs.
-    public func emitChange() throws(FluxError) {
-        try core.emitChange(on: dispatcher.core)
-    }
-
-    /// Adds `listener`, run once per dispatch that changed the store (from
-    /// the next change on, when added during one).
-    @discardableResult
-    public func addListener(_ listener: @escaping @Sendable () -> Void) -> Subscription {
-        addClosureListener(core, listener) { [weak self] id throws(FluxError) in
-            guard let self else { throw FluxError(.unknownToken, "the store is gone") }
-            try self.core.removeListener(id)
-        }
     }
 }
 

@@ -13,13 +13,9 @@ import Synchronization
 /// error) and the store keeps its state. The dispatcher holds the store
 /// weakly: keep a reference to it (a `StoreGroup` over it keeps it too).
 ///
-/// Thread safety: `state` and `addListener` from any thread; `hasChanged`
-/// only on the dispatching thread.
-public final class ReduceStore<State, Payload>: DispatchingStore, @unchecked Sendable {
+/// Thread safety: `state` from any thread; the rest as `StoreBase`.
+public final class ReduceStore<State, Payload>: StoreBase<Payload>, @unchecked Sendable {
     // @unchecked: `state` is behind a mutex, the listeners behind the core's.
-    public let dispatcher: Dispatcher<Payload>
-    public private(set) var dispatchToken = DispatchToken(rawValue: 0)
-    let core: StoreCore<ClosureListener>
     private let current: Mutex<Box>
     private let reduce: @Sendable (State, Payload) throws -> State
     private let areEqual: @Sendable (State, State) -> Bool
@@ -35,24 +31,18 @@ public final class ReduceStore<State, Payload>: DispatchingStore, @unchecked Sen
         areEqual: @escaping @Sendable (State, State) -> Bool,
         reduce: @escaping @Sendable (State, Payload) throws -> State
     ) {
-        guard let core = StoreCore<ClosureListener>() else { fatalError("ReduceStore: out of memory") }
-        self.core = core
-        self.dispatcher = dispatcher
         self.current = Mutex(Box(state: initialState))
         self.reduce = reduce
         self.areEqual = areEqual
-        dispatchToken = dispatcher.register(owner: .store) { [weak self] payload in
-            guard let self else { return }
-            if let failure = self.core.handle(payload, Reducer(store: self), on: self.dispatcher.core) {
+        super.init(dispatcher: dispatcher)
+        register { base, payload in
+            let store = unsafeDowncast(base, to: ReduceStore<State, Payload>.self)
+            if let failure = store.core.handle(payload, Reducer(store: store), on: store.dispatcher.core) {
                 switch failure {
                 case .reduce(let error): throw error
                 }
             }
         }
-    }
-
-    deinit {
-        dispatcher.unregister(owned: dispatchToken)
     }
 
     /// The current state.
@@ -70,29 +60,6 @@ public final class ReduceStore<State, Payload>: DispatchingStore, @unchecked Sen
         func release(_: State) {}
     }
 
-    /// Whether the most recent reduce changed the state (call it after
-    /// `waitFor([dispatchToken])` for this dispatch's answer).
-    /// - Throws: `.notDispatching` unless this thread is dispatching.
-    public func hasChanged() throws(FluxError) -> Bool {
-        try core.hasChanged(on: dispatcher.core)
-    }
-
-    /// Marks the store changed from inside `reduce` (for state changed in
-    /// place, say in a class instance): its listeners run after the reduce.
-    /// - Throws: `.notDispatching` unless called while `reduce` runs.
-    public func emitChange() throws(FluxError) {
-        try core.emitChange(on: dispatcher.core)
-    }
-
-    /// Adds `listener`, run once per dispatch that changed the state (from
-    /// the next change on, when added during one).
-    @discardableResult
-    public func addListener(_ listener: @escaping @Sendable () -> Void) -> Subscription {
-        addClosureListener(core, listener) { [weak self] id throws(FluxError) in
-            guard let self else { throw FluxError(.unknownToken, "the store is gone") }
-            try self.core.removeListener(id)
-        }
-    }
 }
 
 extension ReduceStore where State: Equatable & Sendable {

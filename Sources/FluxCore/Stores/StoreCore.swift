@@ -284,6 +284,13 @@ import Darwin
     /// after it returns (the emit that runs it does that).
     ///
     /// - Throws: `unknownToken` when `id` is 0, was never issued, or was removed.
+    /// How many listeners the store has (removed ones not counted).
+    var listenerCount: Int {
+        lock()
+        defer { unlock() }
+        return table.pointee.count - table.pointee.removed
+    }
+
     @_spi(Engine) public func removeListener(_ id: UInt64) throws(FluxError) {
         lock()
         let table = self.table

@@ -1,0 +1,122 @@
+/// A store class the dispatcher creates once and hands back by class
+/// (JBFlux's `registerStore:` / `store:`, Fluxible's `registerStore` /
+/// `getStore`): the app's own class, usually wrapping a `ReduceStore` or a
+/// `FluxStore`.
+///
+///     final class CurrentUserStore: RegisteredStore {
+///         let users: ReduceStore<User?, AppAction>
+///         init(dispatcher: Dispatcher<AppAction>) { users = ReduceStore(...) }
+///         var dispatchToken: DispatchToken { users.dispatchToken }
+///     }
+///     let current = dispatcher.registerStore(CurrentUserStore.self)
+public protocol RegisteredStore<Payload>: AnyObject, Sendable {
+    associatedtype Payload
+    /// Called once per dispatcher, by `registerStore`. It may register other
+    /// store classes (its dependencies) on the same dispatcher; it must not
+    /// dispatch.
+    init(dispatcher: Dispatcher<Payload>)
+    /// The token other stores `waitFor`.
+    var dispatchToken: DispatchToken { get }
+}
+
+/// A dispatcher's registered stores, one per class, in registration order.
+/// A class is created outside the lock (its init registers with the
+/// dispatcher and may register its own dependencies); another thread asking
+/// for the same class meanwhile waits for that one instance.
+final class StoreRegistry: @unchecked Sendable {
+    // @unchecked: everything below is under `lock`.
+    private let lock: ConditionLock
+    private var stores: [(type: ObjectIdentifier, store: AnyObject)] = []
+    /// Classes being created, and the thread creating each.
+    private var creating: [ObjectIdentifier: UInt] = [:]
+
+    init() {
+        // Swift's own allocations trap when memory runs out; so does this.
+        guard let lock = ConditionLock() else { fatalError("Dispatcher: out of memory") }
+        self.lock = lock
+    }
+
+    deinit { lock.destroy() }
+
+    func store(_ type: ObjectIdentifier) -> AnyObject? {
+        lock.lock()
+        defer { lock.unlock() }
+        return find(type)
+    }
+
+    private func find(_ type: ObjectIdentifier) -> AnyObject? {
+        stores.first { $0.type == type }?.store
+    }
+
+    /// The store of `type`, made by `make` the first time.
+    func store(_ type: ObjectIdentifier, name: @autoclosure () -> String, make: () -> AnyObject) -> AnyObject {
+        lock.lock()
+        while true {
+            if let found = find(type) {
+                lock.unlock()
+                return found
+            }
+            guard let thread = creating[type] else { break }
+            precondition(thread != currentThreadID(),
+                         "registerStore(\(name())): its init registers it again (a cycle of store classes)")
+            lock.wait()
+        }
+        creating[type] = currentThreadID()
+        lock.unlock()
+        let made = make()
+        lock.lock()
+        creating[type] = nil
+        stores.append((type, made))
+        lock.broadcast()
+        lock.unlock()
+        return made
+    }
+
+    var all: [AnyObject] {
+        lock.lock()
+        defer { lock.unlock() }
+        return stores.map(\.store)
+    }
+
+    /// Lets go of every store; returns them, to be released outside the lock.
+    func removeAll() -> [AnyObject] {
+        lock.lock()
+        defer { lock.unlock() }
+        let all = stores.map(\.store)
+        stores = []
+        return all
+    }
+}
+
+extension Dispatcher {
+    /// The store of class `type` on this dispatcher: created with
+    /// `type.init(dispatcher: self)` the first time, the same instance every
+    /// time after. The dispatcher keeps it until `removeAllStores()`; since a
+    /// store keeps its dispatcher too, call that when done with both.
+    /// From any thread: two threads asking for a class at once get one
+    /// instance. Registered during a dispatch, a store takes part from the
+    /// next dispatch.
+    @discardableResult
+    public func registerStore<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered where Registered.Payload == Payload {
+        let made = registry.store(ObjectIdentifier(type), name: "\(type)") { type.init(dispatcher: self) }
+        return unsafeDowncast(made, to: type)
+    }
+
+    /// The registered store of class `type`, or nil.
+    public func store<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered? where Registered.Payload == Payload {
+        registry.store(ObjectIdentifier(type)).map { unsafeDowncast($0, to: type) }
+    }
+
+    /// The registered stores, in registration order.
+    public var stores: [any RegisteredStore<Payload>] {
+        registry.all.map { $0 as! any RegisteredStore<Payload> }  // each was made as one
+    }
+
+    /// Lets go of every registered store (ending the cycle between them and
+    /// this dispatcher): with no other reference, they and the dispatcher
+    /// are freed.
+    public func removeAllStores() {
+        let released = registry.removeAll()
+        withExtendedLifetime(released) {}
+    }
+}
