@@ -145,6 +145,8 @@ demo: $(B)/examples/flight $(B)/examples/flight-stores
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight_stores.py
 	@echo "== counter example, Swift (VueFlux layer) =="
 	$(SWIFT) run --quiet counter
+	@echo "== JBFlux's store model, Swift: registered stores, a view bound for its life =="
+	$(SWIFT) run --quiet current-user
 	@echo "== flight-destination example, traced (flux.Trace), with a queued action =="
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight_trace.py $(B)/flight-trace.json
 

@@ -37,6 +37,8 @@ let package = Package(
         .target(name: "Flux", dependencies: ["FluxCore"]),
         // The Swift counter example (make demo).
         .executableTarget(name: "counter", dependencies: ["Flux"], path: "examples/counter"),
+        // JBFlux's store model: registered stores, owner-bound listeners (make demo).
+        .executableTarget(name: "current-user", dependencies: ["Flux"], path: "examples/current-user"),
         // The Swift layer's benchmark (make bench, release build).
         .executableTarget(name: "flux-bench-swift", dependencies: ["Flux"], path: "bench/swift"),
         // CFlux too: the header as a plain module, as a Swift host imports it.
