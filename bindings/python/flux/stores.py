@@ -26,7 +26,8 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable
-from ctypes import byref, c_int, c_uint64, c_void_p, cast, py_object
+from contextlib import ExitStack
+from ctypes import byref, c_int, c_uint64, c_void_p
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -136,10 +137,13 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
 
 
 def _on_release(context: int, state: int) -> None:
-    # The C store lets go of a state: drop the reference it held.
+    # The C store lets go of a state: drop the reference it held. Under the
+    # store's lock, so that a thread reading `state` never finds its state
+    # gone between reading the pointer and taking its reference.
     store = _objects.get(context)
     if store is not None:
-        store._held.pop(state, None)
+        with store._lock:
+            store._held.pop(state, None)
 
 
 def _on_listener(context: int) -> None:
@@ -248,7 +252,9 @@ class Subscription:
         :raises UnknownTokenError: already removed.
         :raises InvalidArgumentError: the store is closed.
         """
-        _flux_store_remove_listener(self._store._live_handle("remove"), self.id)
+        store = self._store
+        with store._lock:
+            _flux_store_remove_listener(store._live_handle("remove"), self.id)
 
     def __repr__(self) -> str:
         return f"<flux.Subscription {self.id}>"
@@ -260,7 +266,8 @@ class Store:
     listeners then run once, after ``on_dispatch``, still in the dispatch.
 
     The store is registered with its dispatcher until :meth:`close` (or the
-    dispatcher's ``close``); until then the dispatcher keeps it alive.
+    dispatcher's ``close``); until then the dispatcher keeps it alive. Every
+    method may be called from any thread.
     An exception raised by ``on_dispatch`` or by a listener aborts the
     dispatch and comes out of ``dispatch`` unchanged.
     """
@@ -277,6 +284,14 @@ class Store:
         self._dispatcher = dispatcher
         self._pending = dispatcher._pending
         self._handle: int | None = None
+        # Held by every call on the native store and by close(), which frees
+        # it: no thread is ever inside a call on a freed store, and a call
+        # that comes after close() raises the closed error. Reentrant: close()
+        # runs the release and destroy trampolines on this thread, and what
+        # they free may call back into the store. (Dispatcher defers its free
+        # to garbage collection instead, but a C store is freed by the same
+        # flux_store_destroy that unregisters it: close() cannot wait for GC.)
+        self._lock = threading.RLock()
         self._flux_reduce = self._reducer()
         # id(state) -> state, for each state the C store holds (one, and a
         # new one for the moment between its reduce and the release of
@@ -325,7 +340,8 @@ class Store:
         :raises NotDispatchingError: not inside a dispatch on this thread.
         """
         changed = c_int()
-        _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
+        with self._lock:
+            _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
         return bool(changed.value)
 
     def emit_change(self) -> None:
@@ -333,17 +349,19 @@ class Store:
 
         :raises NotDispatchingError: not called while the store handles a payload.
         """
-        _flux_store_emit_change(self._live_handle("emit_change"))
+        with self._lock:
+            _flux_store_emit_change(self._live_handle("emit_change"))
 
     def add_listener(self, listener: Callable[[], object]) -> Subscription:
         """Runs ``listener()`` once per dispatch that changed the store (from
         the next change on, when added during one)."""
         if not callable(listener):
             raise TypeError(f"listener must be callable, not {type(listener).__name__}")
-        handle = self._live_handle("add_listener")
-        key = _add((listener, self._dispatcher))
         out = c_uint64()
-        _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, byref(out))
+        with self._lock:
+            handle = self._live_handle("add_listener")
+            key = _add((listener, self._dispatcher))
+            _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, byref(out))
         return Subscription(self, out.value)
 
     # -- lifetime ----------------------------------------------------------
@@ -354,16 +372,19 @@ class Store:
 
     def close(self) -> None:
         """Unregisters the store and releases its state and listeners.
-        Idempotent.
+        Idempotent. Safe while other threads call the store: a call already
+        inside libflux finishes first, and every later call raises
+        :class:`~flux.InvalidArgumentError`.
 
         :raises AlreadyDispatchingError: a dispatch is running; nothing changed.
         :raises InvalidArgumentError: the store is in a live group; release it first.
         """
-        handle = self._handle
-        if handle is None:
-            return
-        _flux_store_destroy(handle)
-        self._handle = None
+        with self._lock:
+            handle = self._handle
+            if handle is None:
+                return
+            _flux_store_destroy(handle)
+            self._handle = None
         self._dispatcher._children.pop(self, None)
 
     def __enter__(self) -> Store:  # noqa: PYI034 -- no typing.Self before Python 3.11
@@ -421,9 +442,11 @@ class ReduceStore(Store, Generic[S]):
     @property
     def state(self) -> S:
         """The current state (Facebook's ``getState()``)."""
-        # A PyObject* the C store holds a reference to; cast takes one more
-        # for the caller.
-        return cast(_flux_store_state(self._live_handle("state")), py_object).value  # type: ignore[no-any-return]
+        # The C store's PyObject*, looked up among the states this store
+        # holds a reference to, under the lock the release trampoline takes:
+        # the state read cannot be released before the caller has it.
+        with self._lock:
+            return self._held[_flux_store_state(self._live_handle("state"))]  # type: ignore[no-any-return]
 
     def get_state(self) -> S:
         return self.state
@@ -482,21 +505,26 @@ class StoreGroup:
         dispatcher = stores[0]._dispatcher
         if any(store._dispatcher is not dispatcher for store in stores):
             raise InvalidArgumentError("StoreGroup: all stores in a group must use the same dispatcher")
-        handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
         self._stores = stores
         self._dispatcher = dispatcher
-        key = _add((fn, dispatcher))
         out = c_void_p()
-        _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, byref(out))
+        with ExitStack() as held:
+            # Every store's lock, in one global order (no two creations
+            # deadlock): none can be freed while libflux reads it.
+            for store in sorted(set(stores), key=_id):
+                held.enter_context(store._lock)
+            handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
+            key = _add((fn, dispatcher))
+            _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, byref(out))
         self._handle: int | None = out.value
         dispatcher._children[self] = None
 
     def release(self) -> None:
         """Unregisters the group: no later dispatch runs ``fn``. Idempotent."""
-        handle = self._handle
+        with _lock:  # two threads releasing at once: one releases
+            handle, self._handle = self._handle, None
         if handle is None:
             return
-        self._handle = None
         _flux_store_group_release(handle)
         self._dispatcher._children.pop(self, None)
 
