@@ -39,6 +39,9 @@ from ._native import (
     flux_dispatcher_destroy as _flux_dispatcher_destroy,
 )
 from ._native import (
+    flux_dispatcher_set_observer as _flux_dispatcher_set_observer,
+)
+from ._native import (
     flux_enqueue as _flux_enqueue,
 )
 from ._native import (
@@ -226,6 +229,9 @@ def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseExce
 
 
 _TOKEN_IN_MESSAGE = re.compile(r"token (\d+)|(?<=, which is waiting for )(\d+)|(?<= waits for )(\d+)")
+
+
+_NO_DESTROY = _DESTROY.__class__()  # a NULL flux_destroy
 
 
 def _destroy_handle(handle: int) -> None:
@@ -605,8 +611,9 @@ class Dispatcher(Generic[P]):
 
     def close(self) -> None:
         """Closes its stores and groups, unregisters every callback,
-        releasing them, and closes the dispatcher: every later call raises :class:`~flux.InvalidArgumentError`.
-        Idempotent.
+        releasing them, clears its observer (a :class:`flux.Trace` stops
+        recording), and closes the dispatcher: every later call raises
+        :class:`~flux.InvalidArgumentError`. Idempotent.
 
         The native dispatcher itself is freed when this object is garbage
         collected: then no thread can still be inside a call on it, so closing
@@ -632,6 +639,9 @@ class Dispatcher(Generic[P]):
             except UnknownTokenError:  # unregistered concurrently
                 pass
         self._tokens.clear()
+        # Clearing the observer runs its destroy now: a flux.Trace started on
+        # this dispatcher is let go, with its events and payloads.
+        _flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
 
     def __enter__(self) -> Dispatcher[P]:
         return self

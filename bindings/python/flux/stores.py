@@ -307,6 +307,8 @@ class Store:
                            _destroy_trampoline, byref(out))
         self._handle = out.value
         self._token = Token(dispatcher._serial, int(_flux_store_token(out.value)))
+        # Its name in traces and circular-dependency messages.
+        dispatcher._names[self._token.value] = type(self).__name__
         dispatcher._children[self] = None
 
     def _reducer(self) -> Callable[[Any, Any], Any]:
@@ -386,6 +388,7 @@ class Store:
             _flux_store_destroy(handle)
             self._handle = None
         self._dispatcher._children.pop(self, None)
+        self._dispatcher._names.pop(self._token.value, None)
 
     def __enter__(self) -> Store:  # noqa: PYI034 -- no typing.Self before Python 3.11
         return self

@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from ctypes import byref
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,12 @@ class TraceEvent:
 # the hooks never see a trace that is gone, even when the trace is closed
 # during a dispatch (libflux keeps the old observer to the end of it).
 _traces: dict[int, Trace] = {}
+# Dispatcher -> the context of the trace that is its observer now: stop()
+# clears the observer only when it is still this trace's (replaced during a
+# dispatch, an old trace stays in _traces until that dispatch ends). The
+# lock makes each start/stop's check and set one step.
+_observing: weakref.WeakKeyDictionary[Dispatcher[Any], int] = weakref.WeakKeyDictionary()
+_observer_lock = threading.Lock()
 _contexts = itertools.count(1).__next__
 _clock = time.perf_counter_ns
 _thread = threading.get_native_id
@@ -157,23 +164,37 @@ class Trace:
         """Sets this trace as the dispatcher's observer."""
         if self._context:
             return self
-        handle = self.dispatcher._handle
-        if handle is None:
-            raise InvalidArgumentError("Trace: the dispatcher is closed")
-        self._context = _contexts()
-        _traces[self._context] = self
-        # On failure libflux runs _DESTROY at once, which forgets the trace.
-        _native.flux_dispatcher_set_observer(handle, byref(_HOOKS), self._context, _DESTROY)
+        dispatcher = self.dispatcher
+        with _observer_lock:
+            handle = dispatcher._handle
+            if handle is None:
+                raise InvalidArgumentError("Trace: the dispatcher is closed")
+            context = _contexts()
+            _traces[context] = self
+            # On failure libflux runs _DESTROY at once, which forgets the trace.
+            _native.flux_dispatcher_set_observer(handle, byref(_HOOKS), context, _DESTROY)
+            self._context = context
+            _observing[dispatcher] = context
         return self
 
     def stop(self) -> None:
-        """Clears the observer (if it is still this trace)."""
-        if not self._context:
+        """Clears the dispatcher's observer if it is still this trace; a
+        trace another one replaced just stops recording. Once the dispatcher
+        is closed (which clears its observer), only forgets the trace."""
+        context = self._context
+        if not context:
             return
-        handle = self.dispatcher._handle
-        if handle is not None and self._context in _traces:
-            _native.flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
-        self._context = 0
+        dispatcher = self.dispatcher
+        with _observer_lock:
+            self._context = 0
+            if _observing.get(dispatcher) != context:
+                return
+            del _observing[dispatcher]
+            handle = dispatcher._handle
+            if handle is not None:
+                _native.flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
+            else:
+                _traces.pop(context, None)
 
     def __enter__(self) -> Trace:  # noqa: PYI034 -- no typing.Self before Python 3.11
         return self.start()
@@ -196,7 +217,10 @@ class Trace:
                     roots.append(node)
                 stack.append(node)
             elif ev.kind == "callback_begin":
-                node = _Node(f"{ev.name} (token {ev.token})", ev.time_ns, thread=ev.thread)
+                label = f"token {ev.token}"
+                if ev.name != label:  # a registration with no name is named by its token
+                    label = f"{ev.name} ({label})"
+                node = _Node(label, ev.time_ns, thread=ev.thread)
                 if stack:
                     stack[-1].items.append(node)
                 else:
@@ -282,7 +306,10 @@ class Trace:
 
 
 def _short(payload: Any, limit: int = 60) -> str:
-    text = repr(payload)
+    try:
+        text = repr(payload)
+    except Exception:  # noqa: BLE001 -- a trace renders what it can
+        text = f"<unrepresentable {type(payload).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
