@@ -51,6 +51,12 @@ from ._native import (
     flux_register as _flux_register,
 )
 from ._native import (
+    flux_store_destroy as _flux_store_destroy,
+)
+from ._native import (
+    flux_store_group_release as _flux_store_group_release,
+)
+from ._native import (
     flux_unregister as _flux_unregister,
 )
 from ._native import (
@@ -225,7 +231,10 @@ def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseExce
         first, later = later[0], later[1:]
     for exc in later:
         first.add_note(f"a later queued dispatch also failed: {type(exc).__name__}: {exc}")
-    raise first
+    try:
+        raise first
+    finally:
+        first = None  # no cycle through this frame (see dispatch)
 
 
 _TOKEN_IN_MESSAGE = re.compile(r"token (\d+)|(?<=, which is waiting for )(\d+)|(?<= waits for )(\d+)")
@@ -234,11 +243,16 @@ _TOKEN_IN_MESSAGE = re.compile(r"token (\d+)|(?<=, which is waiting for )(\d+)|(
 _NO_DESTROY = _DESTROY.__class__()  # a NULL flux_destroy
 
 
-def _destroy_handle(handle: int) -> None:
+def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
     # weakref.finalize: the native dispatcher is freed when the Dispatcher
     # object is gone. No call can be in flight then -- every call holds a
     # reference to the Dispatcher -- so this never frees memory under a thread.
+    # First the native stores and groups never closed (collected with it):
+    # newest first, so each group goes before its stores.
     try:
+        for native, is_group in reversed(list(natives.items())):
+            (_flux_store_group_release if is_group else _flux_store_destroy)(native)
+        natives.clear()
         _flux_dispatcher_destroy(handle)
     except FluxError:  # pragma: no cover - cannot happen, see above
         pass
@@ -270,8 +284,10 @@ class Dispatcher(Generic[P]):
     *different* dispatcher from a callback is fine.
 
     A dispatcher that is garbage collected without :meth:`close` is closed by
-    a ``weakref.finalize``; but a callback that refers to its dispatcher keeps
-    it alive while registered, so close dispatchers you are done with.
+    a ``weakref.finalize``, which first destroys the stores and groups that
+    were collected with it; but a callback (or a store's listener) that refers
+    to its dispatcher keeps it alive while registered, so close dispatchers
+    you are done with.
     """
 
     __slots__ = (
@@ -280,6 +296,7 @@ class Dispatcher(Generic[P]):
         "_finalizer",
         "_handle",
         "_names",
+        "_natives",
         "_pending",
         "_queued_errors",
         "_serial",
@@ -306,12 +323,16 @@ class Dispatcher(Generic[P]):
         # The live stores and groups on this dispatcher (flux/stores.py), in
         # creation order: close() closes them, groups before their stores.
         self._children: dict[Any, None] = {}
+        # Their native handles (True: a group), for the finalizer: a
+        # dispatcher never closed is collected with its stores, and its
+        # finalizer cannot reach them.
+        self._natives: dict[int, bool] = {}
         # token value -> its name in traces and circular-dependency messages.
         self._names: dict[int, str] = {}
         # thread ident -> failures of queued dispatches that thread ran with
         # no on_error, for its outermost dispatch/enqueue to raise.
         self._queued_errors: dict[int, list[BaseException]] = {}
-        self._finalizer = weakref.finalize(self, _destroy_handle, handle)
+        self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._natives)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
     # -- registration ------------------------------------------------------
@@ -414,17 +435,26 @@ class Dispatcher(Generic[P]):
         if status:
             # Raised here, so the traceback goes dispatch -> the callback.
             error = self._dispatch_error(status)
-            if status == _CALLBACK_FAILED and self._queued_errors:
-                _raise_queued(self._queued_errors, error)
-            raise error
+            try:
+                if status == _CALLBACK_FAILED and self._queued_errors:
+                    _raise_queued(self._queued_errors, error)
+                raise error
+            finally:
+                # This frame is in the traceback: a local naming the exception
+                # would make a cycle (exception -> traceback -> frame -> exception)
+                # that only the cycle collector frees, with every frame in it.
+                del error
         if _escaped:
             # A callback's exception escaped where C could not see it fail
             # (see _native.escaped): the dispatch failed all the same.
             escaped = _escaped.pop(get_ident(), None)
             if escaped is not None:
-                if self._queued_errors:
-                    _raise_queued(self._queued_errors, escaped)
-                raise escaped
+                try:
+                    if self._queued_errors:
+                        _raise_queued(self._queued_errors, escaped)
+                    raise escaped
+                finally:
+                    del escaped  # no cycle, as above
         if self._queued_errors:
             # This call ran the queue: raise what failed there with no on_error.
             _raise_queued(self._queued_errors, None)
@@ -539,7 +569,10 @@ class Dispatcher(Generic[P]):
             # whether or not this callback lets it propagate.
             aborting = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
             if aborting is not None:
-                raise aborting
+                try:
+                    raise aborting
+                finally:
+                    del aborting  # no cycle through this frame (see dispatch)
             if status == _CIRCULAR:
                 raise self._named(_status_error(status))
             raise _status_error(status)
@@ -547,7 +580,10 @@ class Dispatcher(Generic[P]):
             # A callback run by this wait failed where C could not see it.
             escaped = _escaped.get(get_ident())
             if escaped is not None:
-                raise escaped
+                try:
+                    raise escaped
+                finally:
+                    del escaped  # no cycle through this frame (see dispatch)
 
     def _named(self, error: FluxError) -> FluxError:
         """The error with each token in its message followed by its name."""
@@ -593,7 +629,10 @@ class Dispatcher(Generic[P]):
             raise self._foreign_error(first)
         exc = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
         if exc is not None:
-            raise exc
+            try:
+                raise exc
+            finally:
+                del exc  # no cycle through this frame (see dispatch)
         raise self._named(_status_error(status)) if status == _CIRCULAR else _status_error(status)
 
     @property

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from ctypes import byref, c_int, c_uint64, c_void_p
@@ -92,8 +93,12 @@ _write_pointer = c_void_p.from_address
 # Contexts: what each C store, listener and group hands its trampolines
 # --------------------------------------------------------------------------
 
-#: context -> the Python object of that store, listener or group. libflux
-#: runs each one's destroy exactly once, which takes the entry out.
+#: context -> a weak reference to a store; or a listener's or group's
+#: (function, pending-exception table, native dispatcher). libflux runs each
+#: one's destroy exactly once, which takes the entry out. Nothing here refers
+#: to a store or a dispatcher: the dispatcher keeps its stores alive, so a
+#: dispatcher never closed is collected with its stores (its finalizer
+#: destroys their native side first, see flux/dispatcher.py).
 _objects: dict[int, Any] = {}
 _keys = itertools.count(1).__next__
 _lock = threading.Lock()
@@ -115,9 +120,11 @@ def _on_destroy(context: int) -> None:
 def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     # The hot path: one dict lookup, the store's reduce, and -- only when
     # the state changed -- a reference for the store and a write of *next.
-    store = _objects[context]
+    store = _objects[context]()
+    if store is None:  # collected with its dispatcher, whose finalizer destroys it
+        return 0
     try:
-        new = store._flux_reduce(state, payload)
+        new = store._flux_reduce(store, state, payload)
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
         # Re-raised by Dispatcher.dispatch, the very object.
         _native.park_exception(store._pending, payload, exc)
@@ -140,7 +147,8 @@ def _on_release(context: int, state: int) -> None:
     # The C store lets go of a state: drop the reference it held. Under the
     # store's lock, so that a thread reading `state` never finds its state
     # gone between reading the pointer and taking its reference.
-    store = _objects.get(context)
+    ref = _objects.get(context)
+    store = ref() if ref is not None else None
     if store is not None:
         with store._lock:
             store._held.pop(state, None)
@@ -153,9 +161,8 @@ def _on_listener(context: int) -> None:
     try:
         entry[0]()
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
-        dispatcher = entry[1]
-        _native.park_exception(dispatcher._pending, _native.UNKNOWN_PAYLOAD, exc)
-        _flux_store_listener_fail(dispatcher._handle, 1)
+        _native.park_exception(entry[1], _native.UNKNOWN_PAYLOAD, exc)
+        _flux_store_listener_fail(entry[2], 1)
 
 
 _reduce_trampoline = _REDUCE_TYPE(_on_reduce)
@@ -292,6 +299,8 @@ class Store:
         # to garbage collection instead, but a C store is freed by the same
         # flux_store_destroy that unregisters it: close() cannot wait for GC.)
         self._lock = threading.RLock()
+        # A function of (store, state, payload), not a closure over the store:
+        # closing a store frees it without the cycle collector.
         self._flux_reduce = self._reducer()
         # id(state) -> state, for each state the C store holds (one, and a
         # new one for the moment between its reduce and the release of
@@ -299,26 +308,22 @@ class Store:
         self._held: dict[int, Any] = {_id(initial): initial}
         self._next_address = 0
         self._next_cell: Any = None
-        key = _add(self)
+        key = _add(weakref.ref(self))
         out = c_void_p()
         # Handed over: libflux releases the state and destroys the context
         # even when the create fails.
         _flux_store_create(handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key,
                            _destroy_trampoline, byref(out))
         self._handle = out.value
+        # The dispatcher's finalizer destroys it if this store is never closed.
+        dispatcher._natives[self._handle or 0] = False
         self._token = Token(dispatcher._serial, int(_flux_store_token(out.value)))
         # Its name in traces and circular-dependency messages.
         dispatcher._names[self._token.value] = type(self).__name__
         dispatcher._children[self] = None
 
-    def _reducer(self) -> Callable[[Any, Any], Any]:
-        on_dispatch = self.on_dispatch
-
-        def handle(state: Any, payload: Any) -> Any:
-            on_dispatch(payload)
-            return state
-
-        return handle
+    def _reducer(self) -> Callable[[Any, Any, Any], Any]:
+        return _handle_payload
 
     def on_dispatch(self, payload: Any) -> None:
         """Handles a payload. Subclasses must override it."""
@@ -362,7 +367,8 @@ class Store:
         out = c_uint64()
         with self._lock:
             handle = self._live_handle("add_listener")
-            key = _add((listener, self._dispatcher))
+            dispatcher = self._dispatcher
+            key = _add((listener, dispatcher._pending, dispatcher._handle))
             _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, byref(out))
         return Subscription(self, out.value)
 
@@ -387,6 +393,7 @@ class Store:
                 return
             _flux_store_destroy(handle)
             self._handle = None
+        self._dispatcher._natives.pop(handle, None)
         self._dispatcher._children.pop(self, None)
         self._dispatcher._names.pop(self._token.value, None)
 
@@ -454,37 +461,46 @@ class ReduceStore(Store, Generic[S]):
     def get_state(self) -> S:
         return self.state
 
-    def _reducer(self) -> Callable[[Any, Any], Any]:
+    def _reducer(self) -> Callable[[Any, Any, Any], Any]:
+        # Functions of (store, state, action) that close over the class's
+        # routes only, never over the store.
         cls = type(self)
         routes = cls._routes
         has_reduce = cls.reduce is not ReduceStore.reduce
-        reduce: Callable[[Any, Any], Any] = self.reduce
+        reduce: Callable[[Any, Any, Any], Any] = _reduce
         if routes:
-            fallback = reduce if has_reduce else None
 
-            def reduce(state: Any, action: Any) -> Any:
+            def reduce(store: Any, state: Any, action: Any) -> Any:
                 method = routes.get(_action_type(action))
                 if method is not None:
-                    return method(self, state, action)
-                return fallback(state, action) if fallback is not None else state
+                    return method(store, state, action)
+                return store.reduce(state, action) if has_reduce else state
 
         if cls.are_equal is ReduceStore.are_equal:
             # Identity: libflux compares the pointers itself.
             return reduce
-        are_equal = self.are_equal
         plain = reduce
 
-        def reduce_and_compare(state: Any, action: Any) -> Any:
+        def reduce_and_compare(store: Any, state: Any, action: Any) -> Any:
             # Compared here rather than through flux_equal_fn, which cannot
             # fail: an are_equal that raises then fails the dispatch like a
             # reduce that raises. Equal: hand libflux the old state back,
             # and the new one is let go.
-            new = plain(state, action)
-            if new is not state and are_equal(state, new):
+            new = plain(store, state, action)
+            if new is not state and store.are_equal(state, new):
                 return state
             return new
 
         return reduce_and_compare
+
+
+def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
+    store.on_dispatch(payload)
+    return state
+
+
+def _reduce(store: ReduceStore[Any], state: Any, action: Any) -> Any:
+    return store.reduce(state, action)
 
 
 class StoreGroup:
@@ -517,9 +533,10 @@ class StoreGroup:
             for store in sorted(set(stores), key=_id):
                 held.enter_context(store._lock)
             handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
-            key = _add((fn, dispatcher))
+            key = _add((fn, dispatcher._pending, dispatcher._handle))
             _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, byref(out))
         self._handle: int | None = out.value
+        dispatcher._natives[out.value or 0] = True
         dispatcher._children[self] = None
 
     def release(self) -> None:
@@ -529,6 +546,7 @@ class StoreGroup:
         if handle is None:
             return
         _flux_store_group_release(handle)
+        self._dispatcher._natives.pop(handle, None)
         self._dispatcher._children.pop(self, None)
 
     close = release
