@@ -358,11 +358,17 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("register")
-        context = _add_registration(callback, self._pending)
         out = c_uint64()
-        # On failure libflux has already run the destroy trampoline, which
-        # took the entries out again: one leak-free path.
-        _flux_register(handle, _CALLBACK, context, _DESTROY, byref(out))
+        out_ref = byref(out)
+        context = _add_registration(callback, self._pending)
+        try:
+            # On failure libflux has already run the destroy trampoline, which
+            # took the entries out again: one leak-free path.
+            _flux_register(handle, _CALLBACK, context, _DESTROY, out_ref)
+        except BaseException:
+            if not out.value:  # an interrupt before libflux took the context
+                _native.drop_registration(context, callback)
+            raise
         value = out.value
         self._tokens.add(value)
         self._names[value] = name if name is not None else getattr(callback, "__qualname__", None) or repr(callback)
@@ -418,8 +424,11 @@ class Dispatcher(Generic[P]):
             dispatcher is ready for the next one. This holds wherever the
             exception escaped, even before the callback's body ran (a
             KeyboardInterrupt from a SIGINT that arrived while the thread was
-            in C), as long as ``sys.unraisablehook`` is the one this package
-            chained in at import, or calls it.
+            in C) -- and likewise for any Python code the library calls
+            (a store's reduce, are_equal or listener, a group function, a
+            state release, a destroy, a Trace hook: see
+            ``_native.trampoline``) -- as long as ``sys.unraisablehook`` is
+            the one this package chained in at import, or calls it.
         :raises AlreadyDispatchingError: called from inside a callback of this
             dispatcher; the running dispatch goes on unharmed.
         :raises InvalidArgumentError: the dispatcher is closed.
@@ -667,8 +676,16 @@ class Dispatcher(Generic[P]):
             return
         if _flux_is_dispatching(handle):
             raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
+        # What escaped a release or destroy (see _native.trampoline) is raised
+        # once everything is released.
+        escaped: BaseException | None = None
         for child in reversed(list(self._children)):
-            child.close()
+            try:
+                child.close()
+            except FluxError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 -- raised below
+                escaped = escaped or exc
         self._handle = None
         # Should another thread start a dispatch right now, unregistering
         # during it is legal too; libflux then releases these at its end.
@@ -677,10 +694,20 @@ class Dispatcher(Generic[P]):
                 _flux_unregister(handle, value)
             except UnknownTokenError:  # unregistered concurrently
                 pass
+            except BaseException as exc:  # noqa: BLE001 -- raised below
+                escaped = escaped or exc
         self._tokens.clear()
         # Clearing the observer runs its destroy now: a flux.Trace started on
         # this dispatcher is let go, with its events and payloads.
-        _flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
+        try:
+            _flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
+        except BaseException as exc:  # noqa: BLE001 -- raised below
+            escaped = escaped or exc
+        if escaped is not None:
+            try:
+                raise escaped
+            finally:
+                escaped = None  # no cycle through this frame (see dispatch)
 
     def __enter__(self) -> Dispatcher[P]:
         return self

@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from ctypes import byref, c_int, c_uint64, c_void_p
+from threading import get_ident as _get_ident
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -44,6 +45,9 @@ from ._native import (
 )
 from ._native import (
     RELEASE as _RELEASE_TYPE,
+)
+from ._native import (
+    escaped as _escaped,
 )
 from ._native import (
     flux_store_add_listener as _flux_store_add_listener,
@@ -67,7 +71,7 @@ from ._native import (
     flux_store_has_changed as _flux_store_has_changed,
 )
 from ._native import (
-    flux_store_listener_fail as _flux_store_listener_fail,
+    flux_store_listener_fail_raw as _flux_store_listener_fail_raw,
 )
 from ._native import (
     flux_store_remove_listener as _flux_store_remove_listener,
@@ -78,8 +82,11 @@ from ._native import (
 from ._native import (
     flux_store_token as _flux_store_token,
 )
+from ._native import (
+    trampoline as _trampoline,
+)
 from .dispatcher import Dispatcher, Token
-from .errors import InvalidArgumentError
+from .errors import FluxError, InvalidArgumentError
 
 __all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "handles"]
 
@@ -105,21 +112,31 @@ _lock = threading.Lock()
 
 
 def _add(obj: Any) -> int:
-    with _lock:
-        key = _keys()
-        _objects[key] = obj
+    # No call after the entry is in (an interrupt is raised at a call): the
+    # caller always gets the key of an entry it made. count() is atomic.
+    key = _keys()
+    _objects[key] = obj
     return key
 
 
+# Every function below is a trampoline (see _native.trampoline): what
+# escapes one is raised by the outermost call, and one that was interrupted
+# before it began is made up for -- a release or a destroy is run again, a
+# listener is failed.
+
+
+@_trampoline(rerun=True)
 def _on_destroy(context: int) -> None:
-    with _lock:
-        obj = _objects.pop(context, None)
-    del obj  # the last reference may go here, outside the lock
+    # One step: the last reference may go here, and run any code.
+    _objects.pop(context, None)
 
 
+@_trampoline()
 def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     # The hot path: one dict lookup, the store's reduce, and -- only when
     # the state changed -- a reference for the store and a write of *next.
+    if _escaped and _get_ident() in _escaped:
+        return 1  # this dispatch already failed (see _native.escaped)
     store = _objects[context]()
     if store is None:  # collected with its dispatcher, whose finalizer destroys it
         return 0
@@ -131,9 +148,16 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
         return 1
     if new is not state:
         key = _id(new)
+        held = store._held
+        if len(held) > 1:
+            # A release that an interrupt cut short left its state here: the
+            # C store holds only `state` now.
+            with store._lock:
+                for stale in [k for k in held if k != _id(state)]:
+                    del held[stale]
         # The C store's reference, until it releases the state (the store
         # holds one state, and new is not it: no key is ever taken twice).
-        store._held[key] = new
+        held[key] = new
         # *next: a cell kept for the address, which is the same from one
         # dispatch to the next as long as the C stack is.
         if next_ != store._next_address:
@@ -143,6 +167,7 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     return 0
 
 
+@_trampoline(rerun=True)
 def _on_release(context: int, state: int) -> None:
     # The C store lets go of a state: drop the reference it held. Under the
     # store's lock, so that a thread reading `state` never finds its state
@@ -154,15 +179,25 @@ def _on_release(context: int, state: int) -> None:
             store._held.pop(state, None)
 
 
+def _fail_listener(context: int) -> None:
+    entry = _objects.get(context)
+    if entry is not None:
+        _flux_store_listener_fail_raw(entry[2], 1)
+
+
+@_trampoline(on_escape=_fail_listener)
 def _on_listener(context: int) -> None:
     # A listener or a group's function. An exception is parked for the
     # dispatching thread and fails the listener, which aborts the dispatch.
+    if _escaped and _get_ident() in _escaped:
+        _fail_listener(context)  # this dispatch already failed
+        return
     entry = _objects[context]
     try:
         entry[0]()
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
         _native.park_exception(entry[1], _native.UNKNOWN_PAYLOAD, exc)
-        _flux_store_listener_fail(entry[2], 1)
+        _flux_store_listener_fail_raw(entry[2], 1)
 
 
 _reduce_trampoline = _REDUCE_TYPE(_on_reduce)
@@ -365,11 +400,18 @@ class Store:
         if not callable(listener):
             raise TypeError(f"listener must be callable, not {type(listener).__name__}")
         out = c_uint64()
+        out_ref = byref(out)
         with self._lock:
             handle = self._live_handle("add_listener")
             dispatcher = self._dispatcher
-            key = _add((listener, dispatcher._pending, dispatcher._handle))
-            _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, byref(out))
+            entry = (listener, dispatcher._pending, dispatcher._handle)
+            key = _add(entry)
+            try:
+                _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
+            except BaseException:
+                if not out.value:  # libflux never took the key (or destroyed it)
+                    _objects.pop(key, None)
+                raise
         return Subscription(self, out.value)
 
     # -- lifetime ----------------------------------------------------------
@@ -387,15 +429,25 @@ class Store:
         :raises AlreadyDispatchingError: a dispatch is running; nothing changed.
         :raises InvalidArgumentError: the store is in a live group; release it first.
         """
+        dispatcher = self._dispatcher
         with self._lock:
             handle = self._handle
             if handle is None:
                 return
-            _flux_store_destroy(handle)
+            # Cleared first: an exception raised after libflux freed the
+            # store (one that escaped its release, say) must not leave the
+            # freed handle behind.
             self._handle = None
-        self._dispatcher._natives.pop(handle, None)
-        self._dispatcher._children.pop(self, None)
-        self._dispatcher._names.pop(self._token.value, None)
+            try:
+                _flux_store_destroy(handle)
+            except FluxError:
+                self._handle = handle  # refused: nothing changed
+                raise
+            finally:
+                if self._handle is None:
+                    dispatcher._natives.pop(handle, None)
+                    dispatcher._children.pop(self, None)
+                    dispatcher._names.pop(self._token.value, None)
 
     def __enter__(self) -> Store:  # noqa: PYI034 -- no typing.Self before Python 3.11
         return self
@@ -545,9 +597,11 @@ class StoreGroup:
             handle, self._handle = self._handle, None
         if handle is None:
             return
-        _flux_store_group_release(handle)
-        self._dispatcher._natives.pop(handle, None)
-        self._dispatcher._children.pop(self, None)
+        try:
+            _flux_store_group_release(handle)
+        finally:  # released even when what escaped its destroy is raised
+            self._dispatcher._natives.pop(handle, None)
+            self._dispatcher._children.pop(self, None)
 
     close = release
 

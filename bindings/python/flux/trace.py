@@ -74,28 +74,37 @@ _clock = time.perf_counter_ns
 _thread = threading.get_native_id
 
 
+# The hooks are trampolines (see _native.trampoline): what escapes one is
+# raised by the outermost call, and a hook interrupted before it began runs
+# again, so the trace misses no event.
+
+
 def _trace(context: int | None) -> Trace | None:
     return _traces.get(context or 0)
 
 
+@_native.trampoline(rerun=True)
 def _on_dispatch_begin(context: int | None, payload: Any) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("dispatch_begin", _clock(), _thread(), payload=payload))
 
 
+@_native.trampoline(rerun=True)
 def _on_dispatch_end(context: int | None, payload: Any, status: int) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("dispatch_end", _clock(), _thread(), payload=payload, status=status))
 
 
+@_native.trampoline(rerun=True)
 def _on_callback_begin(context: int | None, token: int) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("callback_begin", _clock(), _thread(), token=token, name=t._name(token)))
 
 
+@_native.trampoline(rerun=True)
 def _on_callback_end(context: int | None, token: int, result: int) -> None:
     t = _trace(context)
     if t is not None:
@@ -104,6 +113,7 @@ def _on_callback_end(context: int | None, token: int, result: int) -> None:
         )
 
 
+@_native.trampoline(rerun=True)
 def _on_wait_for(context: int | None, waiter: int, tokens: Any, count: int) -> None:
     t = _trace(context)
     if t is not None:
@@ -116,6 +126,7 @@ def _on_wait_for(context: int | None, waiter: int, tokens: Any, count: int) -> N
         )
 
 
+@_native.trampoline(rerun=True)
 def _on_destroy(context: int | None) -> None:
     _traces.pop(context or 0, None)
 
