@@ -503,7 +503,9 @@ class ReduceStore(Store, Generic[S]):
 
     @property
     def state(self) -> S:
-        """The current state (Facebook's ``getState()``)."""
+        """The current state (Facebook's ``getState()``). Any thread may read
+        it: while another thread dispatches, it is the state before or after
+        that dispatch's reduce -- always a live object."""
         # The C store's PyObject*, looked up among the states this store
         # holds a reference to, under the lock the release trampoline takes:
         # the state read cannot be released before the caller has it.
