@@ -23,6 +23,7 @@ drops it, so a state lives exactly as long as the C store holds it.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
 import weakref
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from ctypes import byref, c_int, c_uint64, c_void_p
 from threading import get_ident as _get_ident
-from types import TracebackType
+from types import FunctionType, TracebackType
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _native
@@ -92,6 +93,7 @@ __all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "hand
 
 S = TypeVar("S")
 _id = id
+_MISSING = object()
 
 _write_pointer = c_void_p.from_address
 
@@ -152,9 +154,8 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
         if len(held) > 1:
             # A release that an interrupt cut short left its state here: the
             # C store holds only `state` now.
-            with store._lock:
-                for stale in [k for k in held if k != _id(state)]:
-                    del held[stale]
+            for stale in [k for k in held if k != _id(state)]:
+                held.pop(stale, None)
         # The C store's reference, until it releases the state (the store
         # holds one state, and new is not it: no key is ever taken twice).
         held[key] = new
@@ -169,14 +170,11 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
 
 @_trampoline(rerun=True)
 def _on_release(context: int, state: int) -> None:
-    # The C store lets go of a state: drop the reference it held. Under the
-    # store's lock, so that a thread reading `state` never finds its state
-    # gone between reading the pointer and taking its reference.
+    # The C store lets go of a state: drop the reference it held.
     ref = _objects.get(context)
     store = ref() if ref is not None else None
     if store is not None:
-        with store._lock:
-            store._held.pop(state, None)
+        store._held.pop(state, None)
 
 
 def _fail_listener(context: int) -> None:
@@ -329,8 +327,8 @@ class Store:
         # Held by every call on the native store and by close(), which frees
         # it: no thread is ever inside a call on a freed store, and a call
         # that comes after close() raises the closed error. Reentrant: close()
-        # runs the release and destroy trampolines on this thread, and what
-        # they free may call back into the store. (Dispatcher defers its free
+        # and remove() run destroys on this thread, and what they free may
+        # call back into the store. (Dispatcher defers its free
         # to garbage collection instead, but a C store is freed by the same
         # flux_store_destroy that unregisters it: close() cannot wait for GC.)
         self._lock = threading.RLock()
@@ -506,11 +504,19 @@ class ReduceStore(Store, Generic[S]):
         """The current state (Facebook's ``getState()``). Any thread may read
         it: while another thread dispatches, it is the state before or after
         that dispatch's reduce -- always a live object."""
-        # The C store's PyObject*, looked up among the states this store
-        # holds a reference to, under the lock the release trampoline takes:
-        # the state read cannot be released before the caller has it.
-        with self._lock:
-            return self._held[_flux_store_state(self._live_handle("state"))]  # type: ignore[no-any-return]
+        # Not the PyObject* itself (another thread's dispatch may release it
+        # before we take a reference): the object this store keeps for it,
+        # in one dict lookup, atomic under the GIL. Every object there is a
+        # state the C store held while this ran (a new state enters before
+        # the C store takes it, and leaves once released). Gone meanwhile:
+        # read the newer pointer.
+        held = self._held
+        with self._lock:  # not closed meanwhile (see _create)
+            handle = self._live_handle("state")
+            while True:
+                state = held.get(_flux_store_state(handle), _MISSING)
+                if state is not _MISSING:
+                    return state  # type: ignore[no-any-return]
 
     def get_state(self) -> S:
         return self.state
@@ -521,7 +527,9 @@ class ReduceStore(Store, Generic[S]):
         cls = type(self)
         routes = cls._routes
         has_reduce = cls.reduce is not ReduceStore.reduce
-        reduce: Callable[[Any, Any, Any], Any] = _reduce
+        # A plain method is called unbound: one frame less per dispatch.
+        plain_method = isinstance(inspect.getattr_static(cls, "reduce", None), FunctionType)
+        reduce: Callable[[Any, Any, Any], Any] = cls.reduce if plain_method else _reduce
         if routes:
 
             def reduce(store: Any, state: Any, action: Any) -> Any:
