@@ -443,6 +443,7 @@ class Store:
                 raise
             finally:
                 if self._handle is None:
+                    self._held.clear()  # what a release cut short left
                     dispatcher._natives.pop(handle, None)
                     dispatcher._children.pop(self, None)
                     dispatcher._names.pop(self._token.value, None)
