@@ -334,12 +334,20 @@ def drop_registration(context: int, callback: Callable[[Any], object]) -> None:
 #: that thread that can fail fails at once, so the dispatch stops.
 escaped: dict[int, BaseException] = {}
 
-#: id(function) -> (the function, the offset of its body's first instruction,
-#: what to run when an exception escapes it before that instruction), for
-#: every function the library hands C as a trampoline.
-_trampolines: dict[int, tuple[Callable[..., Any], int, Callable[..., Any] | None]] = {}
+#: id(function) -> (the function, what to run when an exception escapes it
+#: before its body began), for every function the library hands C as a
+#: trampoline.
+_trampolines: dict[int, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
 # What a function runs before its body, where an interrupt is checked for.
 _PROLOGUE = frozenset({"RESUME", "MAKE_CELL", "COPY_FREE_VARS", "NOP", "EXTENDED_ARG", "CACHE"})
+#: code object -> the offset of its body's first instruction.
+_bodies: dict[Any, int] = {}
+
+
+def _interrupted_before_body(fn: Callable[..., Any], tb: Any) -> bool:
+    """Whether the traceback entry ``tb`` is ``fn``'s frame, stopped before
+    the first instruction of its body: nothing of ``fn`` ran."""
+    return tb is not None and tb.tb_frame.f_code is fn.__code__ and tb.tb_lasti < _bodies[fn.__code__]
 
 
 def trampoline(on_escape: Callable[..., Any] | None = None, rerun: bool = False) -> Callable[[Any], Any]:
@@ -352,11 +360,15 @@ def trampoline(on_escape: Callable[..., Any] | None = None, rerun: bool = False)
     called with the same arguments, still inside the C call -- with
     ``rerun``, the function itself: for bookkeeping that must happen (a
     release, a destroy, a trace event); C got no result from the call.
-    Exceptions that interrupt ``on_escape`` make it run again."""
+    An exception that interrupts ``on_escape`` before its body began makes
+    it run again; anything else it raises is dropped (the first exception is
+    the one the outermost call raises)."""
 
     def mark(fn: Any) -> Any:
-        body = next(i.offset for i in dis.get_instructions(fn) if i.opname not in _PROLOGUE)
-        _trampolines[id(fn)] = (fn, body, fn if rerun else on_escape)
+        recover = fn if rerun else on_escape
+        for f in (fn, recover) if recover is not None else (fn,):
+            _bodies[f.__code__] = next(i.offset for i in dis.get_instructions(f) if i.opname not in _PROLOGUE)
+        _trampolines[id(fn)] = (fn, recover)
         return fn
 
     return mark
@@ -375,10 +387,10 @@ def raise_escaped() -> None:
 _RETRIES = 1000  # on_escape interrupted this often in a row: give up
 
 
-def _recover(fn: Callable[..., Any], body: int, on_escape: Callable[..., Any], tb: Any) -> None:
+def _recover(fn: Callable[..., Any], on_escape: Callable[..., Any], tb: Any) -> None:
     # The trampoline's own frame is the traceback's first: the exception
     # began in it (ctypes called it from C). Its arguments are its locals.
-    if tb is None or tb.tb_frame.f_code is not fn.__code__ or tb.tb_lasti >= body:
+    if not _interrupted_before_body(fn, tb):
         return  # its body had begun: what it did is not known, do not redo it
     code = fn.__code__
     local = tb.tb_frame.f_locals
@@ -387,8 +399,12 @@ def _recover(fn: Callable[..., Any], body: int, on_escape: Callable[..., Any], t
         try:
             on_escape(*args)
             return
-        except BaseException:  # noqa: BLE001, S112 -- another interrupt: the work must still be done
-            continue
+        except BaseException as exc:  # noqa: BLE001 -- kept or dropped below
+            # Interrupted again before it began: the work must still be done.
+            # Midway: not redone (what it did is not known).
+            inner = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+            if not _interrupted_before_body(on_escape, inner):
+                return
 
 
 @trampoline()
@@ -463,9 +479,9 @@ def _unraisable_hook(unraisable: Any) -> None:
         _previous_unraisable_hook(unraisable)
         return
     escaped.setdefault(get_ident(), unraisable.exc_value)
-    fn, body, on_escape = entry
+    fn, on_escape = entry
     if on_escape is not None:
-        _recover(fn, body, on_escape, unraisable.exc_traceback)
+        _recover(fn, on_escape, unraisable.exc_traceback)
 
 
 # Chains to the hook that was installed before. A program that installs its
