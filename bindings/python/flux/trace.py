@@ -66,17 +66,18 @@ _traces: dict[int, Trace] = {}
 # Dispatcher -> the context of the trace that is its observer now: stop()
 # clears the observer only when it is still this trace's (replaced during a
 # dispatch, an old trace stays in _traces until that dispatch ends). The
-# lock makes each start/stop's check and set one step.
+# lock makes each start/stop's check and set one step (reentrant: setting the
+# observer may let go of a trace, whose payloads' finalizers may run anything).
 _observing: weakref.WeakKeyDictionary[Dispatcher[Any], int] = weakref.WeakKeyDictionary()
-_observer_lock = threading.Lock()
+_observer_lock = threading.RLock()
 _contexts = itertools.count(1).__next__
 _clock = time.perf_counter_ns
 _thread = threading.get_native_id
 
 
 # The hooks are trampolines (see _native.trampoline): what escapes one is
-# raised by the outermost call, and a hook interrupted before it began runs
-# again, so the trace misses no event.
+# raised by the outermost call, and a hook interrupted before it began (a
+# signal that arrived in C) runs again, so that costs the trace no event.
 
 
 def _trace(context: int | None) -> Trace | None:
