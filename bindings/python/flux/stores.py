@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from ctypes import byref, c_int, c_uint64, c_void_p
 from threading import get_ident as _get_ident
-from types import FunctionType, TracebackType
+from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import _native
@@ -102,7 +102,7 @@ _write_pointer = c_void_p.from_address
 # Contexts: what each C store, listener and group hands its trampolines
 # --------------------------------------------------------------------------
 
-#: context -> a weak reference to a store; or a listener's or group's
+#: context -> a store's (weak reference to it, its _held); or a listener's or group's
 #: (function, pending-exception table, native dispatcher). libflux runs each
 #: one's destroy exactly once, which takes the entry out. Nothing here refers
 #: to a store or a dispatcher: the dispatcher keeps its stores alive, so a
@@ -139,11 +139,11 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     # the state changed -- a reference for the store and a write of *next.
     if _escaped and _get_ident() in _escaped:
         return 1  # this dispatch already failed (see _native.escaped)
-    store = _objects[context]()
+    store = _objects[context][0]()
     if store is None:  # collected with its dispatcher, whose finalizer destroys it
         return 0
     try:
-        new = store._flux_reduce(store, state, payload)
+        new = store._flux_reduce(state, payload)
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
         # Re-raised by Dispatcher.dispatch, the very object.
         _native.park_exception(store._pending, payload, exc)
@@ -171,10 +171,9 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
 @_trampoline(rerun=True)
 def _on_release(context: int, state: int) -> None:
     # The C store lets go of a state: drop the reference it held.
-    ref = _objects.get(context)
-    store = ref() if ref is not None else None
-    if store is not None:
-        store._held.pop(state, None)
+    entry = _objects.get(context)
+    if entry is not None:
+        entry[1].pop(state, None)
 
 
 def _fail_listener(context: int) -> None:
@@ -300,6 +299,11 @@ class Subscription:
         return f"<flux.Subscription {self.id}>"
 
 
+def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
+    store.on_dispatch(payload)
+    return state
+
+
 class Store:
     """Facebook's FluxStore: override :meth:`on_dispatch` to handle every
     payload, and call :meth:`emit_change` there when something changed;
@@ -311,6 +315,12 @@ class Store:
     An exception raised by ``on_dispatch`` or by a listener aborts the
     dispatch and comes out of ``dispatch`` unchanged.
     """
+
+    #: What the reduce trampoline calls: method(state, payload) -> the next
+    #: state. A class attribute (see ReduceStore.__init_subclass__), so no
+    #: store refers to itself: closing one frees it without the cycle
+    #: collector.
+    _flux_reduce: ClassVar[Callable[..., Any]] = _handle_payload
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
         self._create(dispatcher, None)
@@ -332,16 +342,13 @@ class Store:
         # to garbage collection instead, but a C store is freed by the same
         # flux_store_destroy that unregisters it: close() cannot wait for GC.)
         self._lock = threading.RLock()
-        # A function of (store, state, payload), not a closure over the store:
-        # closing a store frees it without the cycle collector.
-        self._flux_reduce = self._reducer()
         # id(state) -> state, for each state the C store holds (one, and a
         # new one for the moment between its reduce and the release of
         # either): these references keep them alive exactly that long.
         self._held: dict[int, Any] = {_id(initial): initial}
         self._next_address = 0
         self._next_cell: Any = None
-        key = _add(weakref.ref(self))
+        key = _add((weakref.ref(self), self._held))
         out = c_void_p()
         # Handed over: libflux releases the state and destroys the context
         # even when the create fails.
@@ -354,9 +361,6 @@ class Store:
         # Its name in traces and circular-dependency messages.
         dispatcher._names[self._token.value] = type(self).__name__
         dispatcher._children[self] = None
-
-    def _reducer(self) -> Callable[[Any, Any, Any], Any]:
-        return _handle_payload
 
     def on_dispatch(self, payload: Any) -> None:
         """Handles a payload. Subclasses must override it."""
@@ -487,6 +491,7 @@ class ReduceStore(Store, Generic[S]):
                 for action_type in getattr(value, "_flux_handles", ()):
                     routes[action_type] = value
         cls._routes = routes
+        cls._flux_reduce = _reducer(cls)
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
         self._create(dispatcher, self.get_initial_state())
@@ -522,48 +527,45 @@ class ReduceStore(Store, Generic[S]):
     def get_state(self) -> S:
         return self.state
 
-    def _reducer(self) -> Callable[[Any, Any, Any], Any]:
-        # Functions of (store, state, action) that close over the class's
-        # routes only, never over the store.
-        cls = type(self)
-        routes = cls._routes
-        has_reduce = cls.reduce is not ReduceStore.reduce
-        # A plain method is called unbound: one frame less per dispatch.
-        plain_method = isinstance(inspect.getattr_static(cls, "reduce", None), FunctionType)
-        reduce: Callable[[Any, Any, Any], Any] = cls.reduce if plain_method else _reduce
-        if routes:
-
-            def reduce(store: Any, state: Any, action: Any) -> Any:
-                method = routes.get(_action_type(action))
-                if method is not None:
-                    return method(store, state, action)
-                return store.reduce(state, action) if has_reduce else state
-
-        if cls.are_equal is ReduceStore.are_equal:
-            # Identity: libflux compares the pointers itself.
-            return reduce
-        plain = reduce
-
-        def reduce_and_compare(store: Any, state: Any, action: Any) -> Any:
-            # Compared here rather than through flux_equal_fn, which cannot
-            # fail: an are_equal that raises then fails the dispatch like a
-            # reduce that raises. Equal: hand libflux the old state back,
-            # and the new one is let go.
-            new = plain(store, state, action)
-            if new is not state and store.are_equal(state, new):
-                return state
-            return new
-
-        return reduce_and_compare
-
-
-def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
-    store.on_dispatch(payload)
-    return state
-
 
 def _reduce(store: ReduceStore[Any], state: Any, action: Any) -> Any:
     return store.reduce(state, action)
+
+
+def _reducer(cls: type[ReduceStore[Any]]) -> Callable[..., Any]:
+    """A ReduceStore class's _flux_reduce: its own ``reduce`` as it is (the
+    fast path: one method call), or a function that routes actions
+    (``@handles``) and compares with a Python ``are_equal``."""
+    routes = cls._routes
+    has_reduce = cls.reduce is not ReduceStore.reduce
+    if routes:
+
+        def routed(store: Any, state: Any, action: Any) -> Any:
+            method = routes.get(_action_type(action))
+            if method is not None:
+                return method(store, state, action)
+            return store.reduce(state, action) if has_reduce else state
+
+    if cls.are_equal is ReduceStore.are_equal:
+        # Identity: libflux compares the pointers itself. The class's own
+        # attribute, descriptor and all (a staticmethod stays one).
+        return routed if routes else inspect.getattr_static(cls, "reduce")
+    plain = routed if routes else _reduce
+
+    def reduce_and_compare(store: Any, state: Any, action: Any) -> Any:
+        # Compared here rather than through flux_equal_fn, which cannot
+        # fail: an are_equal that raises then fails the dispatch like a
+        # reduce that raises. Equal: hand libflux the old state back,
+        # and the new one is let go.
+        new = plain(store, state, action)
+        if new is not state and store.are_equal(state, new):
+            return state
+        return new
+
+    return reduce_and_compare
+
+
+ReduceStore._flux_reduce = _reducer(ReduceStore)
 
 
 class StoreGroup:
