@@ -24,13 +24,20 @@ def run_script(body: str) -> subprocess.CompletedProcess[str]:
 def test_reading_state_while_another_thread_dispatches_always_gets_a_live_state() -> None:
     result = run_script(
         """
-        import threading, time
+        import collections, threading, time
         import flux
 
         class Box:
             __slots__ = ("n",)
             def __init__(self, n):
                 self.n = n
+
+        class Other:  # the same size as a Box: takes the memory of a freed one
+            __slots__ = ("m",)
+            def __init__(self):
+                self.m = -1
+
+        junk = collections.deque(maxlen=1000)
 
         class Counter(flux.ReduceStore):
             def get_initial_state(self):
@@ -60,6 +67,7 @@ def test_reading_state_while_another_thread_dispatches_always_gets_a_live_state(
         while time.monotonic() < deadline:
             for _ in range(200):
                 d.dispatch("inc")
+                junk.append(Other())
         stop.set()
         thread.join()
         assert not bad, bad
