@@ -348,19 +348,30 @@ class Store:
         self._held: dict[int, Any] = {_id(initial): initial}
         self._next_address = 0
         self._next_cell: Any = None
-        key = _add((weakref.ref(self), self._held))
         out = c_void_p()
-        # Handed over: libflux releases the state and destroys the context
-        # even when the create fails.
-        _flux_store_create(handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key,
-                           _destroy_trampoline, byref(out))
-        self._handle = out.value
-        # The dispatcher's finalizer destroys it if this store is never closed.
-        dispatcher._natives[self._handle or 0] = False
-        self._token = Token(dispatcher._serial, int(_flux_store_token(out.value)))
-        # Its name in traces and circular-dependency messages.
-        dispatcher._names[self._token.value] = type(self).__name__
-        dispatcher._children[self] = None
+        out_ref = byref(out)
+        key = _add((weakref.ref(self), self._held))
+        try:
+            # Handed over: libflux releases the state and destroys the context
+            # even when the create fails.
+            _flux_store_create(handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key,
+                               _destroy_trampoline, out_ref)
+        finally:
+            # Also when an interrupt is raised after libflux made the store:
+            # it is then recorded, and closed with the dispatcher.
+            native = out.value
+            if native:
+                # Recorded first, with no call in between (where an interrupt
+                # could be raised): close() and the dispatcher's finalizer
+                # (if this store is never closed) then destroy it.
+                self._handle = native
+                dispatcher._natives[native] = False
+                dispatcher._children[self] = None
+                self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
+                # Its name in traces and circular-dependency messages.
+                dispatcher._names[self._token.value] = type(self).__name__
+            else:  # libflux never took the key (or destroyed it)
+                _objects.pop(key, None)
 
     def on_dispatch(self, payload: Any) -> None:
         """Handles a payload. Subclasses must override it."""
@@ -450,7 +461,9 @@ class Store:
                     self._held.clear()  # what a release cut short left
                     dispatcher._natives.pop(handle, None)
                     dispatcher._children.pop(self, None)
-                    dispatcher._names.pop(self._token.value, None)
+                    token = getattr(self, "_token", None)  # None: creation was interrupted
+                    if token is not None:
+                        dispatcher._names.pop(token.value, None)
 
     def __enter__(self) -> Store:  # noqa: PYI034 -- no typing.Self before Python 3.11
         return self
@@ -591,6 +604,8 @@ class StoreGroup:
             raise InvalidArgumentError("StoreGroup: all stores in a group must use the same dispatcher")
         self._stores = stores
         self._dispatcher = dispatcher
+        # Makes release() one step for all threads (see Store._lock).
+        self._lock = threading.RLock()
         out = c_void_p()
         with ExitStack() as held:
             # Every store's lock, in one global order (no two creations
@@ -598,23 +613,34 @@ class StoreGroup:
             for store in sorted(set(stores), key=_id):
                 held.enter_context(store._lock)
             handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
+            out_ref = byref(out)
             key = _add((fn, dispatcher._pending, dispatcher._handle))
-            _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, byref(out))
-        self._handle: int | None = out.value
-        dispatcher._natives[out.value or 0] = True
-        dispatcher._children[self] = None
+            self._handle: int | None = None
+            try:
+                _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, out_ref)
+            finally:  # as in Store._create: no call before it is recorded
+                native = out.value
+                if native:
+                    self._handle = native
+                    dispatcher._natives[native] = True
+                    dispatcher._children[self] = None
+                else:
+                    _objects.pop(key, None)
 
     def release(self) -> None:
         """Unregisters the group: no later dispatch runs ``fn``. Idempotent."""
-        with _lock:  # two threads releasing at once: one releases
-            handle, self._handle = self._handle, None
-        if handle is None:
-            return
-        try:
-            _flux_store_group_release(handle)
-        finally:  # released even when what escaped its destroy is raised
-            self._dispatcher._natives.pop(handle, None)
-            self._dispatcher._children.pop(self, None)
+        with self._lock:  # two threads releasing at once: one releases
+            handle = self._handle
+            if handle is None:
+                return
+            # Nothing between this and the call where an interrupt could be
+            # raised (no call): once cleared, the group is released.
+            self._handle = None
+            try:
+                _flux_store_group_release(handle)
+            finally:  # released even when what escaped its destroy is raised
+                self._dispatcher._natives.pop(handle, None)
+                self._dispatcher._children.pop(self, None)
 
     close = release
 

@@ -204,7 +204,7 @@ ran = []
 def clean():
     gc.collect()
     assert not _native.escaped, _native.escaped
-    assert stores.live_objects() == 0, stores.live_objects()
+    assert stores.live_objects() == 0, stores._objects
     assert _native.stray == {"callback": 0, "destroy": 0}, _native.stray
 """
 
@@ -411,6 +411,12 @@ def test_sigalrm_at_any_moment_comes_out_as_that_exception_and_leaks_nothing() -
                     sub.remove()
                     d.unregister(d.register(lambda p: None))
                     d.dispatch("inc")
+                    extra = Tracked(d)
+                    extra.add_listener(lambda: None)
+                    g = flux.StoreGroup([extra], lambda: None)
+                    d.dispatch("inc")
+                    g.release()
+                    extra.close()
                     armed[0] = False
                 except Alarm as exc:
                     assert exc is alarms[-1]
@@ -425,7 +431,7 @@ def test_sigalrm_at_any_moment_comes_out_as_that_exception_and_leaks_nothing() -
             a.close()
             b.close()
             d.close()
-            del d, a, b, group, trace, sub
+            del d, a, b, group, trace, sub, extra, g
             clean()
             assert [r for r in states if r() is not None] == []
             states.clear()
