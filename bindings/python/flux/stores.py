@@ -110,7 +110,6 @@ _write_pointer = c_void_p.from_address
 #: destroys their native side first, see flux/dispatcher.py).
 _objects: dict[int, Any] = {}
 _keys = itertools.count(1).__next__
-_lock = threading.Lock()
 
 
 def _add(obj: Any) -> int:
