@@ -343,7 +343,9 @@ class Store:
         self._lock = threading.RLock()
         # id(state) -> state, for each state the C store holds (one, and a
         # new one for the moment between its reduce and the release of
-        # either): these references keep them alive exactly that long.
+        # either): these references keep them alive exactly that long (one
+        # whose release an interrupt cut short: until the next change, or
+        # close()).
         self._held: dict[int, Any] = {_id(initial): initial}
         self._next_address = 0
         self._next_cell: Any = None
