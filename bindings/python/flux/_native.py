@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dis
 import glob
 import os
 import sys
@@ -221,7 +222,11 @@ def status_error(status: int) -> FluxError:
 
 
 def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
-    """errcheck for every function returning flux_status but the hot two."""
+    """errcheck for every function returning flux_status but the hot two.
+    First raises what escaped a trampoline this call ran (a destroy or a
+    release: see :func:`trampoline`): this call is the outermost one."""
+    if escaped:
+        raise_escaped()
     if status:
         raise status_error(status)
     return status
@@ -314,30 +319,120 @@ stray = {"callback": 0, "destroy": 0}
 
 
 def add_registration(callback: Callable[[Any], object], pending: dict[int, list[tuple[object, BaseException]]]) -> int:
-    """Puts a callable in the table; returns its context (never 0)."""
+    """Puts a callable in the table; returns its context (never 0).
+
+    The slot is filled last, with nothing between that and the return where
+    an interrupt is raised (a call): one cannot leave a filled slot that no
+    caller knows of."""
     with _table_lock:
         if _free_contexts:
             context = _free_contexts.pop()
-            callbacks[context] = callback
-            pending_tables[context] = pending
         else:
             context = len(callbacks)
-            callbacks.append(callback)
-            pending_tables.append(pending)
+            callbacks.append(None)
+            pending_tables.append(None)
+    pending_tables[context] = pending
+    callbacks[context] = callback
     return context
 
 
-#: thread ident -> an exception that escaped this module's callback
-#: trampoline itself, where no ``try`` of ours could catch it: raised as the
+def drop_registration(context: int, callback: Callable[[Any], object]) -> None:
+    """Empties the slot add_registration filled for ``callback`` when libflux
+    never took it (flux_register interrupted before the call)."""
+    if callbacks[context] is callback:
+        _on_destroy(context)
+
+
+# --------------------------------------------------------------------------
+# Exceptions that escape a trampoline
+# --------------------------------------------------------------------------
+
+#: thread ident -> an exception that escaped one of the library's
+#: trampolines, where no ``try`` of ours could catch it: raised as the
 #: trampoline is entered (a KeyboardInterrupt from a SIGINT that arrived
 #: while the thread was in C, a RecursionError from the call) or while it
 #: handles another exception. ctypes hands such an exception to
 #: sys.unraisablehook and returns whatever happened to be in the result
-#: slot to C; :func:`_unraisable_hook` keeps it here instead, and the
-#: dispatch fails with it (see Dispatcher.dispatch).
+#: slot to C; :func:`_unraisable_hook` keeps it here instead. The outermost
+#: call raises it: dispatch, wait_for and enqueue themselves, any other call
+#: through its errcheck (:func:`_check`). Meanwhile every later trampoline of
+#: that thread that can fail fails at once, so the dispatch stops.
 escaped: dict[int, BaseException] = {}
 
+#: id(function) -> (the function, what to run when an exception escapes it
+#: before its body began), for every function the library hands C as a
+#: trampoline.
+_trampolines: dict[int, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
+# What a function runs before its body, where an interrupt is checked for.
+_PROLOGUE = frozenset({"RESUME", "MAKE_CELL", "COPY_FREE_VARS", "NOP", "EXTENDED_ARG", "CACHE"})
+#: code object -> the offset of its body's first instruction.
+_bodies: dict[Any, int] = {}
 
+
+def _interrupted_before_body(fn: Callable[..., Any], tb: Any) -> bool:
+    """Whether the traceback entry ``tb`` is ``fn``'s frame, stopped before
+    the first instruction of its body: nothing of ``fn`` ran."""
+    return tb is not None and tb.tb_frame.f_code is fn.__code__ and tb.tb_lasti < _bodies[fn.__code__]
+
+
+def trampoline(on_escape: Callable[..., Any] | None = None, rerun: bool = False) -> Callable[[Any], Any]:
+    """Marks a function handed to C as a callback, for the one rule every
+    trampoline follows: an exception that escapes it is not printed but kept
+    in :data:`escaped`, and comes out of the outermost call on that thread.
+
+    When the exception escaped before the function's first instruction ran
+    (a signal that arrived while the thread was in C), ``on_escape`` is then
+    called with the same arguments, still inside the C call -- with
+    ``rerun``, the function itself: for bookkeeping that must happen (a
+    release, a destroy, a trace event); C got no result from the call.
+    An exception that interrupts ``on_escape`` before its body began makes
+    it run again; anything else it raises is dropped (the first exception is
+    the one the outermost call raises)."""
+
+    def mark(fn: Any) -> Any:
+        recover = fn if rerun else on_escape
+        for f in (fn, recover) if recover is not None else (fn,):
+            _bodies[f.__code__] = next(i.offset for i in dis.get_instructions(f) if i.opname not in _PROLOGUE)
+        _trampolines[id(fn)] = (fn, recover)
+        return fn
+
+    return mark
+
+
+def raise_escaped() -> None:
+    """Raises, once, what escaped a trampoline on this thread, if anything."""
+    exc = escaped.pop(get_ident(), None)
+    if exc is not None:
+        try:
+            raise exc
+        finally:
+            exc = None  # no exception -> traceback -> frame -> exception cycle
+
+
+_RETRIES = 1000  # on_escape interrupted this often in a row: give up
+
+
+def _recover(fn: Callable[..., Any], on_escape: Callable[..., Any], tb: Any) -> None:
+    # The trampoline's own frame is the traceback's first: the exception
+    # began in it (ctypes called it from C). Its arguments are its locals.
+    if not _interrupted_before_body(fn, tb):
+        return  # its body had begun: what it did is not known, do not redo it
+    code = fn.__code__
+    local = tb.tb_frame.f_locals
+    args = [local[name] for name in code.co_varnames[: code.co_argcount]]
+    for _ in range(_RETRIES):
+        try:
+            on_escape(*args)
+            return
+        except BaseException as exc:  # noqa: BLE001 -- kept or dropped below
+            # Interrupted again before it began: the work must still be done.
+            # Midway: not redone (what it did is not known).
+            inner = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+            if not _interrupted_before_body(on_escape, inner):
+                return
+
+
+@trampoline()
 def _on_callback(context: int, payload: object) -> int:
     # The hot path: one list lookup and the call. An exception -- any
     # BaseException, KeyboardInterrupt too -- is parked for the thread that
@@ -379,6 +474,7 @@ def park_exception(table: dict[int, list[tuple[object, BaseException]]], payload
         entries.append((payload, exc))
 
 
+@trampoline(rerun=True)
 def _on_destroy(context: int) -> None:
     # libflux runs this exactly once per registration: on unregister (at the
     # end of the running dispatch if there is one), on dispatcher destroy, or
@@ -402,11 +498,15 @@ _previous_unraisable_hook = sys.unraisablehook
 def _unraisable_hook(unraisable: Any) -> None:
     # ctypes reports an exception that escaped a callback through
     # sys.unraisablehook, on the thread that ran it, before returning to C.
-    # Ours are the dispatch's to raise, not to print; the first one counts.
-    if unraisable.object is _on_callback and unraisable.exc_value is not None:
-        escaped.setdefault(get_ident(), unraisable.exc_value)
+    # Ours are the outermost call's to raise, not to print; the first counts.
+    entry = _trampolines.get(id(unraisable.object))
+    if entry is None or entry[0] is not unraisable.object or unraisable.exc_value is None:
+        _previous_unraisable_hook(unraisable)
         return
-    _previous_unraisable_hook(unraisable)
+    escaped.setdefault(get_ident(), unraisable.exc_value)
+    fn, on_escape = entry
+    if on_escape is not None:
+        _recover(fn, on_escape, unraisable.exc_traceback)
 
 
 # Chains to the hook that was installed before. A program that installs its
@@ -449,6 +549,12 @@ flux_store_add_listener = declare(
 )
 flux_store_remove_listener = declare("flux_store_remove_listener", c_int, (c_void_p, c_uint64), True)
 flux_store_listener_fail = declare("flux_store_listener_fail", c_int, (c_void_p, c_int), True)
+#: The same function with no errcheck, for the listener trampoline: it runs
+#: inside a dispatch, whose outermost call raises what escaped. (lib[...]
+#: makes a function object of its own; lib.name is shared.)
+flux_store_listener_fail_raw = lib["flux_store_listener_fail"]
+flux_store_listener_fail_raw.argtypes = (c_void_p, c_int)
+flux_store_listener_fail_raw.restype = c_int
 flux_store_destroy = declare("flux_store_destroy", c_int, (c_void_p,), True)
 flux_store_group_create = declare(
     "flux_store_group_create",

@@ -37,6 +37,9 @@ from ._native import (
     flux_dispatcher_destroy as _flux_dispatcher_destroy,
 )
 from ._native import (
+    flux_dispatcher_set_observer as _flux_dispatcher_set_observer,
+)
+from ._native import (
     flux_enqueue as _flux_enqueue,
 )
 from ._native import (
@@ -44,6 +47,12 @@ from ._native import (
 )
 from ._native import (
     flux_register as _flux_register,
+)
+from ._native import (
+    flux_store_destroy as _flux_store_destroy,
+)
+from ._native import (
+    flux_store_group_release as _flux_store_group_release,
 )
 from ._native import (
     flux_unregister as _flux_unregister,
@@ -188,6 +197,7 @@ def _continues(later: BaseException, earlier: BaseException) -> bool:
     return False
 
 
+@_native.trampoline(rerun=True)
 def _on_done(record: object, address: int | None, status: int) -> None:
     if type(record) is not _Enqueued or record not in _in_flight:
         _native.stray["done"] = _native.stray.get("done", 0) + 1
@@ -239,17 +249,28 @@ def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseExce
         first, later = later[0], later[1:]
     for exc in later:
         first.add_note(f"a later queued dispatch also failed: {type(exc).__name__}: {exc}")
-    raise first
+    try:
+        raise first
+    finally:
+        first = None  # no cycle through this frame (see dispatch)
 
 
 _TOKEN_IN_MESSAGE = re.compile(r"token (\d+)|(?<=, which is waiting for )(\d+)|(?<= waits for )(\d+)")
 
 
-def _destroy_handle(handle: int) -> None:
+_NO_DESTROY = _DESTROY.__class__()  # a NULL flux_destroy
+
+
+def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
     # weakref.finalize: the native dispatcher is freed when the Dispatcher
     # object is gone. No call can be in flight then -- every call holds a
     # reference to the Dispatcher -- so this never frees memory under a thread.
+    # First the native stores and groups never closed (collected with it):
+    # newest first, so each group goes before its stores.
     try:
+        for native, is_group in reversed(list(natives.items())):
+            (_flux_store_group_release if is_group else _flux_store_destroy)(native)
+        natives.clear()
         _flux_dispatcher_destroy(handle)
     except FluxError:  # pragma: no cover - cannot happen, see above
         pass
@@ -281,8 +302,10 @@ class Dispatcher(Generic[P]):
     *different* dispatcher from a callback is fine.
 
     A dispatcher that is garbage collected without :meth:`close` is closed by
-    a ``weakref.finalize``; but a callback that refers to its dispatcher keeps
-    it alive while registered, so close dispatchers you are done with.
+    a ``weakref.finalize``, which first destroys the stores and groups that
+    were collected with it; but a callback (or a store's listener) that refers
+    to its dispatcher keeps it alive while registered, so close dispatchers
+    you are done with.
     """
 
     __slots__ = (
@@ -291,6 +314,7 @@ class Dispatcher(Generic[P]):
         "_finalizer",
         "_handle",
         "_names",
+        "_natives",
         "_pending",
         "_queued_errors",
         "_serial",
@@ -317,12 +341,16 @@ class Dispatcher(Generic[P]):
         # The live stores and groups on this dispatcher (flux/stores.py), in
         # creation order: close() closes them, groups before their stores.
         self._children: dict[Any, None] = {}
+        # Their native handles (True: a group), for the finalizer: a
+        # dispatcher never closed is collected with its stores, and its
+        # finalizer cannot reach them.
+        self._natives: dict[int, bool] = {}
         # token value -> its name in traces and circular-dependency messages.
         self._names: dict[int, str] = {}
         # thread ident -> failures of queued dispatches that thread ran with
         # no on_error, for its outermost dispatch/enqueue to raise.
         self._queued_errors: dict[int, list[BaseException]] = {}
-        self._finalizer = weakref.finalize(self, _destroy_handle, handle)
+        self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._natives)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
     # -- registration ------------------------------------------------------
@@ -348,11 +376,17 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("register")
-        context = _add_registration(callback, self._pending)
         out = c_uint64()
-        # On failure libflux has already run the destroy trampoline, which
-        # took the entries out again: one leak-free path.
-        _flux_register(handle, _CALLBACK, context, _DESTROY, byref(out))
+        out_ref = byref(out)
+        context = _add_registration(callback, self._pending)
+        try:
+            # On failure libflux has already run the destroy trampoline, which
+            # took the entries out again: one leak-free path.
+            _flux_register(handle, _CALLBACK, context, _DESTROY, out_ref)
+        except BaseException:
+            if not out.value:  # an interrupt before libflux took the context
+                _native.drop_registration(context, callback)
+            raise
         value = out.value
         self._tokens.add(value)
         self._names[value] = name if name is not None else getattr(callback, "__qualname__", None) or repr(callback)
@@ -414,8 +448,11 @@ class Dispatcher(Generic[P]):
             dispatcher is ready for the next one. This holds wherever the
             exception escaped, even before the callback's body ran (a
             KeyboardInterrupt from a SIGINT that arrived while the thread was
-            in C), as long as ``sys.unraisablehook`` is the one this package
-            chained in at import, or calls it.
+            in C) -- and likewise for any Python code the library calls
+            (a store's reduce, are_equal or listener, a group function, a
+            state release, a destroy, a Trace hook: see
+            ``_native.trampoline``) -- as long as ``sys.unraisablehook`` is
+            the one this package chained in at import, or calls it.
         :raises AlreadyDispatchingError: called from inside a callback of this
             dispatcher; the running dispatch goes on unharmed.
         :raises InvalidArgumentError: the dispatcher is closed.
@@ -431,21 +468,34 @@ class Dispatcher(Generic[P]):
         if status:
             # Raised here, so the traceback goes dispatch -> the callback.
             error = self._dispatch_error(status)
-            if (status == _CALLBACK_FAILED or status == _TOO_DEEP) and self._queued_errors:
-                # This call ran the queue too: what failed there with no
-                # on_error comes out now, attached to the call's own error.
-                _raise_queued(self._queued_errors, error)
-            raise error
+            try:
+                if (status == _CALLBACK_FAILED or status == _TOO_DEEP) and self._queued_errors:
+                    # This call ran the queue too: what failed there with no
+                    # on_error comes out now, attached to the call's own error.
+                    _raise_queued(self._queued_errors, error)
+                raise error
+            finally:
+                # This frame is in the traceback: a local naming the exception
+                # would make a cycle (exception -> traceback -> frame -> exception)
+                # that only the cycle collector frees, with every frame in it.
+                del error
+        self._raise_left_over()
+
+    def _raise_left_over(self) -> None:
+        """Raises what the dispatches this call ran left to its outermost
+        call: an exception that escaped where C could not see it fail (see
+        ``_native.escaped``: the dispatch failed all the same), then what
+        failed in the queue with no ``on_error``."""
         if _escaped:
-            # A callback's exception escaped where C could not see it fail
-            # (see _native.escaped): the dispatch failed all the same.
             escaped = _escaped.pop(get_ident(), None)
             if escaped is not None:
-                if self._queued_errors:
-                    _raise_queued(self._queued_errors, escaped)
-                raise escaped
+                try:
+                    if self._queued_errors:
+                        _raise_queued(self._queued_errors, escaped)
+                    raise escaped
+                finally:
+                    del escaped  # no exception -> traceback -> frame cycle
         if self._queued_errors:
-            # This call ran the queue: raise what failed there with no on_error.
             _raise_queued(self._queued_errors, None)
     def enqueue(self, payload: P, on_error: Callable[[BaseException], object] | None = None) -> None:
         """Dispatches ``payload`` now when the dispatcher is idle; while a
@@ -488,10 +538,10 @@ class Dispatcher(Generic[P]):
         if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
             # Refused: done has run and let the record go.
             raise _closed("enqueue") if self._handle is None else _status_error(status)
-        if record.done and self._queued_errors:
+        if record.done:
             # Dispatched here, so this call ran the queue (the payload's own
             # failure, if any, is first in line).
-            _raise_queued(self._queued_errors, None)
+            self._raise_left_over()
 
     def _dispatch_error(self, status: int) -> BaseException:
         if status == _CALLBACK_FAILED or status == _TOO_DEEP:
@@ -568,7 +618,10 @@ class Dispatcher(Generic[P]):
             # whether or not this callback lets it propagate.
             aborting = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
             if aborting is not None:
-                raise aborting
+                try:
+                    raise aborting
+                finally:
+                    del aborting  # no cycle through this frame (see dispatch)
             if status == _CIRCULAR:
                 raise self._named(_status_error(status))
             raise _status_error(status)
@@ -576,7 +629,10 @@ class Dispatcher(Generic[P]):
             # A callback run by this wait failed where C could not see it.
             escaped = _escaped.get(get_ident())
             if escaped is not None:
-                raise escaped
+                try:
+                    raise escaped
+                finally:
+                    del escaped  # no cycle through this frame (see dispatch)
 
     def _named(self, error: FluxError) -> FluxError:
         """The error with each token in its message followed by its name."""
@@ -622,7 +678,10 @@ class Dispatcher(Generic[P]):
             raise self._foreign_error(first)
         exc = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
         if exc is not None:
-            raise exc
+            try:
+                raise exc
+            finally:
+                del exc  # no cycle through this frame (see dispatch)
         raise self._named(_status_error(status)) if status == _CIRCULAR else _status_error(status)
 
     @property
@@ -640,8 +699,9 @@ class Dispatcher(Generic[P]):
 
     def close(self) -> None:
         """Closes its stores and groups, unregisters every callback,
-        releasing them, and closes the dispatcher: every later call raises :class:`~flux.InvalidArgumentError`.
-        Idempotent.
+        releasing them, clears its observer (a :class:`flux.Trace` stops
+        recording), and closes the dispatcher: every later call raises
+        :class:`~flux.InvalidArgumentError`. Idempotent.
 
         The native dispatcher itself is freed when this object is garbage
         collected: then no thread can still be inside a call on it, so closing
@@ -656,8 +716,16 @@ class Dispatcher(Generic[P]):
             return
         if _flux_is_dispatching(handle):
             raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
+        # What escaped a release or destroy (see _native.trampoline) is raised
+        # once everything is released.
+        escaped: BaseException | None = None
         for child in reversed(list(self._children)):
-            child.close()
+            try:
+                child.close()
+            except FluxError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 -- raised below
+                escaped = escaped or exc
         self._handle = None
         # Should another thread start a dispatch right now, unregistering
         # during it is legal too; libflux then releases these at its end.
@@ -666,7 +734,20 @@ class Dispatcher(Generic[P]):
                 _flux_unregister(handle, value)
             except UnknownTokenError:  # unregistered concurrently
                 pass
+            except BaseException as exc:  # noqa: BLE001 -- raised below
+                escaped = escaped or exc
         self._tokens.clear()
+        # Clearing the observer runs its destroy now: a flux.Trace started on
+        # this dispatcher is let go, with its events and payloads.
+        try:
+            _flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
+        except BaseException as exc:  # noqa: BLE001 -- raised below
+            escaped = escaped or exc
+        if escaped is not None:
+            try:
+                raise escaped
+            finally:
+                escaped = None  # no cycle through this frame (see dispatch)
 
     def __enter__(self) -> Dispatcher[P]:
         return self

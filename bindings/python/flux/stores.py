@@ -23,10 +23,14 @@ drops it, so a state lives exactly as long as the C store holds it.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Iterable
-from ctypes import byref, c_int, c_uint64, c_void_p, cast, py_object
+from contextlib import ExitStack
+from ctypes import byref, c_int, c_uint64, c_void_p
+from threading import get_ident as _get_ident
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -42,6 +46,9 @@ from ._native import (
 )
 from ._native import (
     RELEASE as _RELEASE_TYPE,
+)
+from ._native import (
+    escaped as _escaped,
 )
 from ._native import (
     flux_store_add_listener as _flux_store_add_listener,
@@ -65,7 +72,7 @@ from ._native import (
     flux_store_has_changed as _flux_store_has_changed,
 )
 from ._native import (
-    flux_store_listener_fail as _flux_store_listener_fail,
+    flux_store_listener_fail_raw as _flux_store_listener_fail_raw,
 )
 from ._native import (
     flux_store_remove_listener as _flux_store_remove_listener,
@@ -76,13 +83,17 @@ from ._native import (
 from ._native import (
     flux_store_token as _flux_store_token,
 )
+from ._native import (
+    trampoline as _trampoline,
+)
 from .dispatcher import Dispatcher, Token
-from .errors import InvalidArgumentError
+from .errors import FluxError, InvalidArgumentError
 
 __all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "handles"]
 
 S = TypeVar("S")
 _id = id
+_MISSING = object()
 
 _write_pointer = c_void_p.from_address
 
@@ -91,30 +102,45 @@ _write_pointer = c_void_p.from_address
 # Contexts: what each C store, listener and group hands its trampolines
 # --------------------------------------------------------------------------
 
-#: context -> the Python object of that store, listener or group. libflux
-#: runs each one's destroy exactly once, which takes the entry out.
+#: context -> a store's (weak reference to it, its _held); or a listener's or group's
+#: (function, pending-exception table, native dispatcher). libflux runs each
+#: one's destroy exactly once, which takes the entry out. Nothing here refers
+#: to a store or a dispatcher: the dispatcher keeps its stores alive, so a
+#: dispatcher never closed is collected with its stores (its finalizer
+#: destroys their native side first, see flux/dispatcher.py).
 _objects: dict[int, Any] = {}
 _keys = itertools.count(1).__next__
-_lock = threading.Lock()
 
 
 def _add(obj: Any) -> int:
-    with _lock:
-        key = _keys()
-        _objects[key] = obj
+    # No call after the entry is in (an interrupt is raised at a call): the
+    # caller always gets the key of an entry it made. count() is atomic.
+    key = _keys()
+    _objects[key] = obj
     return key
 
 
+# Every function below is a trampoline (see _native.trampoline): what
+# escapes one is raised by the outermost call, and one that was interrupted
+# before it began is made up for -- a release or a destroy is run again, a
+# listener is failed.
+
+
+@_trampoline(rerun=True)
 def _on_destroy(context: int) -> None:
-    with _lock:
-        obj = _objects.pop(context, None)
-    del obj  # the last reference may go here, outside the lock
+    # One step: the last reference may go here, and run any code.
+    _objects.pop(context, None)
 
 
+@_trampoline()
 def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     # The hot path: one dict lookup, the store's reduce, and -- only when
     # the state changed -- a reference for the store and a write of *next.
-    store = _objects[context]
+    if _escaped and _get_ident() in _escaped:
+        return 1  # this dispatch already failed (see _native.escaped)
+    store = _objects[context][0]()
+    if store is None:  # collected with its dispatcher, whose finalizer destroys it
+        return 0
     try:
         new = store._flux_reduce(state, payload)
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
@@ -123,9 +149,15 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
         return 1
     if new is not state:
         key = _id(new)
+        held = store._held
+        if len(held) > 1:
+            # A release that an interrupt cut short left its state here: the
+            # C store holds only `state` now.
+            for stale in [k for k in held if k != _id(state)]:
+                held.pop(stale, None)
         # The C store's reference, until it releases the state (the store
         # holds one state, and new is not it: no key is ever taken twice).
-        store._held[key] = new
+        held[key] = new
         # *next: a cell kept for the address, which is the same from one
         # dispatch to the next as long as the C stack is.
         if next_ != store._next_address:
@@ -135,23 +167,33 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     return 0
 
 
+@_trampoline(rerun=True)
 def _on_release(context: int, state: int) -> None:
     # The C store lets go of a state: drop the reference it held.
-    store = _objects.get(context)
-    if store is not None:
-        store._held.pop(state, None)
+    entry = _objects.get(context)
+    if entry is not None:
+        entry[1].pop(state, None)
 
 
+def _fail_listener(context: int) -> None:
+    entry = _objects.get(context)
+    if entry is not None:
+        _flux_store_listener_fail_raw(entry[2], 1)
+
+
+@_trampoline(on_escape=_fail_listener)
 def _on_listener(context: int) -> None:
     # A listener or a group's function. An exception is parked for the
     # dispatching thread and fails the listener, which aborts the dispatch.
+    if _escaped and _get_ident() in _escaped:
+        _fail_listener(context)  # this dispatch already failed
+        return
     entry = _objects[context]
     try:
         entry[0]()
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
-        dispatcher = entry[1]
-        _native.park_exception(dispatcher._pending, _native.UNKNOWN_PAYLOAD, exc)
-        _flux_store_listener_fail(dispatcher._handle, 1)
+        _native.park_exception(entry[1], _native.UNKNOWN_PAYLOAD, exc)
+        _flux_store_listener_fail_raw(entry[2], 1)
 
 
 _reduce_trampoline = _REDUCE_TYPE(_on_reduce)
@@ -248,10 +290,17 @@ class Subscription:
         :raises UnknownTokenError: already removed.
         :raises InvalidArgumentError: the store is closed.
         """
-        _flux_store_remove_listener(self._store._live_handle("remove"), self.id)
+        store = self._store
+        with store._lock:
+            _flux_store_remove_listener(store._live_handle("remove"), self.id)
 
     def __repr__(self) -> str:
         return f"<flux.Subscription {self.id}>"
+
+
+def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
+    store.on_dispatch(payload)
+    return state
 
 
 class Store:
@@ -260,10 +309,17 @@ class Store:
     listeners then run once, after ``on_dispatch``, still in the dispatch.
 
     The store is registered with its dispatcher until :meth:`close` (or the
-    dispatcher's ``close``); until then the dispatcher keeps it alive.
+    dispatcher's ``close``); until then the dispatcher keeps it alive. Every
+    method may be called from any thread.
     An exception raised by ``on_dispatch`` or by a listener aborts the
     dispatch and comes out of ``dispatch`` unchanged.
     """
+
+    #: What the reduce trampoline calls: method(state, payload) -> the next
+    #: state. A class attribute (see ReduceStore.__init_subclass__), so no
+    #: store refers to itself: closing one frees it without the cycle
+    #: collector.
+    _flux_reduce: ClassVar[Callable[..., Any]] = _handle_payload
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
         self._create(dispatcher, None)
@@ -277,31 +333,46 @@ class Store:
         self._dispatcher = dispatcher
         self._pending = dispatcher._pending
         self._handle: int | None = None
-        self._flux_reduce = self._reducer()
+        # Held by every call on the native store and by close(), which frees
+        # it: no thread is ever inside a call on a freed store, and a call
+        # that comes after close() raises the closed error. Reentrant: close()
+        # and remove() run destroys on this thread, and what they free may
+        # call back into the store. (Dispatcher defers its free
+        # to garbage collection instead, but a C store is freed by the same
+        # flux_store_destroy that unregisters it: close() cannot wait for GC.)
+        self._lock = threading.RLock()
         # id(state) -> state, for each state the C store holds (one, and a
         # new one for the moment between its reduce and the release of
-        # either): these references keep them alive exactly that long.
+        # either): these references keep them alive exactly that long (one
+        # whose release an interrupt cut short: until the next change, or
+        # close()).
         self._held: dict[int, Any] = {_id(initial): initial}
         self._next_address = 0
         self._next_cell: Any = None
-        key = _add(self)
         out = c_void_p()
-        # Handed over: libflux releases the state and destroys the context
-        # even when the create fails.
-        _flux_store_create(handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key,
-                           _destroy_trampoline, byref(out))
-        self._handle = out.value
-        self._token = Token(dispatcher._serial, int(_flux_store_token(out.value)))
-        dispatcher._children[self] = None
-
-    def _reducer(self) -> Callable[[Any, Any], Any]:
-        on_dispatch = self.on_dispatch
-
-        def handle(state: Any, payload: Any) -> Any:
-            on_dispatch(payload)
-            return state
-
-        return handle
+        out_ref = byref(out)
+        key = _add((weakref.ref(self), self._held))
+        try:
+            # Handed over: libflux releases the state and destroys the context
+            # even when the create fails.
+            _flux_store_create(handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key,
+                               _destroy_trampoline, out_ref)
+        finally:
+            # Also when an interrupt is raised after libflux made the store:
+            # it is then recorded, and closed with the dispatcher.
+            native = out.value
+            if native:
+                # Recorded first, with no call in between (where an interrupt
+                # could be raised): close() and the dispatcher's finalizer
+                # (if this store is never closed) then destroy it.
+                self._handle = native
+                dispatcher._natives[native] = False
+                dispatcher._children[self] = None
+                self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
+                # Its name in traces and circular-dependency messages.
+                dispatcher._names[self._token.value] = type(self).__name__
+            else:  # libflux never took the key (or destroyed it)
+                _objects.pop(key, None)
 
     def on_dispatch(self, payload: Any) -> None:
         """Handles a payload. Subclasses must override it."""
@@ -326,7 +397,8 @@ class Store:
         :raises NotDispatchingError: not inside a dispatch on this thread.
         """
         changed = c_int()
-        _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
+        with self._lock:
+            _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
         return bool(changed.value)
 
     def emit_change(self) -> None:
@@ -334,17 +406,27 @@ class Store:
 
         :raises NotDispatchingError: not called while the store handles a payload.
         """
-        _flux_store_emit_change(self._live_handle("emit_change"))
+        with self._lock:
+            _flux_store_emit_change(self._live_handle("emit_change"))
 
     def add_listener(self, listener: Callable[[], object]) -> Subscription:
         """Runs ``listener()`` once per dispatch that changed the store (from
         the next change on, when added during one)."""
         if not callable(listener):
             raise TypeError(f"listener must be callable, not {type(listener).__name__}")
-        handle = self._live_handle("add_listener")
-        key = _add((listener, self._dispatcher))
         out = c_uint64()
-        _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, byref(out))
+        out_ref = byref(out)
+        with self._lock:
+            handle = self._live_handle("add_listener")
+            dispatcher = self._dispatcher
+            entry = (listener, dispatcher._pending, dispatcher._handle)
+            key = _add(entry)
+            try:
+                _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
+            except BaseException:
+                if not out.value:  # libflux never took the key (or destroyed it)
+                    _objects.pop(key, None)
+                raise
         return Subscription(self, out.value)
 
     # -- lifetime ----------------------------------------------------------
@@ -355,17 +437,35 @@ class Store:
 
     def close(self) -> None:
         """Unregisters the store and releases its state and listeners.
-        Idempotent.
+        Idempotent. Safe while other threads call the store: a call already
+        inside libflux finishes first, and every later call raises
+        :class:`~flux.InvalidArgumentError`.
 
         :raises AlreadyDispatchingError: a dispatch is running; nothing changed.
         :raises InvalidArgumentError: the store is in a live group; release it first.
         """
-        handle = self._handle
-        if handle is None:
-            return
-        _flux_store_destroy(handle)
-        self._handle = None
-        self._dispatcher._children.pop(self, None)
+        dispatcher = self._dispatcher
+        with self._lock:
+            handle = self._handle
+            if handle is None:
+                return
+            # Cleared first: an exception raised after libflux freed the
+            # store (one that escaped its release, say) must not leave the
+            # freed handle behind.
+            self._handle = None
+            try:
+                _flux_store_destroy(handle)
+            except FluxError:
+                self._handle = handle  # refused: nothing changed
+                raise
+            finally:
+                if self._handle is None:
+                    self._held.clear()  # what a release cut short left
+                    dispatcher._natives.pop(handle, None)
+                    dispatcher._children.pop(self, None)
+                    token = getattr(self, "_token", None)  # None: creation was interrupted
+                    if token is not None:
+                        dispatcher._names.pop(token.value, None)
 
     def __enter__(self) -> Store:  # noqa: PYI034 -- no typing.Self before Python 3.11
         return self
@@ -406,6 +506,7 @@ class ReduceStore(Store, Generic[S]):
                 for action_type in getattr(value, "_flux_handles", ()):
                     routes[action_type] = value
         cls._routes = routes
+        cls._flux_reduce = _reducer(cls)
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
         self._create(dispatcher, self.get_initial_state())
@@ -421,45 +522,65 @@ class ReduceStore(Store, Generic[S]):
 
     @property
     def state(self) -> S:
-        """The current state (Facebook's ``getState()``)."""
-        # A PyObject* the C store holds a reference to; cast takes one more
-        # for the caller.
-        return cast(_flux_store_state(self._live_handle("state")), py_object).value  # type: ignore[no-any-return]
+        """The current state (Facebook's ``getState()``). Any thread may read
+        it: while another thread dispatches, it is the state before or after
+        that dispatch's reduce -- always a live object."""
+        # Not the PyObject* itself (another thread's dispatch may release it
+        # before we take a reference): the object this store keeps for it,
+        # in one dict lookup, atomic under the GIL. Every object there is a
+        # state the C store held while this ran (a new state enters before
+        # the C store takes it, and leaves once released). Gone meanwhile:
+        # read the newer pointer.
+        held = self._held
+        with self._lock:  # not closed meanwhile (see _create)
+            handle = self._live_handle("state")
+            while True:
+                state = held.get(_flux_store_state(handle), _MISSING)
+                if state is not _MISSING:
+                    return state  # type: ignore[no-any-return]
 
     def get_state(self) -> S:
         return self.state
 
-    def _reducer(self) -> Callable[[Any, Any], Any]:
-        cls = type(self)
-        routes = cls._routes
-        has_reduce = cls.reduce is not ReduceStore.reduce
-        reduce: Callable[[Any, Any], Any] = self.reduce
-        if routes:
-            fallback = reduce if has_reduce else None
 
-            def reduce(state: Any, action: Any) -> Any:
-                method = routes.get(_action_type(action))
-                if method is not None:
-                    return method(self, state, action)
-                return fallback(state, action) if fallback is not None else state
+def _reduce(store: ReduceStore[Any], state: Any, action: Any) -> Any:
+    return store.reduce(state, action)
 
-        if cls.are_equal is ReduceStore.are_equal:
-            # Identity: libflux compares the pointers itself.
-            return reduce
-        are_equal = self.are_equal
-        plain = reduce
 
-        def reduce_and_compare(state: Any, action: Any) -> Any:
-            # Compared here rather than through flux_equal_fn, which cannot
-            # fail: an are_equal that raises then fails the dispatch like a
-            # reduce that raises. Equal: hand libflux the old state back,
-            # and the new one is let go.
-            new = plain(state, action)
-            if new is not state and are_equal(state, new):
-                return state
-            return new
+def _reducer(cls: type[ReduceStore[Any]]) -> Callable[..., Any]:
+    """A ReduceStore class's _flux_reduce: its own ``reduce`` as it is (the
+    fast path: one method call), or a function that routes actions
+    (``@handles``) and compares with a Python ``are_equal``."""
+    routes = cls._routes
+    has_reduce = cls.reduce is not ReduceStore.reduce
+    if routes:
 
-        return reduce_and_compare
+        def routed(store: Any, state: Any, action: Any) -> Any:
+            method = routes.get(_action_type(action))
+            if method is not None:
+                return method(store, state, action)
+            return store.reduce(state, action) if has_reduce else state
+
+    if cls.are_equal is ReduceStore.are_equal:
+        # Identity: libflux compares the pointers itself. The class's own
+        # attribute, descriptor and all (a staticmethod stays one).
+        return routed if routes else inspect.getattr_static(cls, "reduce")
+    plain = routed if routes else _reduce
+
+    def reduce_and_compare(store: Any, state: Any, action: Any) -> Any:
+        # Compared here rather than through flux_equal_fn, which cannot
+        # fail: an are_equal that raises then fails the dispatch like a
+        # reduce that raises. Equal: hand libflux the old state back,
+        # and the new one is let go.
+        new = plain(store, state, action)
+        if new is not state and store.are_equal(state, new):
+            return state
+        return new
+
+    return reduce_and_compare
+
+
+ReduceStore._flux_reduce = _reducer(ReduceStore)
 
 
 class StoreGroup:
@@ -483,23 +604,45 @@ class StoreGroup:
         dispatcher = stores[0]._dispatcher
         if any(store._dispatcher is not dispatcher for store in stores):
             raise InvalidArgumentError("StoreGroup: all stores in a group must use the same dispatcher")
-        handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
         self._stores = stores
         self._dispatcher = dispatcher
-        key = _add((fn, dispatcher))
+        # Makes release() one step for all threads (see Store._lock).
+        self._lock = threading.RLock()
         out = c_void_p()
-        _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, byref(out))
-        self._handle: int | None = out.value
-        dispatcher._children[self] = None
+        with ExitStack() as held:
+            # Every store's lock, in one global order (no two creations
+            # deadlock): none can be freed while libflux reads it.
+            for store in sorted(set(stores), key=_id):
+                held.enter_context(store._lock)
+            handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
+            out_ref = byref(out)
+            key = _add((fn, dispatcher._pending, dispatcher._handle))
+            self._handle: int | None = None
+            try:
+                _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, out_ref)
+            finally:  # as in Store._create: no call before it is recorded
+                native = out.value
+                if native:
+                    self._handle = native
+                    dispatcher._natives[native] = True
+                    dispatcher._children[self] = None
+                else:
+                    _objects.pop(key, None)
 
     def release(self) -> None:
         """Unregisters the group: no later dispatch runs ``fn``. Idempotent."""
-        handle = self._handle
-        if handle is None:
-            return
-        self._handle = None
-        _flux_store_group_release(handle)
-        self._dispatcher._children.pop(self, None)
+        with self._lock:  # two threads releasing at once: one releases
+            handle = self._handle
+            if handle is None:
+                return
+            # Nothing between this and the call where an interrupt could be
+            # raised (no call): once cleared, the group is released.
+            self._handle = None
+            try:
+                _flux_store_group_release(handle)
+            finally:  # released even when what escaped its destroy is raised
+                self._dispatcher._natives.pop(handle, None)
+                self._dispatcher._children.pop(self, None)
 
     close = release
 

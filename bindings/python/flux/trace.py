@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from ctypes import byref
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,33 +63,49 @@ class TraceEvent:
 # the hooks never see a trace that is gone, even when the trace is closed
 # during a dispatch (libflux keeps the old observer to the end of it).
 _traces: dict[int, Trace] = {}
+# Dispatcher -> the context of the trace that is its observer now: stop()
+# clears the observer only when it is still this trace's (replaced during a
+# dispatch, an old trace stays in _traces until that dispatch ends). The
+# lock makes each start/stop's check and set one step (reentrant: setting the
+# observer may let go of a trace, whose payloads' finalizers may run anything).
+_observing: weakref.WeakKeyDictionary[Dispatcher[Any], int] = weakref.WeakKeyDictionary()
+_observer_lock = threading.RLock()
 _contexts = itertools.count(1).__next__
 _clock = time.perf_counter_ns
 _thread = threading.get_native_id
+
+
+# The hooks are trampolines (see _native.trampoline): what escapes one is
+# raised by the outermost call, and a hook interrupted before it began (a
+# signal that arrived in C) runs again, so that costs the trace no event.
 
 
 def _trace(context: int | None) -> Trace | None:
     return _traces.get(context or 0)
 
 
+@_native.trampoline(rerun=True)
 def _on_dispatch_begin(context: int | None, payload: Any) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("dispatch_begin", _clock(), _thread(), payload=payload))
 
 
+@_native.trampoline(rerun=True)
 def _on_dispatch_end(context: int | None, payload: Any, status: int) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("dispatch_end", _clock(), _thread(), payload=payload, status=status))
 
 
+@_native.trampoline(rerun=True)
 def _on_callback_begin(context: int | None, token: int) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("callback_begin", _clock(), _thread(), token=token, name=t._name(token)))
 
 
+@_native.trampoline(rerun=True)
 def _on_callback_end(context: int | None, token: int, result: int) -> None:
     t = _trace(context)
     if t is not None:
@@ -97,6 +114,7 @@ def _on_callback_end(context: int | None, token: int, result: int) -> None:
         )
 
 
+@_native.trampoline(rerun=True)
 def _on_wait_for(context: int | None, waiter: int, tokens: Any, count: int) -> None:
     t = _trace(context)
     if t is not None:
@@ -109,6 +127,7 @@ def _on_wait_for(context: int | None, waiter: int, tokens: Any, count: int) -> N
         )
 
 
+@_native.trampoline(rerun=True)
 def _on_destroy(context: int | None) -> None:
     _traces.pop(context or 0, None)
 
@@ -157,23 +176,37 @@ class Trace:
         """Sets this trace as the dispatcher's observer."""
         if self._context:
             return self
-        handle = self.dispatcher._handle
-        if handle is None:
-            raise InvalidArgumentError("Trace: the dispatcher is closed")
-        self._context = _contexts()
-        _traces[self._context] = self
-        # On failure libflux runs _DESTROY at once, which forgets the trace.
-        _native.flux_dispatcher_set_observer(handle, byref(_HOOKS), self._context, _DESTROY)
+        dispatcher = self.dispatcher
+        with _observer_lock:
+            handle = dispatcher._handle
+            if handle is None:
+                raise InvalidArgumentError("Trace: the dispatcher is closed")
+            context = _contexts()
+            _traces[context] = self
+            # On failure libflux runs _DESTROY at once, which forgets the trace.
+            _native.flux_dispatcher_set_observer(handle, byref(_HOOKS), context, _DESTROY)
+            self._context = context
+            _observing[dispatcher] = context
         return self
 
     def stop(self) -> None:
-        """Clears the observer (if it is still this trace)."""
-        if not self._context:
+        """Clears the dispatcher's observer if it is still this trace; a
+        trace another one replaced just stops recording. Once the dispatcher
+        is closed (which clears its observer), only forgets the trace."""
+        context = self._context
+        if not context:
             return
-        handle = self.dispatcher._handle
-        if handle is not None and self._context in _traces:
-            _native.flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
-        self._context = 0
+        dispatcher = self.dispatcher
+        with _observer_lock:
+            self._context = 0
+            if _observing.get(dispatcher) != context:
+                return
+            del _observing[dispatcher]
+            handle = dispatcher._handle
+            if handle is not None:
+                _native.flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
+            else:
+                _traces.pop(context, None)
 
     def __enter__(self) -> Trace:  # noqa: PYI034 -- no typing.Self before Python 3.11
         return self.start()
@@ -196,7 +229,10 @@ class Trace:
                     roots.append(node)
                 stack.append(node)
             elif ev.kind == "callback_begin":
-                node = _Node(f"{ev.name} (token {ev.token})", ev.time_ns, thread=ev.thread)
+                label = f"token {ev.token}"
+                if ev.name != label:  # a registration with no name is named by its token
+                    label = f"{ev.name} ({label})"
+                node = _Node(label, ev.time_ns, thread=ev.thread)
                 if stack:
                     stack[-1].items.append(node)
                 else:
@@ -282,7 +318,10 @@ class Trace:
 
 
 def _short(payload: Any, limit: int = 60) -> str:
-    text = repr(payload)
+    try:
+        text = repr(payload)
+    except Exception:  # noqa: BLE001 -- a trace renders what it can
+        text = f"<unrepresentable {type(payload).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

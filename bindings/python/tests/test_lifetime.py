@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -154,3 +155,143 @@ def test_registrations_end_with_the_dispatcher_even_mid_failure(
         d.dispatch(None)
     assert refs[0]() is None  # destroyed when the failed dispatch ended
     assert live_callbacks(d) == 1
+
+
+# -- stores, and freeing without the cycle collector --------------------------
+
+
+class State:
+    """A store state that can be weakly referenced."""
+
+
+class Listener:
+    def __call__(self) -> None:
+        pass
+
+
+class Holder(flux.ReduceStore[State]):
+    def get_initial_state(self) -> State:
+        return State()
+
+    def reduce(self, state: State, action: Any) -> State:
+        return State()
+
+
+class Plain(flux.Store):
+    def on_dispatch(self, payload: Any) -> None:
+        self.emit_change()
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    """The cycle collector off: only reference counts free anything."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def native_destroys(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every native dispatcher destroyed from now on, by its handle."""
+    from flux import dispatcher as dispatcher_module
+
+    destroyed: list[int] = []
+    real = _native.flux_dispatcher_destroy
+
+    def destroy(handle: int) -> int:
+        destroyed.append(handle)
+        return int(real(handle))
+
+    monkeypatch.setattr(dispatcher_module, "_flux_dispatcher_destroy", destroy)
+    return destroyed
+
+
+def test_a_dispatcher_with_stores_never_closed_is_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    destroyed = native_destroys(monkeypatch)
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    handle = d._handle
+    holder = Holder(d)
+    plain = Plain(d)
+    group = flux.StoreGroup([holder, plain], Listener())
+    listener = Listener()
+    holder.add_listener(listener)
+    d.dispatch("x")
+    refs = [weakref.ref(x) for x in (d, holder, plain, group, listener, holder.state)]
+    del d, holder, plain, group, listener
+    gc.collect()
+    assert [r() for r in refs] == [None] * len(refs)
+    assert handle in destroyed
+    assert flux.stores.live_objects() == 0
+
+
+@pytest.mark.parametrize("store_type", [Holder, Plain])
+def test_closing_a_store_frees_it_and_all_it_held_without_the_cycle_collector(
+    d: flux.Dispatcher[Any], no_gc: None, store_type: type[flux.Store]
+) -> None:
+    store = store_type(d)
+    listener = Listener()
+    store.add_listener(listener)
+    d.dispatch("x")
+    refs: list[weakref.ref[Any]] = [weakref.ref(store), weakref.ref(listener)]
+    if isinstance(store, Holder):
+        refs.append(weakref.ref(store.state))
+    del listener
+    store.close()
+    del store
+    assert [r() for r in refs] == [None] * len(refs)
+    assert flux.stores.live_objects() == 0
+
+
+def test_closing_a_dispatcher_frees_it_and_its_stores_without_the_cycle_collector(
+    monkeypatch: pytest.MonkeyPatch, no_gc: None
+) -> None:
+    destroyed = native_destroys(monkeypatch)
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    handle = d._handle
+    holder = Holder(d)
+    group = flux.StoreGroup([holder], Listener())
+    holder.add_listener(Listener())
+    d.register(Callback([]))
+    d.dispatch("x")
+    refs = [weakref.ref(x) for x in (d, holder, group, holder.state)]
+    d.close()
+    del d, holder, group
+    assert [r() for r in refs] == [None] * len(refs)
+    assert handle in destroyed
+    assert flux.stores.live_objects() == 0
+
+
+class Failing:
+    def __call__(self, payload: Any) -> None:
+        raise KeyError(payload)
+
+
+class Waiting:
+    def __init__(self, d: flux.Dispatcher[Any], tokens: list[flux.Token]) -> None:
+        self.d = d
+        self.tokens = tokens
+
+    def __call__(self, payload: Any) -> None:
+        self.d.wait_for(self.tokens)
+
+
+def test_callbacks_of_a_failed_dispatch_are_freed_without_the_cycle_collector(
+    d: flux.Dispatcher[Any], no_gc: None
+) -> None:
+    failing = Failing()
+    tokens: list[flux.Token] = []
+    waiting = Waiting(d, tokens)
+    # Registered first, so it waits: the failure comes out of its wait_for.
+    waiter_token = d.register(waiting)
+    tokens.append(d.register(failing))
+    refs: list[weakref.ref[Any]] = [weakref.ref(failing), weakref.ref(waiting)]
+    del failing, waiting
+    for _ in range(2):
+        with pytest.raises(KeyError):
+            d.dispatch("x")
+    d.unregister(waiter_token)
+    d.unregister(tokens[0])
+    del tokens
+    assert [r() for r in refs] == [None, None]

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import flux
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
@@ -141,3 +143,335 @@ def test_sigint_between_two_callbacks_raises_keyboard_interrupt_from_dispatch() 
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
     assert result.stderr == "", result.stderr
+
+
+# -- every other trampoline ---------------------------------------------------
+#
+# Each script below makes a signal arrive while the thread is in C right
+# before the kind of Python code it tests is entered: libc's raise() (which
+# sends the signal to the calling thread, as os.kill to oneself does) is
+# handed to libflux as a native callback, listener or destroy, so the next
+# Python code libflux calls is interrupted as it is entered. The handler
+# raises a fresh KeyboardInterrupt each time and keeps it: the outermost call
+# must raise that very object; nothing may be printed; nothing may leak.
+
+PREAMBLE = """
+import ctypes, gc, signal, weakref
+import flux
+from flux import _native, stores
+
+sent = []
+def on_sigint(signum, frame):
+    exc = KeyboardInterrupt(f"interrupt {len(sent)}")
+    sent.append(exc)
+    raise exc
+signal.signal(signal.SIGINT, on_sigint)
+
+libc = ctypes.CDLL(None)
+RAISE = ctypes.cast(getattr(libc, "raise"), ctypes.c_void_p).value
+NO_DESTROY = ctypes.cast(None, _native.DESTROY)
+
+def native_callback(d, destroy=False):
+    # A registration whose callback (and destroy) is raise(SIGINT).
+    keep.append(_native.DESTROY(RAISE) if destroy else NO_DESTROY)
+    out = ctypes.c_uint64()
+    _native.flux_register(d._handle, _native.CALLBACK(RAISE), signal.SIGINT, keep[-1], ctypes.byref(out))
+    return out.value
+
+def native_listener(store, fn=True, destroy=False):
+    # A listener whose function and/or destroy is raise(SIGINT).
+    keep.append(_native.LISTENER(RAISE if fn else NOOP_ADDRESS))
+    keep.append(_native.DESTROY(RAISE) if destroy else NO_DESTROY)
+    out = ctypes.c_uint64()
+    _native.flux_store_add_listener(store._handle, keep[-2], signal.SIGINT, keep[-1], ctypes.byref(out))
+    return out.value
+
+keep = []
+NOOP = _native.LISTENER(lambda context: None)
+NOOP_ADDRESS = ctypes.cast(NOOP, ctypes.c_void_p).value
+
+def interrupted(call, *args):
+    # The exception call raised: must be the last one the handler raised.
+    try:
+        call(*args)
+    except KeyboardInterrupt as exc:
+        assert exc is sent[-1], (exc, sent[-1:])
+        return True
+    return False
+
+class State:
+    def __init__(self, n):
+        self.n = n
+
+class Counter(flux.ReduceStore):
+    def get_initial_state(self):
+        return State(0)
+    def reduce(self, state, action):
+        ran.append("reduce")
+        return State(state.n + 1)
+
+class Comparing(Counter):
+    def are_equal(self, one, two):
+        ran.append("are_equal")
+        return one.n == two.n
+
+ran = []
+
+def clean():
+    gc.collect()
+    assert not _native.escaped, _native.escaped
+    assert stores.live_objects() == 0, stores._objects
+    assert _native.stray == {"callback": 0, "destroy": 0}, _native.stray
+"""
+
+
+def run_with_preamble(body: str) -> None:
+    result = run_script(PREAMBLE + textwrap.dedent(body) + "\nprint('ok')\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+    assert result.stderr == "", result.stderr  # nothing printed as unraisable
+
+
+@pytest.mark.parametrize("store_type", ["Counter", "Comparing"])
+def test_sigint_before_a_reduce_or_are_equal_raises_keyboard_interrupt_from_dispatch(store_type: str) -> None:
+    run_with_preamble(
+        f"""
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            native = native_callback(d)
+            store = {store_type}(d)
+            before = store.state
+            heard = []
+            store.add_listener(lambda: heard.append(1))
+            ran.clear()
+            assert interrupted(d.dispatch, "inc")
+            assert ran == [] and heard == [] and store.state is before
+            assert not d.is_dispatching
+            _native.flux_unregister(d._handle, native)
+            d.dispatch("inc")
+            assert store.state.n == 1 and heard == [1]
+            d.close()
+            clean()
+        """
+    )
+
+
+def test_sigint_before_a_listener_raises_keyboard_interrupt_from_dispatch() -> None:
+    run_with_preamble(
+        f"""
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            store = Counter(d)
+            native_listener(store)
+            heard = []
+            store.add_listener(lambda: heard.append(1))
+            after = []
+            d.register(lambda p: after.append(p))
+            with flux.Trace(d) as trace:
+                assert interrupted(d.dispatch, "inc")
+            # The listener was failed: the dispatch stopped, with a status.
+            assert heard == [] and after == []
+            assert trace.events[-1].kind == "dispatch_end"
+            assert trace.events[-1].status == flux.Status.ERR_CALLBACK_FAILED
+            d.close()
+            clean()
+        """
+    )
+
+
+def test_sigint_before_a_group_function_raises_keyboard_interrupt_from_dispatch() -> None:
+    run_with_preamble(
+        f"""
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            store = Counter(d)
+            native_listener(store)
+            grouped = []
+            group = flux.StoreGroup([store], lambda: grouped.append(1))
+            with flux.Trace(d) as trace:
+                assert interrupted(d.dispatch, "inc")
+            assert grouped == []
+            assert trace.events[-1].status == flux.Status.ERR_CALLBACK_FAILED
+            group.release()
+            d.close()
+            clean()
+        """
+    )
+
+
+def test_sigint_before_a_state_release_or_a_destroy_raises_from_close_and_frees_all() -> None:
+    run_with_preamble(
+        f"""
+        for python_listener in [False, True] * ({ROUNDS} // 2):
+            d = flux.Dispatcher()
+            store = Counter(d)
+            d.dispatch("inc")
+            # Destroys run in the order added, then the state's release: the
+            # first Python code after raise() is the listener's destroy, or
+            # the release.
+            native_listener(store, fn=False, destroy=True)
+            class Listener:
+                def __call__(self):
+                    pass
+            listener = Listener()
+            if python_listener:
+                store.add_listener(listener)
+            refs = [weakref.ref(store.state), weakref.ref(listener)]
+            del listener
+            assert interrupted(store.close)
+            assert store.closed
+            assert [r() for r in refs] == [None, None]  # by reference counting
+            d.close()
+            clean()
+        """
+    )
+
+
+def test_sigint_before_a_callback_destroy_raises_from_dispatch_and_frees_it() -> None:
+    run_with_preamble(
+        f"""
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            tokens = {{}}
+            def remover(p):
+                # Both destroys run as this dispatch ends: raise() first.
+                _native.flux_unregister(d._handle, tokens["native"])
+                d.unregister(tokens["victim"])
+            class Victim:
+                def __call__(self, p):
+                    pass
+            victim = Victim()
+            ref = weakref.ref(victim)
+            d.register(remover)
+            tokens["native"] = native_callback(d, destroy=True)
+            tokens["victim"] = d.register(victim)
+            del victim
+            assert interrupted(d.dispatch, None)
+            assert ref() is None
+            assert flux.dispatcher.live_callbacks(d) == 1
+            d.close()
+            clean()
+        """
+    )
+
+
+def test_sigint_before_an_enqueue_done_raises_from_enqueue_and_keeps_no_record() -> None:
+    run_with_preamble(
+        f"""
+        from flux import dispatcher as dispatcher_module
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            # The dispatch's last callback is raise(): done is entered next.
+            native_callback(d)
+            handled = []
+            assert interrupted(d.enqueue, "payload", handled.append)
+            # The dispatch itself succeeded: on_error has nothing; the
+            # interrupt came out of enqueue, and done's bookkeeping was done.
+            assert handled == []
+            assert not dispatcher_module._in_flight
+            d.close()
+            clean()
+        """
+    )
+
+
+def test_sigint_before_a_trace_hook_raises_from_dispatch_and_the_event_is_kept() -> None:
+    run_with_preamble(
+        f"""
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            native = native_callback(d)
+            after = []
+            d.register(lambda p: after.append(p))
+            with flux.Trace(d) as trace:
+                assert interrupted(d.dispatch, "x")
+            kinds = [e.kind for e in trace.events]
+            # The hook after raise() ran once made up for: every event is there.
+            assert kinds == ["dispatch_begin", "callback_begin", "callback_end", "callback_begin",
+                             "callback_end", "dispatch_end"], kinds
+            assert after == []
+            d.close()
+            clean()
+        """
+    )
+
+
+def test_sigalrm_at_any_moment_comes_out_as_that_exception_and_leaks_nothing() -> None:
+    # One SIGALRM per round, 50-450 µs in: it lands anywhere -- in Python
+    # code, or in C right before any trampoline (a reduce, are_equal, a
+    # listener, a group function, a release, a destroy, a trace hook).
+    run_with_preamble(
+        """
+        import random, time
+
+        class Alarm(BaseException):
+            pass
+
+        armed = [False]
+        alarms = []
+        def on_alarm(signum, frame):
+            if armed[0]:
+                armed[0] = False
+                exc = Alarm()
+                alarms.append(exc)
+                raise exc
+        signal.signal(signal.SIGALRM, on_alarm)
+
+        states = []  # weak references with no callback: nothing runs as a state goes
+        class Tracked(Counter):
+            def reduce(self, state, action):
+                new = State(state.n + 1)
+                states.append(weakref.ref(new))
+                return new
+        class TrackedComparing(Tracked):
+            def are_equal(self, one, two):
+                return one.n == two.n
+
+        rng = random.Random(7)
+        interrupted_rounds = 0
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            d = flux.Dispatcher()
+            a, b = Tracked(d), TrackedComparing(d)
+            a.add_listener(lambda: None)
+            b.add_listener(lambda: a.state)
+            group = flux.StoreGroup([a, b], lambda: None)
+            d.register(lambda p: None)
+            trace = flux.Trace(d).start()
+            for _ in range(100):
+                try:
+                    armed[0] = True
+                    signal.setitimer(signal.ITIMER_REAL, rng.uniform(50e-6, 450e-6))
+                    d.dispatch("inc")
+                    sub = a.add_listener(lambda: None)
+                    sub.remove()
+                    d.unregister(d.register(lambda p: None))
+                    d.dispatch("inc")
+                    extra = Tracked(d)
+                    extra.add_listener(lambda: None)
+                    g = flux.StoreGroup([extra], lambda: None)
+                    d.dispatch("inc")
+                    g.release()
+                    extra.close()
+                    armed[0] = False
+                except Alarm as exc:
+                    assert exc is alarms[-1]
+                    interrupted_rounds += 1
+                alarms.clear()  # its traceback holds the frames it passed
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                armed[0] = False
+                assert not _native.escaped, _native.escaped
+                assert not d.is_dispatching
+            trace.stop()
+            group.release()
+            a.close()
+            b.close()
+            d.close()
+            del d, a, b, group, trace, sub, extra, g
+            clean()
+            assert [r for r in states if r() is not None] == []
+            states.clear()
+            assert all(c is None for c in _native.callbacks), _native.callbacks
+        assert interrupted_rounds > 0
+        """
+    )

@@ -167,3 +167,97 @@ def test_circular_messages_use_the_names(d: flux.Dispatcher[Any]) -> None:
         f"flux_wait_for: circular dependency: token {t['b'].value} (StoreB) waits for "
         f"{t['a'].value} (StoreA), which is waiting for {t['b'].value} (StoreB)"
     )
+
+
+def test_stopping_a_replaced_trace_leaves_its_replacement_observing(d: flux.Dispatcher[Any]) -> None:
+    first = flux.Trace(d)
+    second = flux.Trace(d)
+
+    def replace(p: Any) -> None:
+        if p == 1:
+            # Replaced during a dispatch: libflux keeps the first observer's
+            # context to the end of it.
+            second.start()
+            first.stop()
+
+    d.register(replace, name="replace")
+    first.start()
+    d.dispatch(1)
+    first.stop()  # after the dispatch too: still not the observer
+    d.dispatch(2)
+    assert [ev.payload for ev in second.events if ev.kind == "dispatch_begin"] == [2]
+    assert [ev.payload for ev in first.events if ev.kind == "dispatch_begin"] == [1]
+    second.stop()
+    d.dispatch(3)
+    assert len(second.events) == 4
+
+
+class Unrepresentable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_render_and_chrome_trace_survive_a_payload_whose_repr_raises(d: flux.Dispatcher[Any]) -> None:
+    d.register(lambda p: None, name="cb")
+    with flux.Trace(d) as trace:
+        d.dispatch(Unrepresentable())
+    assert trace.render().splitlines()[0].startswith("dispatch <unrepresentable Unrepresentable>")
+    names = [e["name"] for e in trace.chrome_trace()["traceEvents"]]
+    assert "dispatch <unrepresentable Unrepresentable>" in names
+    json.dumps(trace.chrome_trace())
+
+
+def test_a_store_is_named_by_its_class_and_an_unnamed_token_only_once(d: flux.Dispatcher[Any]) -> None:
+    class Counter(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        def reduce(self, state: int, action: Any) -> int:
+            return state + 1
+
+    store = Counter(d)
+    group = flux.StoreGroup([store], lambda: None)
+    with flux.Trace(d) as trace:
+        d.dispatch("inc")
+    lines = trace.render().splitlines()
+    token = store.dispatch_token.value
+    assert any(line.startswith(f"├─ Counter (token {token})  ") for line in lines), lines
+    group_line = next(line for line in lines if f"token {token + 1}" in line)
+    assert group_line.count("token") == 1, group_line
+    group.release()
+    store.close()
+    assert d.name_of(token) is None
+
+
+def test_closing_the_dispatcher_inside_a_trace_leaks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import weakref
+
+    from flux import _native
+    from flux import dispatcher as dispatcher_module
+
+    destroyed: list[int] = []
+    real = _native.flux_dispatcher_destroy
+
+    def destroy(handle: int) -> int:
+        destroyed.append(handle)
+        return int(real(handle))
+
+    monkeypatch.setattr(dispatcher_module, "_flux_dispatcher_destroy", destroy)
+
+    class Payload:
+        pass
+
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    handle = d._handle
+    d.register(lambda p: None)
+    payload = Payload()
+    with flux.Trace(d) as trace:
+        d.dispatch(payload)
+        d.close()
+    assert trace.events
+    refs = [weakref.ref(x) for x in (trace, d, payload)]
+    del trace, d, payload
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+    assert handle in destroyed  # the native dispatcher too
