@@ -215,10 +215,35 @@ def last_error() -> str:
     return raw.decode("utf-8", "replace") if raw else ""
 
 
+_read_last_error_token = lib.flux_last_error_token
+_read_last_error_token.argtypes = ()
+_read_last_error_token.restype = c_uint64
+_read_last_error_cycle = lib.flux_last_error_cycle
+_read_last_error_cycle.argtypes = (c_void_p, c_size_t)
+_read_last_error_cycle.restype = c_size_t
+
+
+def last_error_values() -> tuple[int, tuple[int, ...]]:
+    """This thread's last failed call's token (0: none) and cycle (a
+    circular dependency's tokens, else empty): the facts its message names,
+    as values (flux_last_error_token(), flux_last_error_cycle())."""
+    token = _read_last_error_token()
+    length = _read_last_error_cycle(None, 0)
+    if not length:
+        return token, ()
+    cycle = (c_uint64 * length)()
+    _read_last_error_cycle(ctypes.addressof(cycle), length)
+    return token, tuple(cycle)
+
+
 def status_error(status: int) -> FluxError:
-    """The FluxError for a non-zero status, carrying flux_last_error(). Make it
-    right after the failed call, on the thread that made it."""
-    return error_for_status(status, last_error())
+    """The FluxError for a non-zero status, carrying flux_last_error(); the
+    token and cycle values wait in ``_values`` for the dispatcher, which alone
+    can make them :class:`~flux.Token` objects (see Dispatcher._located).
+    Make it right after the failed call, on the thread that made it."""
+    error = error_for_status(status, last_error())
+    error._values = last_error_values()
+    return error
 
 
 def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import re
 import weakref
 from collections.abc import Callable, Iterable
 from ctypes import ArgumentError, addressof, byref, c_uint64
@@ -61,7 +60,7 @@ from ._native import (
     flux_wait_for as _flux_wait_for,
 )
 from ._native import (
-    last_error as _last_error,
+    last_error_values as _last_error_values,
 )
 from ._native import (
     status_error as _status_error,
@@ -80,8 +79,6 @@ _id = id
 _CALLBACK_FAILED = int(Status.ERR_CALLBACK_FAILED)
 _TOO_DEEP = int(Status.ERR_TOO_DEEP)
 _UNKNOWN_TOKEN = int(Status.ERR_UNKNOWN_TOKEN)
-#: How libflux's message names token 0, which stands for a foreign token.
-_FOREIGN_MARK = "token 0 is never a valid token"
 _INVALID_ARGUMENT = int(Status.ERR_INVALID_ARGUMENT)
 _CIRCULAR = int(Status.ERR_CIRCULAR)
 
@@ -168,14 +165,18 @@ def _closed(operation: str) -> InvalidArgumentError:
 
 
 class _Enqueued:
-    __slots__ = ("done", "on_error", "payload", "pending", "queued_errors")
+    __slots__ = ("done", "locate", "on_error", "payload", "pending", "queued_errors")
 
     def __init__(self, payload: object, on_error: Callable[[BaseException], object] | None,
-                 pending: dict[int, list[tuple[object, BaseException]]], queued_errors: dict[int, list[BaseException]]) -> None:
+                 pending: dict[int, list[tuple[object, BaseException]]], queued_errors: dict[int, list[BaseException]],
+                 locate: Callable[[FluxError], FluxError]) -> None:
         self.payload = payload
         self.on_error = on_error
         self.pending = pending
         self.queued_errors = queued_errors
+        # The dispatcher's _located, until done: a native callback's failure
+        # names its Token.
+        self.locate: Callable[[FluxError], FluxError] | None = locate
         self.done = False
 
 
@@ -204,6 +205,7 @@ def _on_done(record: object, address: int | None, status: int) -> None:
         return
     _in_flight.discard(record)
     record.done = True
+    locate, record.locate = record.locate, None
     if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
     ident = get_ident()
@@ -226,7 +228,7 @@ def _on_done(record: object, address: int | None, status: int) -> None:
     if entries is not None and not entries:
         del record.pending[ident]
     if exc is None:  # a native callback failed: no Python exception
-        exc = _status_error(status)
+        exc = locate(_status_error(status)) if locate else _status_error(status)
     if record.on_error is not None:
         try:
             record.on_error(exc)
@@ -255,7 +257,6 @@ def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseExce
         first = None  # no cycle through this frame (see dispatch)
 
 
-_TOKEN_IN_MESSAGE = re.compile(r"token (\d+)|(?<=, which is waiting for )(\d+)|(?<= waits for )(\d+)")
 
 
 _NO_DESTROY = _DESTROY.__class__()  # a NULL flux_destroy
@@ -424,8 +425,11 @@ class Dispatcher(Generic[P]):
         value = self._token_value(token)
         try:
             _flux_unregister(handle, value)
-        except InvalidArgumentError as exc:
-            raise self._owned_error(value, exc) from None
+        except InvalidArgumentError:
+            # The dispatcher is open: libflux refused an owned registration.
+            raise self._owned_error(value) from None
+        except FluxError as exc:
+            raise self._located(exc)
         self._tokens.discard(value)
         self._names.pop(value, None)
 
@@ -521,7 +525,7 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("enqueue")
-        record = _Enqueued(payload, on_error, self._pending, self._queued_errors)
+        record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located)
         address, context = _id(payload), _id(record)
         _in_flight.add(record)
         try:
@@ -537,7 +541,7 @@ class Dispatcher(Generic[P]):
             raise
         if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
             # Refused: done has run and let the record go.
-            raise _closed("enqueue") if self._handle is None else _status_error(status)
+            raise _closed("enqueue") if self._handle is None else self._error(status)
         if record.done:
             # Dispatched here, so this call ran the queue (the payload's own
             # failure, if any, is first in line).
@@ -563,7 +567,7 @@ class Dispatcher(Generic[P]):
             # A native callback failed: there is no Python exception to re-raise.
         elif status == _INVALID_ARGUMENT and self._handle is None:
             return _closed("dispatch")
-        return _status_error(status)
+        return self._error(status)
 
     def wait_for(self, tokens: Iterable[Token]) -> None:
         """From inside a callback: runs the callbacks of ``tokens`` that have
@@ -622,9 +626,7 @@ class Dispatcher(Generic[P]):
                     raise aborting
                 finally:
                     del aborting  # no cycle through this frame (see dispatch)
-            if status == _CIRCULAR:
-                raise self._named(_status_error(status))
-            raise _status_error(status)
+            raise self._error(status)
         if _escaped:
             # A callback run by this wait failed where C could not see it.
             escaped = _escaped.get(get_ident())
@@ -634,17 +636,34 @@ class Dispatcher(Generic[P]):
                 finally:
                     del escaped  # no cycle through this frame (see dispatch)
 
-    def _named(self, error: FluxError) -> FluxError:
-        """The error with each token in its message followed by its name."""
-        names = self._names
+    def _error(self, status: int) -> FluxError:
+        """The error of this thread's call that just failed with ``status``,
+        its token and cycle as this dispatcher's Tokens (see _located)."""
+        return self._located(_status_error(status))
 
-        def name(match: re.Match[str]) -> str:
-            text = match.group(0)
-            value = int(match.group(1) or match.group(2) or match.group(3))
-            label = names.get(value)
-            return f"{text} ({label})" if label else text
+    def _located(self, error: FluxError) -> FluxError:
+        """``error`` (a libflux error of a call on this dispatcher) with its
+        token and cycle values made Tokens; a cycle's message written anew
+        from them, each token with its registration's name. Values, never
+        the library's wording."""
+        value, cycle = error._values
+        error.token = Token(self._serial, value) if value else None
+        if isinstance(error, CircularDependencyError) and cycle:
+            error.cycle = tuple(Token(self._serial, v) for v in cycle)
+            named = [self._label(v) for v in cycle]
+            if len(cycle) == 2 and cycle[0] == cycle[1]:
+                text = f"token {named[0]} waits for itself"
+            else:
+                text = f"token {named[0]} waits for {named[1]}" + "".join(
+                    f", which is waiting for {n}" for n in named[2:]
+                )
+            error.message = f"flux_wait_for: circular dependency: {text}"  # only a wait meets a cycle
+            error.args = (error.message,)
+        return error
 
-        return CircularDependencyError(_TOKEN_IN_MESSAGE.sub(name, error.message), error.status)
+    def _label(self, value: int) -> str:
+        name = self._names.get(value)
+        return f"{value} ({name})" if name else str(value)
 
     def _aborting_error(self) -> BaseException | None:
         """The exception of the callback that is aborting this thread's
@@ -672,8 +691,8 @@ class Dispatcher(Generic[P]):
         values = [token._value if token._dispatcher == serial else 0 for token in tokens]
         array = (c_uint64 * len(values))(*values)
         status = _flux_wait_for(handle, addressof(array), len(values))
-        if status == _UNKNOWN_TOKEN and _FOREIGN_MARK in _last_error():
-            # The first bad token is a foreign one.
+        if status == _UNKNOWN_TOKEN and _last_error_values()[0] == 0:
+            # The first token libflux rejected is a 0: a foreign one.
             first = next(token for token in tokens if token._dispatcher != serial)
             raise self._foreign_error(first)
         exc = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
@@ -682,7 +701,7 @@ class Dispatcher(Generic[P]):
                 raise exc
             finally:
                 del exc  # no cycle through this frame (see dispatch)
-        raise self._named(_status_error(status)) if status == _CIRCULAR else _status_error(status)
+        raise self._error(status)
 
     @property
     def is_dispatching(self) -> bool:
@@ -773,26 +792,30 @@ class Dispatcher(Generic[P]):
             raise self._foreign_error(token)
         return token._value
 
-    def _owned_error(self, value: int, error: InvalidArgumentError) -> InvalidArgumentError:
-        """libflux refused to unregister a store's or a group's token: the
-        same error, saying how to end it in Python terms."""
+    def _owned_error(self, value: int) -> InvalidArgumentError:
+        """libflux refused to unregister ``value`` on an open dispatcher, which
+        it does only for a store's or a group's registration: say how to end
+        it in Python terms."""
+        token = Token(self._serial, value)
         for child in list(self._children):
-            token = getattr(child, "_token", None)
-            if token is not None and token._value == value:
+            if getattr(child, "_token", None) == token:
                 return InvalidArgumentError(
-                    f"unregister: token {value} is the dispatch token of {child!r}: end it with the store's close()"
+                    f"unregister: token {value} is the dispatch token of {child!r}: end it with the store's close()",
+                    token=token,
                 )
-        if "flux_store_group_release" in error.message:
-            # A group's (a Python StoreGroup does not keep its token).
-            return InvalidArgumentError(
-                f"unregister: token {value} belongs to a store group: end it with the group's release()"
-            )
-        return error
+        # Not one of this dispatcher's stores: a group's (a StoreGroup does
+        # not keep its token), or a store made by native code.
+        return InvalidArgumentError(
+            f"unregister: token {value} belongs to a store group: end it with the group's release()"
+            " (or, for a store made outside Python, flux_store_destroy())",
+            token=token,
+        )
 
     def _foreign_error(self, token: Token) -> UnknownTokenError:
         return UnknownTokenError(
             f"token {token._value} was issued by dispatcher #{token._dispatcher}, "
-            f"not by this one (#{self._serial})"
+            f"not by this one (#{self._serial})",
+            token=token,
         )
 
 

@@ -1,8 +1,10 @@
 """Exceptions raised by the flux package, one class per ``flux_status`` code.
 
 Every error that comes from libflux is a :class:`FluxError` whose ``status``
-is the C status code (a :class:`Status`, an ``int`` enum) and whose message is
-the library's ``flux_last_error()`` text for the failing call. The subclasses
+is the C status code (a :class:`Status`, an ``int`` enum), whose ``token``
+(and, for a cycle, ``cycle``) are the facts as values, and whose message is
+the library's ``flux_last_error()`` text for the failing call (a cycle's
+written anew with the registrations' names). The subclasses
 also derive from the closest built-in exception, so ``except LookupError``
 catches an unknown token and ``except ValueError`` catches a closed
 dispatcher.
@@ -14,6 +16,10 @@ An exception raised by a *callback* is never wrapped: ``dispatch`` (and a
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .dispatcher import Token
 
 __all__ = [
     "AlreadyDispatchingError",
@@ -53,15 +59,19 @@ class FluxError(Exception):
     """Base class of every error reported by libflux.
 
     ``status`` holds the C status code (a :class:`Status` when the code is
-    known, else the plain ``int``); ``str(error)`` is the library's message,
-    which names the function and the tokens involved. Test the class or the
-    status, never the message: its wording is for people.
+    known, else the plain ``int``); ``token`` the :class:`~flux.Token` the
+    error is about, when there is one (see :attr:`token`); ``str(error)`` a
+    message for people, which names the function and the tokens involved.
+    Test the class, the status and the token, never the message.
     """
 
     #: The status this class stands for; instances carry their own ``status``.
     default_status: int = -1
+    #: libflux's token and cycle values for this error, until the dispatcher
+    #: makes them Tokens (internal).
+    _values: tuple[int, tuple[int, ...]] = (0, ())
 
-    def __init__(self, message: str = "", status: int | None = None) -> None:
+    def __init__(self, message: str = "", status: int | None = None, token: Token | None = None) -> None:
         super().__init__(message)
         code = self.default_status if status is None else status
         try:
@@ -69,6 +79,13 @@ class FluxError(Exception):
         except ValueError:
             self.status = code
         self.message: str = message
+        #: The token the error is about, or None: the callback that failed
+        #: (:class:`CallbackFailedError`; a store's own for its failing native
+        #: listener), the token a call rejected (:class:`UnknownTokenError`), the
+        #: pending token a wait asked for (:class:`CircularDependencyError`), the
+        #: link that would have gone too deep (:class:`TooDeepError`). Read
+        #: from ``flux_last_error_token()``, never from the message.
+        self.token: Token | None = token
 
     @property
     def status_name(self) -> str:
@@ -118,9 +135,22 @@ class NotDispatchingError(FluxError):
 
 class CircularDependencyError(FluxError):
     """``FLUX_ERR_CIRCULAR``: ``wait_for`` on a callback that has started but
-    not finished in this dispatch (a cycle, or a callback waiting on itself)."""
+    not finished in this dispatch (a cycle, or a callback waiting on itself).
+
+    ``cycle`` is the cycle as tokens: the waiter that called ``wait_for``
+    first, then the token it asked for (``token``), then the one that is
+    waiting for, and so on back to the waiter -- ``(c, a, b, c)`` for "c
+    waits for a, which is waiting for b, which is waiting for c"; ``(a, a)``
+    for a callback waiting for itself."""
 
     default_status = Status.ERR_CIRCULAR
+
+    def __init__(
+        self, message: str = "", status: int | None = None, token: Token | None = None, cycle: tuple[Token, ...] = ()
+    ) -> None:
+        super().__init__(message, status, token)
+        #: The tokens of the cycle, waiter first and last (see the class).
+        self.cycle: tuple[Token, ...] = cycle
 
 
 class CallbackFailedError(FluxError):

@@ -1,0 +1,135 @@
+"""Errors as data (DESIGN.md 10): every FluxError has ``.token``, a
+CircularDependencyError ``.cycle``, read from libflux's values -- never
+from its message, which the package does not parse."""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import re
+from typing import Any
+
+import pytest
+
+import flux
+from flux import _native
+
+
+def test_a_three_callback_cycle_gives_its_tokens_and_names(d: flux.Dispatcher[Any]) -> None:
+    t: dict[str, flux.Token] = {}
+    caught: list[flux.CircularDependencyError] = []
+
+    def a(p: Any) -> None:
+        d.wait_for([t["b"]])
+
+    def b(p: Any) -> None:
+        d.wait_for([t["c"]])
+
+    def c(p: Any) -> None:
+        try:
+            d.wait_for([t["a"]])
+        except flux.CircularDependencyError as exc:
+            caught.append(exc)
+
+    t["a"] = d.register(a, name="A")
+    t["b"] = d.register(b, name="B")
+    t["c"] = d.register(c, name="C")
+    d.dispatch(None)
+    (error,) = caught
+    assert error.token == t["a"]
+    assert error.cycle == (t["c"], t["a"], t["b"], t["c"])
+    assert str(error) == (
+        f"flux_wait_for: circular dependency: token {t['c'].value} (C) waits for {t['a'].value} (A),"
+        f" which is waiting for {t['b'].value} (B), which is waiting for {t['c'].value} (C)"
+    )
+
+
+def test_a_callback_waiting_for_itself_is_a_cycle_of_two(d: flux.Dispatcher[Any]) -> None:
+    me: list[flux.Token] = []
+    caught: list[flux.CircularDependencyError] = []
+
+    def selfish(p: Any) -> None:
+        try:
+            d.wait_for(me)
+        except flux.CircularDependencyError as exc:
+            caught.append(exc)
+
+    me.append(d.register(selfish, name="selfish"))
+    d.dispatch(None)
+    assert caught[0].token == me[0]
+    assert caught[0].cycle == (me[0], me[0])
+    assert str(caught[0]).endswith(f"token {me[0].value} (selfish) waits for itself")
+
+
+def test_an_unknown_token_is_the_token_rejected(d: flux.Dispatcher[Any]) -> None:
+    gone = d.register(lambda p: None)
+    d.unregister(gone)
+    with pytest.raises(flux.UnknownTokenError) as info:
+        d.unregister(gone)
+    assert info.value.token == gone
+    caught: list[flux.UnknownTokenError] = []
+    fine = d.register(lambda p: None)
+
+    def waits(p: Any) -> None:
+        try:
+            d.wait_for([fine, gone])
+        except flux.UnknownTokenError as exc:
+            caught.append(exc)
+
+    d.register(waits)
+    d.dispatch(None)
+    assert caught[0].token == gone
+
+
+def test_a_foreign_token_is_recognised_by_the_binding(d: flux.Dispatcher[Any]) -> None:
+    other = flux.Dispatcher[Any]()
+    foreign = other.register(lambda p: None)
+    gone = d.register(lambda p: None)
+    d.unregister(gone)
+    caught: list[flux.UnknownTokenError] = []
+
+    def waits(p: Any) -> None:
+        for tokens in ([foreign], [gone, foreign], [foreign, gone]):
+            try:
+                d.wait_for(tokens)
+            except flux.UnknownTokenError as exc:
+                caught.append(exc)
+
+    d.register(waits)
+    d.dispatch(None)
+    # The first bad token of each list, foreign or not.
+    assert [e.token for e in caught] == [foreign, gone, foreign]
+    assert "issued by dispatcher" in str(caught[0]) and "issued by dispatcher" in str(caught[2])
+    other.close()
+
+
+def test_a_failing_native_callback_names_its_token(d: flux.Dispatcher[Any]) -> None:
+    # A native callback returning non-zero: libc's abs(), given context 5.
+    libc = ctypes.CDLL(None)
+    address = ctypes.cast(libc.abs, ctypes.c_void_p).value
+    assert address is not None
+    native = _native.CALLBACK(address)
+    out = ctypes.c_uint64()
+    no_destroy = _native.DESTROY()  # NULL
+    _native.flux_register(d._handle, native, 5, no_destroy, ctypes.byref(out))
+    with pytest.raises(flux.CallbackFailedError) as info:
+        d.dispatch(None)
+    assert info.value.token == flux.Token(d._serial, out.value)
+    _native.flux_unregister(d._handle, out.value)
+
+
+def test_errors_without_a_token_have_none(d: flux.Dispatcher[Any]) -> None:
+    token = d.register(lambda p: None)
+    with pytest.raises(flux.NotDispatchingError) as info:
+        d.wait_for([token])
+    assert info.value.token is None
+
+
+def test_the_package_never_reads_the_message_for_facts() -> None:
+    # flux_last_error() is read in one place, to carry the message; nothing
+    # searches it (no marker string, no regular expression over it).
+    package = pathlib.Path(flux.__file__).parent
+    call = re.compile(r"(?<!\w)_?last_error\(\)")
+    readers = [p.name for p in package.glob("*.py") if call.search(p.read_text()) and p.name != "_native.py"]
+    assert readers == []
+    assert "import re\n" not in (package / "dispatcher.py").read_text()
