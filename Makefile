@@ -100,12 +100,17 @@ $(B)/include/flux_cdef.h: include/flux.h support/cdef.py
 help:
 	@sed -n '3,/^#$$/s/^# //p' Makefile
 
+# How the library is built: the shipped one with exactly these flags; the
+# sanitizer and fuzz builds add to them (so they test the code users get),
+# among others FLUX_CHECK_INVARIANTS, the engine's invariant checks.
+LIB_FLAGS = -c release --product flux --disable-local-rpath \
+    -Xswiftc -static-stdlib -Xswiftc -use-ld=lld -Xswiftc -cross-module-optimization \
+    -Xlinker --version-script=$(CURDIR)/support/flux.map -Xlinker -soname=$(SONAME)
+CHECKED_LIB_FLAGS = $(LIB_FLAGS) -Xswiftc -DFLUX_CHECK_INVARIANTS
+
 $(B)/lib/$(REALNAME): $(SWIFT_SOURCES) include/flux.h Makefile
 	@$(if $(Q),echo "  SWIFT  $@ (release; a few minutes from scratch)")
-	$(Q)$(SWIFT) build $(if $(Q),--quiet) -c release --product flux --scratch-path .build-lib --disable-local-rpath \
-	    -Xswiftc -static-stdlib -Xswiftc -use-ld=lld -Xswiftc -cross-module-optimization \
-	    -Xlinker --version-script=$(CURDIR)/support/flux.map \
-	    -Xlinker -soname=$(SONAME)
+	$(Q)$(SWIFT) build $(if $(Q),--quiet) $(LIB_FLAGS) --scratch-path .build-lib
 	@mkdir -p $(B)/lib
 	$(Q)cp .build-lib/release/libflux.so $@.tmp
 	$(Q)strip --strip-unneeded $@.tmp
@@ -241,17 +246,16 @@ check-memory: $(C_TESTS)
 # library's __asan_*/__tsan_* references resolve to it. Swift has no UBSan
 # mode (its arithmetic traps instead); the C side gets -fsanitize=undefined.
 CLANG   ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
-SAN_LIB_FLAGS = -c release --product flux -Xswiftc -static-stdlib -Xswiftc -use-ld=lld \
-    -Xlinker --version-script=$(CURDIR)/support/flux.map -Xlinker -soname=$(SONAME)
-
 $(B)/asan/lib/$(SONAME): $(SWIFT_SOURCES) include/flux.h Makefile
-	$(SWIFT) build $(SAN_LIB_FLAGS) --scratch-path .build-asan -Xswiftc -sanitize=address
+	@$(if $(Q),echo "  SWIFT  $@ (AddressSanitizer, invariants checked)")
+	$(Q)$(SWIFT) build $(if $(Q),--quiet) $(CHECKED_LIB_FLAGS) --scratch-path .build-asan -Xswiftc -sanitize=address
 	@mkdir -p $(B)/asan/lib
 	cp .build-asan/release/libflux.so $@
 	ln -sf $(SONAME) $(B)/asan/lib/libflux.so
 
 $(B)/tsan/lib/$(SONAME): $(SWIFT_SOURCES) include/flux.h Makefile
-	$(SWIFT) build $(SAN_LIB_FLAGS) --scratch-path .build-tsan-lib -Xswiftc -sanitize=thread
+	@$(if $(Q),echo "  SWIFT  $@ (ThreadSanitizer, invariants checked)")
+	$(Q)$(SWIFT) build $(if $(Q),--quiet) $(CHECKED_LIB_FLAGS) --scratch-path .build-tsan-lib -Xswiftc -sanitize=thread
 	@mkdir -p $(B)/tsan/lib
 	cp .build-tsan-lib/release/libflux.so $@
 	ln -sf $(SONAME) $(B)/tsan/lib/libflux.so

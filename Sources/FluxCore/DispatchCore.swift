@@ -664,6 +664,7 @@ import Synchronization
                 // Leave the waiters bit up for those still sleeping.
                 let desired = Self.dispatchingBit | (locked.pointee.waiters > 1 ? Self.waitersBit : 0)
                 if state.compareExchange(expected: current, desired: desired, ordering: .acquiringAndReleasing).exchanged {
+                    checkInvariantsLocked()
                     return nil
                 }
             } else if current & Self.waitersBit == 0 {
@@ -692,6 +693,7 @@ import Synchronization
             state.store(Self.dispatchingBit
                         | (locked.pointee.waiters > 0 ? Self.waitersBit : 0)
                         | (locked.pointee.queue.isEmpty ? 0 : Self.queuedBit), ordering: .releasing)
+            checkInvariantsLocked()
             lock.unlock()
             owner.store(currentThreadID(), ordering: .relaxed)
             let error = runBody(next.payload)
@@ -771,6 +773,7 @@ import Synchronization
         if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
             lock.lock()
             let refusal = enqueueLocked(payload, completion)
+            checkInvariantsLocked()
             lock.unlock()
             switch refusal {
             case .some(.some(let error)):
@@ -903,6 +906,7 @@ import Synchronization
     @inlinable @inline(__always)
     func finishRun() -> DispatchError<Callback.Failure>? {
         let run = self.run
+        checkRunAtEnd(run.pointee.epoch &* 2)
         let failure = run.pointee.failure.take()
         let abortError = run.pointee.abortError.take()
         run.pointee.aborted = false
@@ -948,6 +952,7 @@ import Synchronization
             locked.pointee.nextObserver = observer
             locked.pointee.observerChanged = true
         }
+        checkInvariantsLocked()
         lock.unlock()
         old?.release()
     }
@@ -1067,60 +1072,111 @@ import Synchronization
         lock.unlock()
     }
 
-    // MARK: - Invariants (debug builds)
+    // MARK: - Invariants (FLUX_CHECK_INVARIANTS builds)
 
-    /// Under the lock: checks the state word against the tables, and the
-    /// tables themselves. Debug builds only (the Swift tests run them after
-    /// every register, unregister, close and contended end); release
-    /// builds, the C library among them, compile it to nothing.
+    // SQLite's SQLITE_DEBUG habit: the checks below are compiled only where
+    // tests run -- swift test's debug build, and the libraries that
+    // `make check-address`, `make check-thread-c` and `make fuzz` build --
+    // and trap at the first broken invariant. The shipped library (`make
+    // lib`) compiles every call to nothing.
+
+    /// Under the lock, at every change of the state word: checks the word
+    /// against the tables, and the tables themselves.
     @inline(__always)
     func checkInvariantsLocked() {
-        #if DEBUG
-        let word = state.load(ordering: .acquiring)
-        let known = Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.dirtyBit | Self.closedBit
-            | Self.orphanedBit | Self.queuedBit
-        assert(word & ~known == 0, "state word \(word) has unknown bits")
-        assert(word & Self.mutatingBit == 0, "the mutating bit outlives its mutator (state \(word))")
-        let dispatching = word & Self.dispatchingBit != 0
-        if !dispatching {
-            assert(word & (Self.waitersBit | Self.dirtyBit | Self.queuedBit) == 0,
-                   "waiters/dirty/queued without a dispatch (state \(word))")
-            assert(locked.pointee.queue.isEmpty, "queued payloads without a dispatch")
-            assert(!locked.pointee.observerChanged, "an observer change left pending without a dispatch")
-            assert(locked.pointee.retired.isEmpty && locked.pointee.retired.capacity == 0,
-                   "retired observers outlive their dispatch")
-            assert(locked.pointee.joined == nil && locked.pointee.spare == nil, "side tables without a dispatch")
-            assert(locked.pointee.leaving.isEmpty && locked.pointee.releasing.isEmpty, "leavers without a dispatch")
-            assert(locked.pointee.leaving.capacity == 0 && locked.pointee.releasing.capacity == 0,
-                   "bookkeeping storage outlives its dispatch")
-        }
-        assert(locked.pointee.waiters >= 0, "negative waiter count")
-        if word & Self.closedBit != 0 {
-            assert(slots.pointee.count == 0 && locked.pointee.joined == nil, "a closed dispatcher has registrations")
-        }
-        checkTable(slots.pointee, below: locked.pointee.nextToken, idle: !dispatching)
-        if let joined = locked.pointee.joined {
-            checkTable(joined, below: locked.pointee.nextToken, idle: false)
-            if joined.count > 0, slots.pointee.count > 0 {
-                assert(joined.tokens[0] > slots.pointee.tokens[slots.pointee.count - 1], "joined tokens must follow the table's")
-            }
-        }
+        #if FLUX_CHECK_INVARIANTS
+        if let broken = invariantViolationLocked() { preconditionFailure("libflux invariant: \(broken)") }
         #endif
     }
 
-    #if DEBUG
-    private func checkTable(_ table: SlotTable<Callback>, below next: UInt64, idle: Bool) {
-        assert(table.count >= 0 && table.count <= table.capacity, "table count \(table.count) of \(table.capacity)")
+    /// On the dispatching thread, as each dispatch of a call ends (before its
+    /// run state is reset): checks the run's own state. Inlinable, so that
+    /// without the condition it is nothing at all in the dispatch loop.
+    @inlinable @inline(__always)
+    func checkRunAtEnd(_ pending: UInt64) {
+        #if FLUX_CHECK_INVARIANTS
+        if let broken = runViolation(pending) { preconditionFailure("libflux invariant: \(broken)") }
+        #endif
+    }
+
+    #if FLUX_CHECK_INVARIANTS
+    /// The first invariant of the state word and the tables that does not
+    /// hold, or nil. Under the lock.
+    func invariantViolationLocked() -> String? {
+        let word = state.load(ordering: .acquiring)
+        let known = Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.dirtyBit | Self.closedBit
+            | Self.orphanedBit | Self.queuedBit
+        if word & ~known != 0 { return "state word \(word) has unknown bits" }
+        if word & Self.mutatingBit != 0 { return "the mutating bit outlives its mutator (state \(word))" }
+        let dispatching = word & Self.dispatchingBit != 0
+        if !dispatching {
+            if word & (Self.waitersBit | Self.dirtyBit | Self.queuedBit) != 0 {
+                return "waiters/dirty/queued without a dispatch (state \(word))"
+            }
+            if !locked.pointee.queue.isEmpty { return "queued payloads without a dispatch" }
+            if locked.pointee.observerChanged { return "an observer change left pending without a dispatch" }
+            if !locked.pointee.retired.isEmpty || locked.pointee.retired.capacity != 0 {
+                return "retired observers outlive their dispatch"
+            }
+            if locked.pointee.joined != nil || locked.pointee.spare != nil { return "side tables without a dispatch" }
+            if !locked.pointee.leaving.isEmpty || !locked.pointee.releasing.isEmpty { return "leavers without a dispatch" }
+            if locked.pointee.leaving.capacity != 0 || locked.pointee.releasing.capacity != 0 {
+                return "bookkeeping storage outlives its dispatch"
+            }
+        }
+        if !locked.pointee.queue.isEmpty && word & Self.queuedBit == 0 { return "queued payloads without the queued bit" }
+        if locked.pointee.waiters < 0 { return "negative waiter count" }
+        if word & Self.closedBit != 0, slots.pointee.count != 0 || locked.pointee.joined != nil {
+            return "a closed dispatcher has registrations"
+        }
+        if let broken = tableViolation(slots.pointee, below: locked.pointee.nextToken, idle: !dispatching) {
+            return broken
+        }
+        if let joined = locked.pointee.joined {
+            if let broken = tableViolation(joined, below: locked.pointee.nextToken, idle: false) { return broken }
+            if joined.count > 0, slots.pointee.count > 0, joined.tokens[0] <= slots.pointee.tokens[slots.pointee.count - 1] {
+                return "joined tokens must follow the table's"
+            }
+        }
+        return nil
+    }
+
+    private func tableViolation(_ table: SlotTable<Callback>, below next: UInt64, idle: Bool) -> String? {
+        if table.count < 0 || table.count > table.capacity { return "table count \(table.count) of \(table.capacity)" }
         // Whole when small; for a big table only its tail, where appends
         // land, so that tests registering many callbacks stay fast.
         let first = table.count <= 256 ? 0 : table.count - 16
         var previous: UInt64 = first == 0 ? 0 : table.tokens[first - 1]
         for i in first..<table.count {
             let token = table.tokens[i]
-            assert(token > previous && token < next, "tokens must strictly increase below nextToken")
-            if idle { assert(table.mark(i) != SlotTable<Callback>.removedMark, "a removal mark outlives its dispatch") }
+            if token <= previous || token >= next { return "tokens must strictly increase below nextToken" }
+            if idle && table.mark(i) == SlotTable<Callback>.removedMark { return "a removal mark outlives its dispatch" }
             previous = token
         }
+        return nil
+    }
+
+    /// The first invariant of the run's state that does not hold as a
+    /// dispatch (epoch `pending / 2`) ends, or nil.
+    @usableFromInline
+    func runViolation(_ pending: UInt64) -> String? {
+        let run = self.run.pointee
+        if run.top != -1 { return "the stack of running callbacks is not empty (top \(run.top))" }
+        if run.aborted != (run.failure != nil || run.abortError != nil) {
+            return "aborted is \(run.aborted), but a failure is \(run.failure != nil || run.abortError != nil ? "" : "not ")recorded"
+        }
+        let table = slots.pointee
+        if run.aborted ? run.end != 0 : run.end != table.count { return "the loop's end \(run.end) disagrees with aborted" }
+        if run.epoch &* 2 != pending { return "the epoch moved during its dispatch" }
+        let first = table.count <= 256 ? 0 : table.count - 256
+        for i in first..<table.count {
+            let mark = table.mark(i)
+            // Marks of this epoch: handled (pending | 1), or removed; never
+            // left pending -- every callback a wait started has returned.
+            if mark == pending { return "callback \(i) is still marked pending at the end of its dispatch" }
+            if mark > (pending | 1) && mark != SlotTable<Callback>.removedMark { return "callback \(i) has a mark from the future" }
+        }
+        return nil
     }
     #endif
 
@@ -1157,10 +1213,6 @@ import Synchronization
     }
 }
 
-@inlinable
-func roundUp(_ value: Int, _ alignment: Int) -> Int {
-    (value + alignment - 1) / alignment * alignment
-}
 
 /// Growth by half again (amortized O(1) appends with less slack than
 /// doubling), saturating instead of trapping: allocation fails long before.
