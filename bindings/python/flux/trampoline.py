@@ -204,6 +204,8 @@ class Trampoline:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` ran: the native code is freed, ``address``
+        is no longer a function C may call."""
         return self._handle[0] is None
 
     def close(self) -> None:
