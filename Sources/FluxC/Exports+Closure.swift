@@ -39,16 +39,12 @@ private struct ClosureState {
     let code: UnsafeMutableRawPointer
 }
 
-private func roundUp(_ value: Int, to alignment: Int) -> Int {
-    (value + alignment - 1) / alignment * alignment
-}
-
 private var cifOffset: Int {
-    roundUp(MemoryLayout<ClosureState>.stride, to: MemoryLayout<ffi_cif>.alignment)
+    roundUp(MemoryLayout<ClosureState>.stride, MemoryLayout<ffi_cif>.alignment)
 }
 
 private var typesOffset: Int {
-    roundUp(cifOffset + MemoryLayout<ffi_cif>.size, to: MemoryLayout<UnsafeMutablePointer<ffi_type>?>.alignment)
+    roundUp(cifOffset + MemoryLayout<ffi_cif>.size, MemoryLayout<UnsafeMutablePointer<ffi_type>?>.alignment)
 }
 
 /// The closure behind a handle, or nil for NULL and for a handle whose tag says
@@ -107,8 +103,8 @@ public func flux_closure_create(
     out?.pointee = nil
     // userdata was handed over: from here on every failure releases it.
     func failed(_ status: FluxError.Code, _ message: String) -> Int32 {
-        destroy?(userdata)
-        return fail("flux_closure_create", status, message)
+        return refuse("flux_closure_create", status, message,
+                      handingOver: userdata, to: destroy)
     }
     guard let handler else { return failed(.invalidArgument, "handler is NULL") }
     guard let out else { return failed(.invalidArgument, "out is NULL") }

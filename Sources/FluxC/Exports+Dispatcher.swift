@@ -49,26 +49,20 @@ public func flux_register(
     let missing = handle == nil ? "the dispatcher" : function == nil ? "callback" : outToken == nil ? "out_token" : nil
     guard let handle, let function, let outToken, missing == nil else {
         // The context was handed over: release it on every path.
-        destroy?(context)
-        return fail("flux_register", .invalidArgument, "\(missing ?? "an argument") is NULL")
+        return refuse("flux_register", .invalidArgument, "\(missing ?? "an argument") is NULL",
+                      handingOver: context, to: destroy)
     }
     let callback = CCallback(function: function, context: context, destroy: destroy)
-    do throws(FluxError) {
+    return status("flux_register") { () throws(FluxError) in
         outToken.pointee = try handle.dispatcher.pointee.register(callback).rawValue
-        return 0
-    } catch {
-        return fail("flux_register", error)
     }
 }
 
 @_cdecl("flux_unregister")
 public func flux_unregister(_ handle: OpaquePointer?, _ token: UInt64) -> Int32 {
     guard let handle else { return fail("flux_unregister", .invalidArgument, "the dispatcher is NULL") }
-    do throws(FluxError) {
+    return status("flux_unregister") { () throws(FluxError) in
         try handle.dispatcher.pointee.unregister(DispatchToken(rawValue: token))
-        return 0
-    } catch {
-        return fail("flux_unregister", error)
     }
 }
 
@@ -77,11 +71,8 @@ public func flux_unregister(_ handle: OpaquePointer?, _ token: UInt64) -> Int32 
 @_cdecl("flux_dispatch") @inline(__always)
 public func flux_dispatch(_ handle: OpaquePointer?, _ payload: UnsafeRawPointer?) -> Int32 {
     guard let handle else { return fail("flux_dispatch", .invalidArgument, "the dispatcher is NULL") }
-    do throws(DispatchError<CallbackFailure>) {
+    return status("flux_dispatch") { () throws(DispatchError<CallbackFailure>) in
         try handle.dispatcher.pointee.dispatch(payload)
-        return 0
-    } catch {
-        return fail("flux_dispatch", error)
     }
 }
 
@@ -111,11 +102,8 @@ private func waitForMany(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt6
     }
     guard let handle else { return fail("flux_wait_for", .invalidArgument, "the dispatcher is NULL") }
     let raw = UnsafeRawPointer(tokens)?.assumingMemoryBound(to: DispatchToken.self)
-    do throws(DispatchError<CallbackFailure>) {
+    return status("flux_wait_for") { () throws(DispatchError<CallbackFailure>) in
         try handle.dispatcher.pointee.waitFor(UnsafeBufferPointer(start: raw, count: count))
-        return 0
-    } catch {
-        return fail("flux_wait_for", error)
     }
 }
 

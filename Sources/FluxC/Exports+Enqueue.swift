@@ -34,8 +34,8 @@ public func flux_dispatcher_set_observer(
     _ destroy: FluxDestroyFunction?
 ) -> Int32 {
     guard let handle else {
-        destroy?(context)
-        return fail("flux_dispatcher_set_observer", .invalidArgument, "the dispatcher is NULL")
+        return refuse("flux_dispatcher_set_observer", .invalidArgument, "the dispatcher is NULL",
+                      handingOver: context, to: destroy)
     }
     var observer: CObserver?
     if let hooks {
@@ -51,11 +51,8 @@ public func flux_dispatcher_set_observer(
         // caller's destroy decides what that means) is still released.
         destroy?(context)
     }
-    do throws(FluxError) {
+    return status("flux_dispatcher_set_observer") { () throws(FluxError) in
         try handle.dispatcher.pointee.setObserver(observer)
-        return 0
-    } catch {
-        return fail("flux_dispatcher_set_observer", error)
     }
 }
 

@@ -161,19 +161,19 @@ public func flux_store_create(
 ) -> Int32 {
     out?.pointee = nil
     /// Hands back what was handed over: the state, then the context.
-    func refuse(_ status: FluxError.Code, _ message: String) -> Int32 {
+    func refused(_ status: FluxError.Code, _ message: String) -> Int32 {
         releaseState?(context, initialState)
-        destroy?(context)
-        return fail("flux_store_create", status, message)
+        return refuse("flux_store_create", status, message,
+                      handingOver: context, to: destroy)
     }
     let missing = handle == nil ? "the dispatcher" : reduce == nil ? "reduce" : out == nil ? "out" : nil
     guard let handle, let reduce, let out, missing == nil else {
-        return refuse(.invalidArgument, "\(missing ?? "an argument") is NULL")
+        return refused(.invalidArgument, "\(missing ?? "an argument") is NULL")
     }
-    guard let raw = malloc(MemoryLayout<CStore>.size) else { return refuse(.noMemory, "out of memory") }
+    guard let raw = malloc(MemoryLayout<CStore>.size) else { return refused(.noMemory, "out of memory") }
     guard let core = StoreCore<CListener>() else {
         free(raw)
-        return refuse(.noMemory, "out of memory")
+        return refused(.noMemory, "out of memory")
     }
     let store = raw.bindMemory(to: CStore.self, capacity: 1)
     store.initialize(to: CStore(
@@ -240,24 +240,18 @@ public func flux_store_has_changed(_ s: OpaquePointer?, _ changed: UnsafeMutable
     changed?.pointee = 0
     guard let s else { return fail("flux_store_has_changed", .invalidArgument, "the store is NULL") }
     guard let changed else { return fail("flux_store_has_changed", .invalidArgument, "changed is NULL") }
-    do throws(FluxError) {
+    return status("flux_store_has_changed") { () throws(FluxError) in
         let store = s.store
         changed.pointee = try store.pointee.core.hasChanged(on: store.pointee.handle.dispatcher.pointee) ? 1 : 0
-        return 0
-    } catch {
-        return fail("flux_store_has_changed", error)
     }
 }
 
 @_cdecl("flux_store_emit_change")
 public func flux_store_emit_change(_ s: OpaquePointer?) -> Int32 {
     guard let s else { return fail("flux_store_emit_change", .invalidArgument, "the store is NULL") }
-    do throws(FluxError) {
+    return status("flux_store_emit_change") { () throws(FluxError) in
         let store = s.store
         try store.pointee.core.emitChange(on: store.pointee.handle.dispatcher.pointee)
-        return 0
-    } catch {
-        return fail("flux_store_emit_change", error)
     }
 }
 
@@ -272,26 +266,20 @@ public func flux_store_add_listener(
     out?.pointee = 0
     let missing = s == nil ? "the store" : function == nil ? "fn" : out == nil ? "out" : nil
     guard let s, let function, let out, missing == nil else {
-        destroy?(context)
-        return fail("flux_store_add_listener", .invalidArgument, "\(missing ?? "an argument") is NULL")
+        return refuse("flux_store_add_listener", .invalidArgument, "\(missing ?? "an argument") is NULL",
+                      handingOver: context, to: destroy)
     }
-    do throws(FluxError) {
+    return status("flux_store_add_listener") { () throws(FluxError) in
         out.pointee = try s.store.pointee.core.addListener(
             CListener(function: function, context: context, destroy: destroy, handle: s.store.pointee.handle))
-        return 0
-    } catch {
-        return fail("flux_store_add_listener", error)
     }
 }
 
 @_cdecl("flux_store_remove_listener")
 public func flux_store_remove_listener(_ s: OpaquePointer?, _ listener: UInt64) -> Int32 {
     guard let s else { return fail("flux_store_remove_listener", .invalidArgument, "the store is NULL") }
-    do throws(FluxError) {
+    return status("flux_store_remove_listener") { () throws(FluxError) in
         try s.store.pointee.core.removeListener(listener)
-        return 0
-    } catch {
-        return fail("flux_store_remove_listener", error)
     }
 }
 
@@ -322,13 +310,10 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
         return fail("flux_store_destroy", .invalidArgument,
                     "the store is in \(groups) live group(s); release them first")
     }
-    do throws(FluxError) {
+    return status("flux_store_destroy") { () throws(FluxError) in
         // Runs storeRelease now (or, should a dispatch have started on
         // another thread meanwhile, when it ends).
         try handle.dispatcher.pointee.unregister(DispatchToken(rawValue: store.pointee.token), asOwner: true)
-        return 0
-    } catch {
-        return fail("flux_store_destroy", error)
     }
 }
 
@@ -387,24 +372,24 @@ public func flux_store_group_create(
     _ out: UnsafeMutablePointer<OpaquePointer?>?
 ) -> Int32 {
     out?.pointee = nil
-    func refuse(_ status: FluxError.Code, _ message: String) -> Int32 {
-        destroy?(context)
-        return fail("flux_store_group_create", status, message)
+    func refused(_ status: FluxError.Code, _ message: String) -> Int32 {
+        return refuse("flux_store_group_create", status, message,
+                      handingOver: context, to: destroy)
     }
     // size_t arrives as Int: a count above Int.max shows up negative.
     if count <= 0 {
-        return refuse(.invalidArgument, count == 0 ? "a group needs at least one store"
+        return refused(.invalidArgument, count == 0 ? "a group needs at least one store"
                       : "count \(UInt(bitPattern: count)) is too large")
     }
-    guard let stores else { return refuse(.invalidArgument, "stores is NULL but count is \(count)") }
-    guard let function else { return refuse(.invalidArgument, "fn is NULL") }
-    guard let out else { return refuse(.invalidArgument, "out is NULL") }
-    guard let first = stores[0] else { return refuse(.invalidArgument, "stores[0] is NULL") }
+    guard let stores else { return refused(.invalidArgument, "stores is NULL but count is \(count)") }
+    guard let function else { return refused(.invalidArgument, "fn is NULL") }
+    guard let out else { return refused(.invalidArgument, "out is NULL") }
+    guard let first = stores[0] else { return refused(.invalidArgument, "stores[0] is NULL") }
     let handle = first.store.pointee.handle
     for i in 0..<count {
-        guard let store = stores[i] else { return refuse(.invalidArgument, "stores[\(i)] is NULL") }
+        guard let store = stores[i] else { return refused(.invalidArgument, "stores[\(i)] is NULL") }
         if store.store.pointee.handle != handle {
-            return refuse(.invalidArgument, "stores[\(i)] is on another dispatcher than stores[0]")
+            return refused(.invalidArgument, "stores[\(i)] is on another dispatcher than stores[0]")
         }
     }
     // One block: the group, then the store pointers, then their tokens.
@@ -412,7 +397,7 @@ public func flux_store_group_create(
     let (listBytes, o1) = count.multipliedReportingOverflow(by: MemoryLayout<OpaquePointer>.stride
                                                              + MemoryLayout<DispatchToken>.stride)
     let (total, o2) = storesOffset.addingReportingOverflow(listBytes)
-    guard !o1, !o2, let raw = malloc(total) else { return refuse(.noMemory, "out of memory") }
+    guard !o1, !o2, let raw = malloc(total) else { return refused(.noMemory, "out of memory") }
     let storeList = (raw + storesOffset).bindMemory(to: OpaquePointer.self, capacity: count)
     let tokens = (raw + storesOffset + count * MemoryLayout<OpaquePointer>.stride)
         .bindMemory(to: DispatchToken.self, capacity: count)
@@ -439,11 +424,8 @@ public func flux_store_group_create(
 public func flux_store_group_release(_ g: OpaquePointer?) -> Int32 {
     guard let g else { return 0 }
     let group = UnsafeMutablePointer<CGroup>(g)
-    do throws(FluxError) {
+    return status("flux_store_group_release") { () throws(FluxError) in
         try group.pointee.handle.dispatcher.pointee.unregister(DispatchToken(rawValue: group.pointee.token),
                                                                asOwner: true)
-        return 0
-    } catch {
-        return fail("flux_store_group_release", error)
     }
 }

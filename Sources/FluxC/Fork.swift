@@ -22,9 +22,6 @@ struct ForkLinks {
 
 let forkLinksOffset = roundUp(storeSideOffset + MemoryLayout<StoreSide>.size, MemoryLayout<ForkLinks>.alignment)
 
-func roundUp(_ value: Int, _ alignment: Int) -> Int {
-    (value + alignment - 1) / alignment * alignment
-}
 
 private func links(_ dispatcher: UnsafeMutablePointer<CDispatcher>) -> UnsafeMutablePointer<ForkLinks> {
     (UnsafeMutableRawPointer(dispatcher) + forkLinksOffset).assumingMemoryBound(to: ForkLinks.self)

@@ -88,6 +88,42 @@ func fail(_ function: StaticString, _ error: DispatchError<CallbackFailure>) -> 
     }
 }
 
+/// An error a C export turns into its status: recorded as the thread's last
+/// error (message, token, cycle) for the function that failed.
+protocol RecordedError: Error {
+    func record(_ function: StaticString) -> Int32
+}
+
+extension FluxError: RecordedError {
+    func record(_ function: StaticString) -> Int32 { fail(function, self) }
+}
+
+extension DispatchError: RecordedError where Failure == CallbackFailure {
+    func record(_ function: StaticString) -> Int32 { fail(function, self) }
+}
+
+/// The status of a throwing body, as swift-system's `nothingOrErrno`: 0 when
+/// it returns, else its error, recorded for `function`. Inlined: on the hot
+/// paths it costs what a hand-written `do`/`catch` does.
+@inline(__always)
+func status<Failure: RecordedError>(_ function: StaticString, _ body: () throws(Failure) -> Void) -> Int32 {
+    do {
+        try body()
+        return 0
+    } catch {
+        return error.record(function)
+    }
+}
+
+/// Refuses a call that was handed a context: the context is the library's
+/// whatever the outcome (flux.h, "Ownership"), so `destroy(context)` runs
+/// now, then the failure is recorded for `function`.
+func refuse(_ function: StaticString, _ code: FluxError.Code, _ message: String,
+            handingOver context: UnsafeMutableRawPointer?, to destroy: FluxDestroyFunction?) -> Int32 {
+    destroy?(context)
+    return fail(function, code, message)
+}
+
 extension StaticString {
     var cString: UnsafePointer<CChar> {
         UnsafeRawPointer(utf8Start).assumingMemoryBound(to: CChar.self)

@@ -54,6 +54,13 @@ internal struct ConditionLock: @unchecked Sendable {
     func resetCondition() { pthread_cond_init(condition, nil) }
 }
 
+/// `value` rounded up to a multiple of `alignment`: where a part of a block
+/// laid out by hand starts (the engine's, the C handle's, a closure's).
+@inlinable
+@_spi(Engine) public func roundUp(_ value: Int, _ alignment: Int) -> Int {
+    (value + alignment - 1) / alignment * alignment
+}
+
 /// `malloc` that reports failure instead of trapping, so running out of memory
 /// reaches C callers as `FLUX_ERR_NO_MEMORY`.
 @usableFromInline
