@@ -475,6 +475,11 @@ typedef void (*flux_release_fn)(void *context, void *state);
 /** A store listener, or a group's function. */
 typedef void (*flux_listener_fn)(void *context);
 
+/** A store listener's id (flux_store_add_listener()): per store, counting
+ *  up from 1, never reused. Not a dispatch token: never pass one to
+ *  flux_wait_for() or flux_unregister(). */
+typedef uint64_t flux_listener_id;
+
 /**
  * Creates a store holding initial_state and registers it with d (a store
  * created during a dispatch first handles the next one). The store takes
@@ -503,7 +508,7 @@ typedef void (*flux_listener_fn)(void *context);
 FLUX_API flux_status flux_store_create(flux_dispatcher *d, void *initial_state,
                                        flux_reduce_fn reduce, flux_equal_fn equal,
                                        flux_release_fn release_state, void *context,
-                                       void (*destroy)(void *context),
+                                       flux_destroy destroy,
                                        flux_store **out);
 
 /**
@@ -580,8 +585,8 @@ FLUX_API flux_status flux_store_emit_change(flux_store *s);
  */
 FLUX_API flux_status flux_store_add_listener(flux_store *s, flux_listener_fn fn,
                                              void *context,
-                                             void (*destroy)(void *context),
-                                             flux_token *out);
+                                             flux_destroy destroy,
+                                             flux_listener_id *out);
 
 /**
  * Removes a listener: no emit calls it after this returns on this thread (an
@@ -596,7 +601,7 @@ FLUX_API flux_status flux_store_add_listener(flux_store *s, flux_listener_fn fn,
  *         was already removed.
  * Threads: any thread, from inside a callback, reduce or listener too.
  */
-FLUX_API flux_status flux_store_remove_listener(flux_store *s, flux_token listener);
+FLUX_API flux_status flux_store_remove_listener(flux_store *s, flux_listener_id listener);
 
 /**
  * Fails the listener (or group function) that calls it: flux_listener_fn
@@ -663,7 +668,7 @@ FLUX_API flux_status flux_store_destroy(flux_store *s);
  */
 FLUX_API flux_status flux_store_group_create(flux_store *const *stores, size_t count,
                                              flux_listener_fn fn, void *context,
-                                             void (*destroy)(void *context),
+                                             flux_destroy destroy,
                                              flux_store_group **out);
 
 /**
@@ -830,7 +835,7 @@ typedef struct flux_observer {
 FLUX_API flux_status flux_dispatcher_set_observer(flux_dispatcher *d,
                                                   const flux_observer *hooks,
                                                   void *context,
-                                                  void (*destroy)(void *context));
+                                                  flux_destroy destroy);
 
 /* ------------------------------------------------------------------------ */
 /* Trampolines and dynamic calls (libffi)                                   */

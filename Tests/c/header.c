@@ -73,8 +73,8 @@ struct header_store_api {
     flux_dispatcher *(*store_dispatcher)(const flux_store *);
     flux_status (*store_has_changed)(const flux_store *, int *);
     flux_status (*store_emit_change)(flux_store *);
-    flux_status (*store_add_listener)(flux_store *, void (*)(void *), void *, void (*)(void *), flux_token *);
-    flux_status (*store_remove_listener)(flux_store *, flux_token);
+    flux_status (*store_add_listener)(flux_store *, void (*)(void *), void *, void (*)(void *), flux_listener_id *);
+    flux_status (*store_remove_listener)(flux_store *, flux_listener_id);
     flux_status (*store_destroy)(flux_store *);
     flux_status (*store_group_create)(flux_store *const *, size_t, void (*)(void *), void *, void (*)(void *),
                                       flux_store_group **);

@@ -104,7 +104,7 @@ static void test_store_failures_name_the_store(void)
     EXPECT_OK(flux_store_destroy(s));
 
     EXPECT_OK(flux_store_create(d, NULL, changing_reduce, NULL, NULL, NULL, NULL, &s));
-    flux_token listener;
+    flux_listener_id listener;
     EXPECT_OK(flux_store_add_listener(s, failing_listener, d, NULL, &listener));
     EXPECT_STATUS(flux_dispatch(d, payload), FLUX_ERR_CALLBACK_FAILED);
     is_uint(flux_last_error_token(), flux_store_token(s), "a failing listener: the token is its store's");
