@@ -130,9 +130,11 @@ import Synchronization
         /// none, the cursor's callback is innermost). With the table's
         /// `waitedBy`, what names a cycle and an observer's waiter.
         @usableFromInline var top = -1
-        /// The engine's own reason for aborting (`tooDeep`), when no callback
-        /// failed: a failure the dispatch reports as a `FluxError`.
-        @usableFromInline var abortError: FluxError?
+        /// The engine's own reason for aborting, when no callback failed: a
+        /// `waitFor` chain too deep (`failedToken` is the link that did not
+        /// fit), reported as `FluxError.tooDeep`. A flag, not the error: the
+        /// error is made only when reported, off the hot path.
+        @usableFromInline var tooDeep = false
         /// `waitFor` invokes a callback only while the stack pointer is at or
         /// above this address. `.max` at the start of each dispatch (so the
         /// first wait looks the dispatching thread's bound up, once), then
@@ -549,8 +551,9 @@ import Synchronization
     @usableFromInline
     func currentFailure() -> DispatchError<Callback.Failure> {
         guard let failure = run.pointee.failure else {
-            return .flux(run.pointee.abortError ?? FluxError(.callbackFailed, "the dispatch was aborted",
-                                                             token: DispatchToken(rawValue: run.pointee.failedToken)))
+            let token = DispatchToken(rawValue: run.pointee.failedToken)
+            return .flux(run.pointee.tooDeep ? .tooDeep(token)
+                         : FluxError(.callbackFailed, "the dispatch was aborted", token: token))
         }
         return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken))
     }
@@ -625,7 +628,7 @@ import Synchronization
         run.pointee.aborted = true
         run.pointee.end = 0
         run.pointee.failedToken = token
-        run.pointee.abortError = .tooDeep(DispatchToken(rawValue: token))
+        run.pointee.tooDeep = true
         return false
     }
 
@@ -908,11 +911,18 @@ import Synchronization
         let run = self.run
         checkRunAtEnd(run.pointee.epoch &* 2)
         let failure = run.pointee.failure.take()
-        let abortError = run.pointee.abortError.take()
+        let tooDeep = run.pointee.tooDeep
+        run.pointee.tooDeep = false
         run.pointee.aborted = false
         run.pointee.payload = nil
         if let failure { return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken)) }
-        return abortError.map { .flux($0) }
+        return tooDeep ? tooDeepFailure() : nil
+    }
+
+    /// The failure of a dispatch the engine aborted, its chain too deep. Cold.
+    @usableFromInline @inline(never)
+    func tooDeepFailure() -> DispatchError<Callback.Failure> {
+        .flux(.tooDeep(DispatchToken(rawValue: run.pointee.failedToken)))
     }
 
     // MARK: - Observer
@@ -1162,8 +1172,8 @@ import Synchronization
     func runViolation(_ pending: UInt64) -> String? {
         let run = self.run.pointee
         if run.top != -1 { return "the stack of running callbacks is not empty (top \(run.top))" }
-        if run.aborted != (run.failure != nil || run.abortError != nil) {
-            return "aborted is \(run.aborted), but a failure is \(run.failure != nil || run.abortError != nil ? "" : "not ")recorded"
+        if run.aborted != (run.failure != nil || run.tooDeep) {
+            return "aborted is \(run.aborted), but a failure is \(run.failure != nil || run.tooDeep ? "" : "not ")recorded"
         }
         let table = slots.pointee
         if run.aborted ? run.end != 0 : run.end != table.count { return "the loop's end \(run.end) disagrees with aborted" }
