@@ -382,6 +382,7 @@ class Store:
 
     @property
     def dispatcher(self) -> Dispatcher[Any]:
+        """The dispatcher the store is registered with."""
         return self._dispatcher
 
     @property
@@ -433,6 +434,7 @@ class Store:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` ran (or the dispatcher closed it)."""
         return self._handle is None
 
     def close(self) -> None:
@@ -512,12 +514,21 @@ class ReduceStore(Store, Generic[S]):
         self._create(dispatcher, self.get_initial_state())
 
     def get_initial_state(self) -> S:
+        """Override: the state the store starts with (called once, by the
+        constructor)."""
         raise NotImplementedError(f"{type(self).__name__} must override ReduceStore.get_initial_state()")
 
     def reduce(self, state: S, action: Any) -> S:
+        """Override (or route actions with :func:`flux.handles`): the state
+        after ``action``; return ``state`` itself when nothing changes. Runs
+        on the dispatching thread; an exception fails the dispatch and the
+        store keeps its state."""
         raise NotImplementedError(f"{type(self).__name__} must override ReduceStore.reduce() or route with @handles")
 
     def are_equal(self, one: S, two: S) -> bool:
+        """Override to compare states by value: true when ``reduce`` changed
+        nothing that listeners care about. The default is identity
+        (Facebook's ``===``), which costs no call into Python."""
         return one is two
 
     @property
@@ -540,6 +551,7 @@ class ReduceStore(Store, Generic[S]):
                     return state  # type: ignore[no-any-return]
 
     def get_state(self) -> S:
+        """:attr:`state`, under Facebook's name."""
         return self.state
 
 
