@@ -34,7 +34,6 @@ import dis
 import glob
 import os
 import sys
-import threading
 from collections.abc import Callable
 from ctypes import (
     CFUNCTYPE,
@@ -335,9 +334,10 @@ callbacks: list[Callable[[Any], object] | None] = [None]  # slot 0 unused: conte
 #: context -> the owning dispatcher's pending-exception table.
 pending_tables: list[dict[int, list[tuple[object, BaseException]]] | None] = [None]
 _free_contexts: list[int] = []
-# Reentrant: a signal handler or a finalizer (a collected Dispatcher runs its
-# destroys) may run Python code on this thread while it is held.
-_table_lock = threading.RLock()
+# No lock: CPython runs a signal handler, and switches threads, only at a
+# call, a backward jump or a function's entry. The steps below that must be
+# one step -- taking a slot and filling it, freeing one -- make no call, so
+# neither an interrupt nor another thread can come between them.
 #: Calls of a trampoline with a context that is not registered: never happens
 #: unless the library breaks its contract (tests assert these stay 0).
 stray = {"callback": 0, "destroy": 0}
@@ -346,16 +346,18 @@ stray = {"callback": 0, "destroy": 0}
 def add_registration(callback: Callable[[Any], object], pending: dict[int, list[tuple[object, BaseException]]]) -> int:
     """Puts a callable in the table; returns its context (never 0).
 
-    The slot is filled last, with nothing between that and the return where
-    an interrupt is raised (a call): one cannot leave a filled slot that no
-    caller knows of."""
-    with _table_lock:
-        if _free_contexts:
-            context = _free_contexts.pop()
-        else:
-            context = len(callbacks)
-            callbacks.append(None)
-            pending_tables.append(None)
+    From taking the slot to the return there is no call, so no interrupt:
+    one cannot leave a filled slot that no caller knows of, nor a slot taken
+    and never filled."""
+    while not _free_contexts:  # another thread may take the slot made
+        # An interrupt here can leave a slot made but not yet free: an unused
+        # None, or a pending_tables entry past the end of callbacks, which
+        # nothing reads (pending_tables grows first, so it is never shorter).
+        pending_tables.append(None)
+        callbacks.append(None)
+        _free_contexts.append(len(callbacks) - 1)
+    context = _free_contexts[-1]
+    del _free_contexts[-1]
     pending_tables[context] = pending
     callbacks[context] = callback
     return context
@@ -385,39 +387,66 @@ def drop_registration(context: int, callback: Callable[[Any], object]) -> None:
 escaped: dict[int, BaseException] = {}
 
 #: id(function) -> (the function, what to run when an exception escapes it
-#: before its body began), for every function the library hands C as a
+#: before its work began), for every function the library hands C as a
 #: trampoline.
 _trampolines: dict[int, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
 # What a function runs before its body, where an interrupt is checked for.
 _PROLOGUE = frozenset({"RESUME", "MAKE_CELL", "COPY_FREE_VARS", "NOP", "EXTENDED_ARG", "CACHE"})
-#: code object -> the offset of its body's first instruction.
-_bodies: dict[Any, int] = {}
+#: code object -> the offset before which an interrupted frame has done
+#: nothing that must not be done twice: its body's first instruction, or
+#: for a function whose only effect is its last call, that call's first
+#: instruction.
+_unstarted: dict[Any, int] = {}
+
+
+def _last_call(code: Any) -> int:
+    """The offset of the instruction that begins ``code``'s last call: an
+    interrupt is raised only at a call (and at a backward jump, RESUME),
+    after the called function returned, and a frame interrupted there
+    reports that call's own first instruction (PRECALL on 3.11)."""
+    offset = None
+    previous = None
+    for i in dis.get_instructions(code):
+        if i.opname.startswith("CALL") and not i.opname.startswith("CALL_INTRINSIC"):
+            offset = previous.offset if previous is not None and previous.opname == "PRECALL" else i.offset
+        previous = i
+    if offset is None:
+        raise TypeError(f"{code.co_name} makes no call")
+    return offset
 
 
 def _interrupted_before_body(fn: Callable[..., Any], tb: Any) -> bool:
     """Whether the traceback entry ``tb`` is ``fn``'s frame, stopped before
-    the first instruction of its body: nothing of ``fn`` ran."""
-    return tb is not None and tb.tb_frame.f_code is fn.__code__ and tb.tb_lasti < _bodies[fn.__code__]
+    its work began: nothing of ``fn`` that must not be done twice ran."""
+    return tb is not None and tb.tb_frame.f_code is fn.__code__ and tb.tb_lasti < _unstarted[fn.__code__]
 
 
-def trampoline(on_escape: Callable[..., Any] | None = None, rerun: bool = False) -> Callable[[Any], Any]:
+def trampoline(on_escape: Callable[..., Any] | None = None, rerun: bool = False,
+               effect_is_last_call: bool = False) -> Callable[[Any], Any]:
     """Marks a function handed to C as a callback, for the one rule every
     trampoline follows: an exception that escapes it is not printed but kept
     in :data:`escaped`, and comes out of the outermost call on that thread.
 
-    When the exception escaped before the function's first instruction ran
-    (a signal that arrived while the thread was in C), ``on_escape`` is then
-    called with the same arguments, still inside the C call -- with
-    ``rerun``, the function itself: for bookkeeping that must happen (a
-    release, a destroy, a trace event); C got no result from the call.
-    An exception that interrupts ``on_escape`` before its body began makes
-    it run again; anything else it raises is dropped (the first exception is
-    the one the outermost call raises)."""
+    When the exception escaped before the function's work began (a signal
+    that arrived while the thread was in C, or -- for ``effect_is_last_call``,
+    a function that only computes until its last call, which is all it does
+    -- a signal anywhere before that call), ``on_escape`` is then called with
+    the same arguments, still inside the C call -- with ``rerun``, the
+    function itself: for bookkeeping that must happen (a release, a destroy,
+    a trace event); C got no result from the call. An exception that
+    interrupts ``on_escape`` before its work began makes it run again;
+    anything else it raises is dropped (the first exception is the one the
+    outermost call raises).
+
+    A function whose work is more than its last call does its must-happen
+    bookkeeping before its first call: an interrupt cannot land between two
+    instructions that make no call."""
 
     def mark(fn: Any) -> Any:
         recover = fn if rerun else on_escape
         for f in (fn, recover) if recover is not None else (fn,):
-            _bodies[f.__code__] = next(i.offset for i in dis.get_instructions(f) if i.opname not in _PROLOGUE)
+            body = next(i.offset for i in dis.get_instructions(f) if i.opname not in _PROLOGUE)
+            _unstarted[f.__code__] = _last_call(f.__code__) if effect_is_last_call else body
         _trampolines[id(fn)] = (fn, recover)
         return fn
 
@@ -450,7 +479,7 @@ def _recover(fn: Callable[..., Any], on_escape: Callable[..., Any], tb: Any) -> 
             on_escape(*args)
             return
         except BaseException as exc:  # noqa: BLE001 -- kept or dropped below
-            # Interrupted again before it began: the work must still be done.
+            # Interrupted again before its work began: it must still be done.
             # Midway: not redone (what it did is not known).
             inner = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
             if not _interrupted_before_body(on_escape, inner):
@@ -503,17 +532,19 @@ def park_exception(table: dict[int, list[tuple[object, BaseException]]], payload
 def _on_destroy(context: int) -> None:
     # libflux runs this exactly once per registration: on unregister (at the
     # end of the running dispatch if there is one), on dispatcher destroy, or
-    # at once when flux_register fails.
-    with _table_lock:
-        if type(context) is not int or not 0 < context < len(callbacks) or callbacks[context] is None:
-            stray["destroy"] += 1
-            return
+    # at once when flux_register fails. No call until the slot is free (see
+    # _free_contexts; an interrupt before the body makes this run again).
+    try:
         callback = callbacks[context]
-        callbacks[context] = None
-        pending_tables[context] = None
-        _free_contexts.append(context)
-    # The last reference may go here, outside the lock: its finalizers may
-    # call back into flux.
+    except (IndexError, TypeError):  # not a context of ours (NULL: None)
+        callback = None
+    if callback is None:
+        stray["destroy"] += 1
+        return
+    callbacks[context] = None
+    pending_tables[context] = None
+    _free_contexts.append(context)
+    # The last reference may go here: its finalizers may call back into flux.
     del callback
 
 

@@ -200,12 +200,14 @@ def _continues(later: BaseException, earlier: BaseException) -> bool:
 
 @_native.trampoline(rerun=True)
 def _on_done(record: object, address: int | None, status: int) -> None:
-    if type(record) is not _Enqueued or record not in _in_flight:
+    # The bookkeeping comes first and makes no call until the record leaves
+    # _in_flight, so an interrupt cannot split it (see _native.trampoline).
+    if record.__class__ is not _Enqueued or record not in _in_flight:
         _native.stray["done"] = _native.stray.get("done", 0) + 1
         return
-    _in_flight.discard(record)
     record.done = True
     locate, record.locate = record.locate, None
+    _in_flight.discard(record)
     if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
     ident = get_ident()

@@ -122,8 +122,8 @@ def _add(obj: Any) -> int:
 
 # Every function below is a trampoline (see _native.trampoline): what
 # escapes one is raised by the outermost call, and one that was interrupted
-# before it began is made up for -- a release or a destroy is run again, a
-# listener is failed.
+# before its work began is made up for -- a release or a destroy is run
+# again, a listener is failed.
 
 
 @_trampoline(rerun=True)
@@ -167,9 +167,10 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     return 0
 
 
-@_trampoline(rerun=True)
+@_trampoline(rerun=True, effect_is_last_call=True)
 def _on_release(context: int, state: int) -> None:
-    # The C store lets go of a state: drop the reference it held.
+    # The C store lets go of a state: drop the reference it held (the pop;
+    # interrupted before it, this runs again).
     entry = _objects.get(context)
     if entry is not None:
         entry[1].pop(state, None)

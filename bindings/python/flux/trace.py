@@ -76,36 +76,38 @@ _thread = threading.get_native_id
 
 
 # The hooks are trampolines (see _native.trampoline): what escapes one is
-# raised by the outermost call, and a hook interrupted before it began (a
-# signal that arrived in C) runs again, so that costs the trace no event.
+# raised by the outermost call, and a hook interrupted before its last call,
+# the append that is all it does (a signal that arrived in C, or one that
+# landed while it computed the event), runs again, so that costs the trace
+# no event.
 
 
 def _trace(context: int | None) -> Trace | None:
     return _traces.get(context or 0)
 
 
-@_native.trampoline(rerun=True)
+@_native.trampoline(rerun=True, effect_is_last_call=True)
 def _on_dispatch_begin(context: int | None, payload: Any) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("dispatch_begin", _clock(), _thread(), payload=payload))
 
 
-@_native.trampoline(rerun=True)
+@_native.trampoline(rerun=True, effect_is_last_call=True)
 def _on_dispatch_end(context: int | None, payload: Any, status: int) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("dispatch_end", _clock(), _thread(), payload=payload, status=status))
 
 
-@_native.trampoline(rerun=True)
+@_native.trampoline(rerun=True, effect_is_last_call=True)
 def _on_callback_begin(context: int | None, token: int) -> None:
     t = _trace(context)
     if t is not None:
         t.events.append(TraceEvent("callback_begin", _clock(), _thread(), token=token, name=t._name(token)))
 
 
-@_native.trampoline(rerun=True)
+@_native.trampoline(rerun=True, effect_is_last_call=True)
 def _on_callback_end(context: int | None, token: int, result: int) -> None:
     t = _trace(context)
     if t is not None:
@@ -114,7 +116,7 @@ def _on_callback_end(context: int | None, token: int, result: int) -> None:
         )
 
 
-@_native.trampoline(rerun=True)
+@_native.trampoline(rerun=True, effect_is_last_call=True)
 def _on_wait_for(context: int | None, waiter: int, tokens: Any, count: int) -> None:
     t = _trace(context)
     if t is not None:

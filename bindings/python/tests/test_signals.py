@@ -475,3 +475,100 @@ def test_sigalrm_at_any_moment_comes_out_as_that_exception_and_leaks_nothing() -
         assert interrupted_rounds > 0
         """
     )
+
+
+# A timer that fires every few microseconds while a tight loop makes and
+# ends registrations and traces dispatches: the alarm lands inside each
+# trampoline's body too, between its calls, not only before it begins.
+FAST_ALARMS = """
+import random, time
+
+class Alarm(BaseException):
+    pass
+
+armed = [False]
+def on_alarm(signum, frame):
+    if armed[0]:
+        armed[0] = False
+        raise Alarm()
+signal.signal(signal.SIGALRM, on_alarm)
+rng = random.Random(11)
+
+def alarm_soon():
+    armed[0] = True
+    signal.setitimer(signal.ITIMER_REAL, rng.uniform(1e-6, 40e-6))
+
+def disarm():
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    armed[0] = False
+"""
+
+
+def test_sigalrm_inside_a_destroy_never_leaves_its_slot_filled() -> None:
+    run_with_preamble(
+        FAST_ALARMS
+        + textwrap.dedent(
+            """
+        interrupted_rounds = 0
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            d = flux.Dispatcher()
+            for _ in range(200):
+                try:
+                    alarm_soon()
+                    for _ in range(5):
+                        d.unregister(d.register(lambda p: None))
+                    disarm()
+                except Alarm:
+                    interrupted_rounds += 1
+                disarm()
+            d.close()
+            del d
+            clean()
+            assert all(c is None for c in _native.callbacks), _native.callbacks
+        assert interrupted_rounds > 100, interrupted_rounds
+        """
+        )
+    )
+
+
+def test_sigalrm_inside_a_trace_hook_loses_no_event() -> None:
+    run_with_preamble(
+        FAST_ALARMS
+        + textwrap.dedent(
+            """
+        interrupted_rounds = 0
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            d = flux.Dispatcher()
+            d.register(lambda p: None)
+            d.register(lambda p: None)
+            with flux.Trace(d) as trace:
+                for _ in range(200):
+                    try:
+                        alarm_soon()
+                        d.dispatch("x")
+                        disarm()
+                    except Alarm:
+                        interrupted_rounds += 1
+                    disarm()
+            # Every dispatch that began has each of its events, in order:
+            # begin, two callbacks begun and ended (or the dispatch stopped
+            # at a failed one), end.
+            kinds = [e.kind for e in trace.events]
+            i = 0
+            while i < len(kinds):
+                assert kinds[i] == "dispatch_begin", (i, kinds[i:i + 6])
+                i += 1
+                while kinds[i] == "callback_begin":
+                    assert kinds[i + 1] == "callback_end", (i, kinds[i:i + 6])
+                    i += 2
+                assert kinds[i] == "dispatch_end", (i, kinds[i:i + 6])
+                i += 1
+            d.close()
+            del d, trace
+            clean()
+        assert interrupted_rounds > 100, interrupted_rounds
+        """
+        )
+    )
