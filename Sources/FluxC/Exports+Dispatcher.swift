@@ -83,13 +83,14 @@ public func flux_wait_for(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt
     guard count == 1 else { return waitForMany(handle, tokens, count) }
     guard let handle, let tokens else { return waitForMany(handle, tokens, count) }
     let token = DispatchToken(rawValue: tokens.pointee)
-    return handle.dispatcher.pointee.tryWaitFor(token) ? 0 : waitForFailed(handle, token)
+    guard let failure = handle.dispatcher.pointee.tryWaitFor(token) else { return 0 }
+    return waitForFailed(handle, token, failure)
 }
 
-/// Why a one-token wait failed, as a status and a message.
+/// A one-token wait's failure, as a status and a message.
 @inline(never)
-private func waitForFailed(_ handle: OpaquePointer, _ token: DispatchToken) -> Int32 {
-    fail("flux_wait_for", handle.dispatcher.pointee.waitFailure(token))
+private func waitForFailed(_ handle: OpaquePointer, _ token: DispatchToken, _ failure: CDispatcher.WaitFailure) -> Int32 {
+    fail("flux_wait_for", handle.dispatcher.pointee.error(failure, waiting: token))
 }
 
 /// flux_wait_for with any count, and its argument errors.

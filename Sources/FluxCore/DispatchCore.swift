@@ -16,18 +16,18 @@ import Synchronization
 ///
 /// - **A dispatch** owns it from one compare-and-swap (`0 → dispatching`) to
 ///   another (`dispatching → 0`): the uncontended fast path takes no lock. While
-///   it runs, the table is frozen — no other thread moves or writes it — so the
+///   it runs, the table is frozen -- no other thread moves or writes it -- so the
 ///   dispatching thread reads it without locking.
-/// - **An idle mutator** (register, unregister, close) takes the lock, sets the
-///   `mutating` bit while it changes the table, and clears it.
+/// - **An idle mutator** (register, unregister, close, setObserver) takes the
+///   lock, sets `mutating` while it changes the table, and clears it.
 /// - **A mutator during a dispatch** leaves the table alone: a registration goes
 ///   to the `joined` side table (merged when the dispatch ends, so it first runs
 ///   in the next dispatch); an unregistration goes to the `leaving` list and
 ///   stamps the callback's mark `removedMark` (an atomic store into the frozen
 ///   table), which the dispatch loop and `waitFor` already read, so it costs
-///   the hot path nothing. Either sets `dirty`, which makes the ending swap
-///   fail, so the end runs the slow path under the lock and merges, compacts
-///   and releases.
+///   the hot path nothing; an observer waits in `nextObserver`; an enqueued
+///   payload in the queue. Each sets `slowEnd`, which makes the ending swap
+///   fail, so the end runs the slow path under the lock and does it all.
 /// - **A second dispatching thread** sets `waiters` and sleeps on the condition
 ///   variable; the ending dispatch sees the bit and wakes it.
 ///
@@ -35,6 +35,51 @@ import Synchronization
 /// dispatch's epoch (`2·epoch` pending, `2·epoch+1` handled), so starting a
 /// dispatch resets nothing. Only callbacks that `waitFor` runs out of order get
 /// marks; for the rest the dispatch loop's cursor says it all (see `phase`).
+///
+/// Observed or not is chosen once per dispatch, as it starts: the loop,
+/// `invoke` and the waits are generic over an `ObserverChoice`, and
+/// specialized for `Unobserved` every report compiles to nothing.
+///
+/// ## The state, in one place
+///
+/// **The state word**, one bit per meaning:
+///
+/// - `dispatching`: a thread runs a dispatch (or drains the queue after one);
+///   it owns the table and the run, and `owner` holds its ID.
+/// - `mutating`: an idle mutator holding the lock is changing the table; no
+///   dispatch can start.
+/// - `waiters`: threads sleep in `beginSlow` until the running dispatch ends.
+/// - `slowEnd`: work waits for the end of the running dispatch (a
+///   registration, a removal, an observer, a queued payload): its ending swap
+///   fails and `endSlow` does the work under the lock.
+/// - `closed`: set for good by `close()`; the fast path's swap then fails and
+///   the slow paths refuse.
+/// - `orphaned`: in a forked child, the dispatch another thread of the parent
+///   was running, which can never end here.
+///
+/// **The run** (`Run`), written only by the dispatching thread: `epoch`, this
+/// dispatch's number; `payload`, nil outside a callback (between dispatches,
+/// and while an observer's hook runs, so that a hook cannot wait); `cursor`,
+/// the loop's index, and `end`, where it stops; `top`, the innermost callback
+/// a wait is running (-1: none), which with the table's `waitedBy` is the
+/// stack of waits; `aborted`, with the first failure in `failure` or
+/// `tooDeep`, and its `failedToken`; `stackLimit`, the depth check's bound;
+/// `observer`, fixed for the dispatch.
+///
+/// **The invariants** (checked in `FLUX_CHECK_INVARIANTS` builds, at every
+/// change of the state word and as each dispatch ends; see the end of the file):
+///
+/// 1. Idle (no `dispatching`): no `waiters`, `slowEnd` or `mutating`; the
+///    side tables, `leaving`, `releasing`, `retired` and the queue are empty
+///    and hold no storage; no observer change is pending; no mark is
+///    `removedMark`.
+/// 2. `mutating` never outlives its mutator's hold of the lock.
+/// 3. A non-empty queue has `slowEnd` up.
+/// 4. Tokens strictly increase through the table and on into `joined`, all
+///    below `nextToken`; a closed dispatcher has no registrations.
+/// 5. As a dispatch ends: no wait is running (`top == -1`), no mark of its
+///    epoch is left pending, and `aborted` is set exactly when a failure is
+///    recorded -- and then `end` is 0, else the table's count.
 ///
 /// ## Why a noncopyable struct
 ///
@@ -53,20 +98,13 @@ import Synchronization
 /// slower (fixed cost ~400 ns instead of ~20, 569 bytes of stack per wait_for
 /// level instead of 64). Keep new engine API in the same form.
 @_spi(Engine) public struct DispatchCore<Callback: DispatchCallback>: ~Copyable, @unchecked Sendable {
+    // The state word's bits (see "The state, in one place").
     @usableFromInline static var dispatchingBit: UInt { 1 }
     @usableFromInline static var mutatingBit: UInt { 2 }
     @usableFromInline static var waitersBit: UInt { 4 }
-    @usableFromInline static var dirtyBit: UInt { 8 }
-    /// Set for good by `close()`: the fast-path start then fails, and the slow
-    /// path refuses, so a closed dispatcher costs the hot path nothing.
+    @usableFromInline static var slowEndBit: UInt { 8 }
     @usableFromInline static var closedBit: UInt { 16 }
-    /// Payloads wait in `Locked.queue`: like `dirty`, it makes the ending
-    /// swap fail, and `endSlow` drains the queue before the dispatch ends.
-    @usableFromInline static var queuedBit: UInt { 32 }
-    /// Set in a child process for a dispatch that was running on another
-    /// thread of the parent when it forked: that dispatch can never end
-    /// here, so a dispatch in the child fails at once instead of waiting.
-    @usableFromInline static var orphanedBit: UInt { 64 }
+    @usableFromInline static var orphanedBit: UInt { 32 }
 
     @usableFromInline let state = Atomic<UInt>(0)
     /// The thread running the dispatch, 0 when none. Only that thread stores
@@ -257,7 +295,7 @@ import Synchronization
     private func insertLocked(_ callback: Callback) -> Result<UInt64, FluxError> {
         if isClosed { return .failure(.closed) }
         let token = locked.pointee.nextToken
-        if claimTable(orSet: Self.dirtyBit) {
+        if claimTable(orSet: Self.slowEndBit) {
             defer { releaseTable() }
             if slots.pointee.isFull {
                 guard var bigger = SlotTable<Callback>.allocate(capacity: grown(slots.pointee.capacity)) else {
@@ -343,7 +381,7 @@ import Synchronization
         } else if let i = slots.pointee.index(of: t), !locked.pointee.leaving.contains(where: { $0 == t }) {
             if let refused = refusal(slots.pointee, i) {
                 error = refused
-            } else if claimTable(orSet: Self.dirtyBit) {
+            } else if claimTable(orSet: Self.slowEndBit) {
                 released = slots.pointee.remove(at: i)
                 releaseTable()
             } else if reserveLeaving(table: true) {
@@ -352,8 +390,8 @@ import Synchronization
                 locked.pointee.leaving.append(t)
                 slots.pointee.setMark(i, SlotTable<Callback>.removedMark)
             } else {
-                // Nothing changed: the dirty bit only sends the end of the
-                // dispatch down its slow path, which finds nothing to do.
+                // Nothing changed: the slow-end bit only sends the end of
+                // the dispatch down its slow path, which finds nothing to do.
                 error = .outOfMemory
             }
         } else {
@@ -461,90 +499,125 @@ import Synchronization
         _ tokens: Tokens
     ) throws(DispatchError<Callback.Failure>) {
         if tokens.count == 1, let token = tokens.first { return try waitFor(token) }
-        let observer = isDispatchingOnCurrentThread ? run.pointee.observer : nil
-        if let observer { reportWait(observer, tokens) }
-        let (payload, table, pending) = try beginWait()
-        for token in tokens { _ = try waitable(token, table, pending) }
-        for token in tokens {
-            // Found by the first pass; the table cannot change shape mid-dispatch.
-            guard let i = table.index(of: token.rawValue) else { continue }
-            if phase(table, i, pending) == .notRun {
-                let ok = if let observer { invokeObserved(observer, table, i, payload, pending) } else { invoke(table, i, payload, pending) }
-                if !ok { throw currentFailure() }
-            }
+        guard isDispatchingOnCurrentThread else { throw .flux(notDispatchingError()) }
+        if let observer = run.pointee.observer {
+            try waitAll(tokens, Observed(observer))
+        } else {
+            try waitAll(tokens, Unobserved<Observer>())
         }
     }
 
     /// `waitFor` of one token (the common case, and every link of a chain):
-    /// one lookup, no second pass, and the error worked out only on failure.
+    /// one lookup, and the error worked out only on failure.
     @inlinable @inline(__always)
     @_spi(Engine) public func waitFor(_ token: DispatchToken) throws(DispatchError<Callback.Failure>) {
-        if !tryWaitFor(token) { throw waitFailure(token) }
+        if let failure = tryWaitFor(token) { throw error(failure, waiting: token) }
+    }
+
+    /// Why a wait did not end with its callback handled.
+    @_spi(Engine) public enum WaitFailure {
+        /// This thread is not running a dispatch of this dispatcher (or the
+        /// caller is an observer's hook).
+        case notDispatching
+        /// A callback failed in this dispatch, now or earlier.
+        case aborted
+        /// Never issued, or unregistered.
+        case unknownToken
+        /// Running further up this thread's stack.
+        case circular
     }
 
     /// `waitFor(token)` for hosts that report errors themselves (the C ABI):
-    /// true when the callback has run in this dispatch, now or before; false
-    /// when the wait failed, and then `waitFailure(token)` says why. Nothing
-    /// is thrown or formatted here, so this inlines into one small frame per
-    /// link of a chain of waits.
+    /// nil when the callback has run in this dispatch, now or before;
+    /// otherwise why not, which `error(_:waiting:)` turns into the error.
+    /// Nothing is thrown or formatted here, so this inlines into one small
+    /// frame per link of a chain of waits.
     @inlinable @inline(__always)
-    @_spi(Engine) public func tryWaitFor(_ token: DispatchToken) -> Bool {
-        guard isDispatchingOnCurrentThread else { return false }
-        if run.pointee.observer != nil { return tryWaitForObserved(token) }
-        guard !run.pointee.aborted, let payload = run.pointee.payload,
-              let i = slots.pointee.index(of: token.rawValue) else { return false }
+    @_spi(Engine) public func tryWaitFor(_ token: DispatchToken) -> WaitFailure? {
+        guard isDispatchingOnCurrentThread else { return .notDispatching }
+        if run.pointee.observer != nil { return observedWait(token) }
+        return wait(token, Unobserved<Observer>())
+    }
+
+    /// `wait` with the observer, out of line: the rare case, kept out of the
+    /// frame the unobserved chain of waits repeats per link. It reads the
+    /// observer itself: passed in, the C observer (64 bytes) would be copied
+    /// into that frame.
+    @usableFromInline @inline(never)
+    func observedWait(_ token: DispatchToken) -> WaitFailure? {
+        guard let observer = run.pointee.observer else { return wait(token, Unobserved<Observer>()) }
+        return wait(token, Observed(observer))
+    }
+
+    /// The one wait for one token, on the dispatching thread.
+    @inlinable @inline(__always)
+    func wait<Choice: ObserverChoice<Observer>>(_ token: DispatchToken, _ choice: Choice) -> WaitFailure? {
+        let run = self.run
+        guard let payload = run.pointee.payload else { return .notDispatching }
+        if let observer = choice.observer { reportWait(observer, CollectionOfOne(token)) }
+        if run.pointee.aborted { return .aborted }
         let table = slots.pointee
         let pending = run.pointee.epoch &* 2
-        switch phase(table, i, pending) {
-        case .handled: return true
-        case .notRun: return invoke(table, i, payload, pending)
-        case .pending, .removed: return false
+        switch standing(token, table, pending) {
+        case .handled: return nil
+        case .toRun(let i): return invoke(choice, table, i, payload, pending) ? nil : .aborted
+        case .refused(let failure): return failure
         }
     }
 
-    /// Why `tryWaitFor(token)` just returned false, found by the checks it
-    /// makes, without running anything: either nothing ran and the same check
-    /// fails again, or a callback failed and the dispatch is aborting, which
-    /// is reported first.
-    @_spi(Engine) public func waitFailure(_ token: DispatchToken) -> DispatchError<Callback.Failure> {
-        do throws(DispatchError<Callback.Failure>) {
-            let (_, table, pending) = try beginWait()
-            _ = try waitable(token, table, pending)
-        } catch {
-            return error
-        }
-        // The checks pass only if the token's state moved on since; an
-        // unregistration from another thread can only make them fail, so
-        // this is not reached. Say something true all the same.
-        return .flux(FluxError(.unknownToken, "token \(token.rawValue) could not be waited for", token: token))
-    }
-
-    /// Where `token` is and where it stands, when it may be waited for: not
-    /// unknown, not unregistered, not running further up the stack.
-    @inlinable @inline(__always)
-    func waitable(
-        _ token: DispatchToken, _ table: SlotTable<Callback>, _ pending: UInt64
-    ) throws(DispatchError<Callback.Failure>) -> (index: Int, phase: Phase) {
-        guard let i = table.index(of: token.rawValue) else { throw .flux(unknownTokenError(token)) }
-        let phase = phase(table, i, pending)
-        switch phase {
-        case .removed: throw .flux(unknownTokenError(token))
-        case .pending: throw .flux(circularError(token, i))
-        case .handled, .notRun: return (i, phase)
-        }
-    }
-
-    /// What every waitFor checks first: this thread runs the dispatch, and it
-    /// is not aborting. Returns what the wait needs.
-    @inlinable @inline(__always)
-    func beginWait() throws(DispatchError<Callback.Failure>)
-        -> (payload: Callback.Payload, table: SlotTable<Callback>, pending: UInt64)
-    {
-        guard isDispatchingOnCurrentThread, let payload = run.pointee.payload else {
-            throw .flux(notDispatchingError())
-        }
+    /// The wait for several tokens: every token is checked before any
+    /// callback runs, then each that has not run is run, in order.
+    @inlinable
+    func waitAll<Tokens: Collection<DispatchToken>, Choice: ObserverChoice<Observer>>(
+        _ tokens: Tokens, _ choice: Choice
+    ) throws(DispatchError<Callback.Failure>) {
+        let run = self.run
+        guard let payload = run.pointee.payload else { throw .flux(notDispatchingError()) }
+        if let observer = choice.observer { reportWait(observer, tokens) }
         if run.pointee.aborted { throw currentFailure() }
-        return (payload, slots.pointee, run.pointee.epoch &* 2)
+        let table = slots.pointee
+        let pending = run.pointee.epoch &* 2
+        for token in tokens {
+            if case .refused(let failure) = standing(token, table, pending) { throw error(failure, waiting: token) }
+        }
+        for token in tokens {
+            // The table cannot change shape mid-dispatch: what the first
+            // pass found is still there.
+            if case .toRun(let i) = standing(token, table, pending), !invoke(choice, table, i, payload, pending) {
+                throw currentFailure()
+            }
+        }
+    }
+
+    /// Where a waited-for token stands in this dispatch.
+    @usableFromInline
+    enum Standing {
+        case handled
+        /// Not run yet: at this index.
+        case toRun(Int)
+        case refused(WaitFailure)
+    }
+
+    @inlinable @inline(__always)
+    func standing(_ token: DispatchToken, _ table: SlotTable<Callback>, _ pending: UInt64) -> Standing {
+        guard let i = table.index(of: token.rawValue) else { return .refused(.unknownToken) }
+        switch phase(table, i, pending) {
+        case .handled: return .handled
+        case .notRun: return .toRun(i)
+        case .pending: return .refused(.circular)
+        case .removed: return .refused(.unknownToken)
+        }
+    }
+
+    /// The error of a wait for `token` that failed with `failure`, called
+    /// right after it (still inside the waiting callback). Cold.
+    @_spi(Engine) public func error(_ failure: WaitFailure, waiting token: DispatchToken) -> DispatchError<Callback.Failure> {
+        switch failure {
+        case .notDispatching: return .flux(notDispatchingError())
+        case .aborted: return currentFailure()
+        case .unknownToken: return .flux(unknownTokenError(token))
+        case .circular: return .flux(circularError(token, slots.pointee.index(of: token.rawValue) ?? -1))
+        }
     }
 
     /// The failure that is aborting this dispatch (only called when aborted).
@@ -580,11 +653,14 @@ import Synchronization
         return mark == SlotTable<Callback>.removedMark ? .removed : .handled
     }
 
-    /// Runs the callback at `i` for `waitFor`, marking it pending, then
-    /// handled. Returns false when the dispatch must stop (this callback, or
-    /// one it waited for, failed).
+    /// Runs the callback at `i` for a wait, marking it pending, then
+    /// handled, with the observer's events around it when there is one.
+    /// Returns false when the dispatch must stop (this callback, or one it
+    /// waited for, failed; or the chain is too deep).
     @inlinable
-    func invoke(_ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64) -> Bool {
+    func invoke<Choice: ObserverChoice<Observer>>(
+        _ choice: Choice, _ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64
+    ) -> Bool {
         // Every callback a wait runs is one more link on this thread's stack:
         // past the low-water mark, abort instead of overflowing.
         if currentStackAddress() < run.pointee.stackLimit && !stackHasRoom(token: table.tokens[i]) { return false }
@@ -595,6 +671,7 @@ import Synchronization
         let run = self.run
         let waiter = run.pointee.top
         table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
+        if let observer = choice.observer { hook { observer.callbackBegin(DispatchToken(rawValue: table.tokens[i])) } }
         run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
         run.pointee.top = waiter
@@ -602,6 +679,7 @@ import Synchronization
         // call (they cannot change during a dispatch): fewer registers to
         // save, so a smaller frame for every link of a chain of waits.
         let table = slots.pointee
+        if let observer = choice.observer { hook { observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error) } }
         // Handled, unless the callback was unregistered meanwhile (removedMark
         // is the largest mark, so max keeps it). An unregistration from
         // another thread can slip in between the load and the store and be
@@ -691,11 +769,11 @@ import Synchronization
         while true {
             mergeLocked()
             guard let next = locked.pointee.queue.popFirst() else { break }
-            // Still dispatching: keep the waiters' bit, and the queued bit
+            // Still dispatching: keep the waiters' bit, and the slow-end bit
             // while payloads remain, so the next end comes back here.
             state.store(Self.dispatchingBit
                         | (locked.pointee.waiters > 0 ? Self.waitersBit : 0)
-                        | (locked.pointee.queue.isEmpty ? 0 : Self.queuedBit), ordering: .releasing)
+                        | (locked.pointee.queue.isEmpty ? 0 : Self.slowEndBit), ordering: .releasing)
             checkInvariantsLocked()
             lock.unlock()
             owner.store(currentThreadID(), ordering: .relaxed)
@@ -775,17 +853,17 @@ import Synchronization
     @_spi(Engine) public func enqueue(_ payload: Callback.Payload, _ completion: Callback.Completion) -> EnqueueOutcome {
         if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
             lock.lock()
-            let refusal = enqueueLocked(payload, completion)
+            let entry = enqueueLocked(payload, completion)
             checkInvariantsLocked()
             lock.unlock()
-            switch refusal {
-            case .some(.some(let error)):
+            switch entry {
+            case .refused(let error):
                 Callback.complete(completion, payload, .flux(error))
                 return .refused(error)
-            case .some(.none):
+            case .queued:
                 return .queued
-            case .none:
-                break  // found idle and claimed: dispatch it here
+            case .claimed:
+                break  // found idle: dispatch it here
             }
         }
         owner.store(currentThreadID(), ordering: .relaxed)
@@ -800,83 +878,94 @@ import Synchronization
         return .dispatched(error)
     }
 
-    /// Under the lock: queues the payload (.some(nil)), refuses it
-    /// (.some(error)), or claims the idle dispatcher for the caller (nil).
-    private func enqueueLocked(_ payload: Callback.Payload, _ completion: Callback.Completion) -> FluxError?? {
-        if isClosed { return .some(.closed) }
+    /// What `enqueueLocked` did.
+    private enum QueueEntry {
+        /// Appended to the queue of the running dispatch.
+        case queued
+        /// Not queued, for this reason.
+        case refused(FluxError)
+        /// The dispatcher was idle, and is now the caller's to dispatch in.
+        case claimed
+    }
+
+    /// Under the lock: queues the payload, refuses it, or claims the idle
+    /// dispatcher for the caller.
+    private func enqueueLocked(_ payload: Callback.Payload, _ completion: Callback.Completion) -> QueueEntry {
+        if isClosed { return .refused(.closed) }
         var current = state.load(ordering: .relaxed)
         while true {
             // A dispatch orphaned by fork() never drains its queue: refuse,
             // as dispatch does, so the completion runs now, not never.
-            if current & Self.orphanedBit != 0 { return .some(.orphaned) }
+            if current & Self.orphanedBit != 0 { return .refused(.orphaned) }
             if current & Self.dispatchingBit == 0 {
                 // Idle: the dispatch ended before we got here (never lost).
                 let (exchanged, original) = state.compareExchange(
                     expected: current, desired: current | Self.dispatchingBit, ordering: .acquiringAndReleasing)
-                if exchanged { return nil }
+                if exchanged { return .claimed }
                 current = original
                 continue
             }
-            guard locked.pointee.queue.reserveOne() else { return .some(.outOfMemory) }
+            guard locked.pointee.queue.reserveOne() else { return .refused(.outOfMemory) }
             // The bit first: once it is up, the running dispatch cannot end
             // by its fast path, and its slow end needs this lock.
             let (exchanged, original) = state.compareExchange(
-                expected: current, desired: current | Self.queuedBit, ordering: .acquiringAndReleasing)
+                expected: current, desired: current | Self.slowEndBit, ordering: .acquiringAndReleasing)
             if exchanged {
                 locked.pointee.queue.append((payload, completion))
-                return .some(nil)
+                return .queued
             }
             current = original
         }
     }
 
-    /// One whole dispatch of `payload`, observed or not, by the thread that
-    /// owns the dispatcher, leaving it owned. Returns its failure. Inlined
-    /// into `dispatch` (the hot path); the queue's drain calls it too.
+    /// One whole dispatch of `payload` by the thread that owns the
+    /// dispatcher, leaving it owned. Returns its failure. Observed or not is
+    /// decided here, once per dispatch. Inlined into `dispatch` (the hot
+    /// path); the queue's drain calls it too.
     @inlinable @inline(__always)
     func runBody(_ payload: Callback.Payload) -> DispatchError<Callback.Failure>? {
+        if run.pointee.observer != nil { return observedRun(payload) }
+        return runLoop(payload, Unobserved<Observer>())
+    }
+
+    /// `runLoop` with the observer, out of line: the rare case, kept out of
+    /// the hot path (which it would otherwise copy the observer into).
+    @usableFromInline @inline(never)
+    func observedRun(_ payload: Callback.Payload) -> DispatchError<Callback.Failure>? {
+        guard let observer = run.pointee.observer else { return runLoop(payload, Unobserved<Observer>()) }
+        return runLoop(payload, Observed(observer))
+    }
+
+    /// The dispatch loop: every callback in registration order, but those a
+    /// wait already ran (or is running) and those removed; stops at the
+    /// first failure.
+    @inlinable @inline(__always)
+    func runLoop<Choice: ObserverChoice<Observer>>(
+        _ payload: Callback.Payload, _ choice: Choice
+    ) -> DispatchError<Callback.Failure>? {
+        // Before the run has its payload: a wait from the hook is refused.
+        choice.observer?.dispatchBegin(payload)
         let run = self.run
-        // Observed or not is decided here, once per dispatch.
-        if let observer = run.pointee.observer { return runObserved(payload, observer) }
         let (table, pending) = startRun(payload)
         var i = 0
         // `end` drops to 0 when a callback fails, here or in a waitFor.
         while i < run.pointee.end {
-            // Skip callbacks waitFor already ran (or is running) and removed
-            // ones; the cursor stands in for this callback's pending mark.
+            // The cursor stands in for this callback's pending mark.
             if table.mark(i) < pending {
                 run.pointee.cursor = i
-                if let error = table.callbacks[i].invoke(payload) { recordFailure(error, token: table.tokens[i]) }
-            }
-            i &+= 1
-        }
-        return finishRun()
-    }
-
-    /// The dispatch loop with the observer's events.
-    @usableFromInline
-    func runObserved(_ payload: Callback.Payload, _ observer: Observer) -> DispatchError<Callback.Failure>? {
-        observer.dispatchBegin(payload)
-        let run = self.run
-        let (table, pending) = startRun(payload)
-        var i = 0
-        while i < run.pointee.end {
-            if table.mark(i) < pending {
-                run.pointee.cursor = i
-                let token = DispatchToken(rawValue: table.tokens[i])
-                hook { observer.callbackBegin(token) }
+                if let observer = choice.observer { hook { observer.callbackBegin(DispatchToken(rawValue: table.tokens[i])) } }
                 let error = table.callbacks[i].invoke(payload)
-                hook { observer.callbackEnd(token, error) }
-                if let error { recordFailure(error, token: token.rawValue) }
+                if let observer = choice.observer { hook { observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error) } }
+                if let error { recordFailure(error, token: table.tokens[i]) }
             }
             i &+= 1
         }
         let error = finishRun()
-        observer.dispatchEnd(payload, error)
+        choice.observer?.dispatchEnd(payload, error)
         return error
     }
 
-    /// Sets the run state up for a dispatch of `payload` (both loops): a new
+    /// Sets the run state up for a dispatch of `payload`: a new
     /// epoch, no callback running yet, the stack limit to look up again, and
     /// the loop's end. Returns the frozen table and this epoch's pending mark.
     @inlinable @inline(__always)
@@ -897,7 +986,7 @@ import Synchronization
     /// waits, forever). With no payload a wait finds no callback running,
     /// so it is refused with `notDispatching` and reports nothing, as from
     /// `dispatchBegin`/`dispatchEnd` (called with none) or a completion.
-    @inline(__always)
+    @inlinable @inline(__always)
     func hook(_ call: () -> Void) {
         let run = self.run
         let payload = run.pointee.payload.take()
@@ -941,7 +1030,7 @@ import Synchronization
             throw .closed
         }
         var old: Observer?
-        if claimTable(orSet: Self.dirtyBit) {
+        if claimTable(orSet: Self.slowEndBit) {
             let run = self.run
             old = run.pointee.observer
             run.pointee.observer = observer
@@ -967,23 +1056,6 @@ import Synchronization
         old?.release()
     }
 
-    /// `tryWaitFor` with an observer: reports the wait, then waits, reporting
-    /// the callbacks it runs.
-    @usableFromInline
-    func tryWaitForObserved(_ token: DispatchToken) -> Bool {
-        let run = self.run
-        guard let observer = run.pointee.observer, let payload = run.pointee.payload else { return false }
-        reportWait(observer, CollectionOfOne(token))
-        guard !run.pointee.aborted, let i = slots.pointee.index(of: token.rawValue) else { return false }
-        let table = slots.pointee
-        let pending = run.pointee.epoch &* 2
-        switch phase(table, i, pending) {
-        case .handled: return true
-        case .notRun: return invokeObserved(observer, table, i, payload, pending)
-        case .pending, .removed: return false
-        }
-    }
-
     /// Reports a wait of the running callback, when a callback is running.
     @usableFromInline
     func reportWait<Tokens: Collection<DispatchToken>>(_ observer: Observer, _ tokens: Tokens) {
@@ -999,29 +1071,6 @@ import Synchronization
 
     /// The index of the callback running innermost (the waiter of a wait).
     var waiterIndex: Int { run.pointee.top >= 0 ? run.pointee.top : run.pointee.cursor }
-
-    /// `invoke` with callback_begin / callback_end around the call.
-    @usableFromInline
-    func invokeObserved(
-        _ observer: Observer, _ table: SlotTable<Callback>, _ i: Int, _ payload: Callback.Payload, _ pending: UInt64
-    ) -> Bool {
-        let token = DispatchToken(rawValue: table.tokens[i])
-        // The depth check of invoke(): an observed chain is no shallower.
-        if currentStackAddress() < run.pointee.stackLimit && !stackHasRoom(token: table.tokens[i]) { return false }
-        table.setMark(i, pending)
-        let run = self.run
-        let waiter = run.pointee.top
-        table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
-        hook { observer.callbackBegin(token) }
-        run.pointee.top = i
-        let error = table.callbacks[i].invoke(payload)
-        run.pointee.top = waiter
-        hook { observer.callbackEnd(token, error) }
-        let table = slots.pointee
-        table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
-        if let error { recordFailure(error, token: token.rawValue) }
-        return !run.pointee.aborted
-    }
 
     /// The cycle a wait on the pending callback at `target` closes, named in
     /// full from the chain of waiting frames: "token 3 waits for 1, which is
@@ -1114,14 +1163,14 @@ import Synchronization
     /// hold, or nil. Under the lock.
     func invariantViolationLocked() -> String? {
         let word = state.load(ordering: .acquiring)
-        let known = Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.dirtyBit | Self.closedBit
-            | Self.orphanedBit | Self.queuedBit
+        let known = Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.slowEndBit | Self.closedBit
+            | Self.orphanedBit
         if word & ~known != 0 { return "state word \(word) has unknown bits" }
         if word & Self.mutatingBit != 0 { return "the mutating bit outlives its mutator (state \(word))" }
         let dispatching = word & Self.dispatchingBit != 0
         if !dispatching {
-            if word & (Self.waitersBit | Self.dirtyBit | Self.queuedBit) != 0 {
-                return "waiters/dirty/queued without a dispatch (state \(word))"
+            if word & (Self.waitersBit | Self.slowEndBit) != 0 {
+                return "waiters or slow-end without a dispatch (state \(word))"
             }
             if !locked.pointee.queue.isEmpty { return "queued payloads without a dispatch" }
             if locked.pointee.observerChanged { return "an observer change left pending without a dispatch" }
@@ -1134,7 +1183,7 @@ import Synchronization
                 return "bookkeeping storage outlives its dispatch"
             }
         }
-        if !locked.pointee.queue.isEmpty && word & Self.queuedBit == 0 { return "queued payloads without the queued bit" }
+        if !locked.pointee.queue.isEmpty && word & Self.slowEndBit == 0 { return "queued payloads without the slow-end bit" }
         if locked.pointee.waiters < 0 { return "negative waiter count" }
         if word & Self.closedBit != 0, slots.pointee.count != 0 || locked.pointee.joined != nil {
             return "a closed dispatcher has registrations"

@@ -70,3 +70,24 @@
     }
     @_spi(Engine) public func release() { onRelease?() }
 }
+
+/// Whether a dispatch reports to an observer, chosen once as it starts. The
+/// engine's dispatch loop, `invoke` and waits are generic over it, one body
+/// each: specialized for `Unobserved`, whose observer is the constant nil,
+/// every report compiles to nothing, so an unobserved dispatch pays nothing
+/// for observers.
+@_spi(Engine) public protocol ObserverChoice<Observer> {
+    associatedtype Observer: DispatchObserving
+    var observer: Observer? { get }
+}
+
+@_spi(Engine) public struct Unobserved<Observer: DispatchObserving>: ObserverChoice {
+    @inlinable @_spi(Engine) public init() {}
+    @inlinable @_spi(Engine) public var observer: Observer? { nil }
+}
+
+@_spi(Engine) public struct Observed<Observer: DispatchObserving>: ObserverChoice {
+    @usableFromInline let reporting: Observer
+    @inlinable @_spi(Engine) public init(_ observer: Observer) { reporting = observer }
+    @inlinable @_spi(Engine) public var observer: Observer? { reporting }
+}

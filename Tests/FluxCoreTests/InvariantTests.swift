@@ -19,7 +19,7 @@ import Testing
         let d = Dispatcher<Int>()
         d.core.lock.lock()
         defer { d.core.lock.unlock() }
-        for bit in [DispatchCore<ClosureCallback<Int>>.waitersBit, DispatchCore<ClosureCallback<Int>>.queuedBit,
+        for bit in [DispatchCore<ClosureCallback<Int>>.waitersBit, DispatchCore<ClosureCallback<Int>>.slowEndBit,
                     DispatchCore<ClosureCallback<Int>>.mutatingBit, 1 << 20] {
             d.core.state.store(bit, ordering: .relaxed)
             #expect(d.core.invariantViolationLocked() != nil, "bit \(bit) set on an idle engine")

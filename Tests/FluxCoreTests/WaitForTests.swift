@@ -175,16 +175,16 @@ import Testing
     }
 }
 
-/// `DispatchCore.tryWaitFor` is the C ABI's hot path, and with `waitFailure`
-/// it makes up `waitFor(token)`: after false, `waitFailure` must name the
-/// error without running anything.
+/// `DispatchCore.tryWaitFor` is the C ABI's hot path, and with
+/// `error(_:waiting:)` it makes up `waitFor(token)`: it returns why a wait
+/// failed, and the error made from that reason right after names it.
 @Suite struct TryWaitForTests {
-    /// What `tryWaitFor` returned, then what `waitFailure` said right after.
+    /// The reason `tryWaitFor` returned, then the error made from it.
     private static func probe(_ d: Dispatcher<Int>, _ token: DispatchToken) -> String {
-        if d.core.tryWaitFor(token) { return "ok" }
-        switch d.core.waitFailure(token) {
-        case .flux(let error): return "false, then \(error.code)"
-        case .callback(let error, let failed): return "false, then \(error) from \(failed.rawValue)"
+        guard let failure = d.core.tryWaitFor(token) else { return "ok" }
+        switch d.core.error(failure, waiting: token) {
+        case .flux(let error): return "\(failure), then \(error.code)"
+        case .callback(let error, let failed): return "\(failure), then \(error) from \(failed.rawValue)"
         }
     }
 
@@ -221,14 +221,14 @@ import Testing
         tokens.value.append(d.register { _ in log.append("gone ran") })
         #expect(throws: Boom(id: 1)) { try d.dispatch(0) }
         #expect(log.all == [
-            "self: false, then circularDependency",
-            "never issued: false, then unknownToken",
-            "zero: false, then unknownToken",
-            "unregistered here: false, then unknownToken",
+            "self: circular, then circularDependency",
+            "never issued: unknownToken, then unknownToken",
+            "zero: unknownToken, then unknownToken",
+            "unregistered here: unknownToken, then unknownToken",
             "victim ran",
-            "failing: false, then Boom(id: 1) from 2",
-            "after the failure: false, then Boom(id: 1) from 2",
+            "failing: aborted, then Boom(id: 1) from 2",
+            "after the failure: aborted, then Boom(id: 1) from 2",
         ])
-        #expect(Self.probe(d, tokens.value[0]) == "false, then notDispatching")
+        #expect(Self.probe(d, tokens.value[0]) == "notDispatching, then notDispatching")
     }
 }
