@@ -298,7 +298,7 @@ import Synchronization
         if claimTable(orSet: Self.slowEndBit) {
             defer { releaseTable() }
             if slots.pointee.isFull {
-                guard var bigger = SlotTable<Callback>.allocate(capacity: grown(slots.pointee.capacity)) else {
+                guard var bigger = SlotTable<Callback>.allocate(capacity: grownCapacity(slots.pointee.capacity)) else {
                     return .failure(.outOfMemory)
                 }
                 slots.pointee.moveAll(appendingTo: &bigger)
@@ -319,7 +319,7 @@ import Synchronization
     private func reserveJoinedSlot() -> Bool {
         let joinedCount = locked.pointee.joined?.count ?? 0
         if locked.pointee.joined?.isFull ?? true {
-            guard var bigger = SlotTable<Callback>.allocate(capacity: max(8, grown(joinedCount))) else { return false }
+            guard var bigger = SlotTable<Callback>.allocate(capacity: grownCapacity(joinedCount)) else { return false }
             if var old = locked.pointee.joined {
                 old.moveAll(appendingTo: &bigger)
                 old.deallocate()
@@ -328,7 +328,7 @@ import Synchronization
         }
         let needed = slots.pointee.count + joinedCount + 1
         if needed > slots.pointee.capacity && needed > (locked.pointee.spare?.capacity ?? 0) {
-            guard let spare = SlotTable<Callback>.allocate(capacity: max(needed, grown(slots.pointee.capacity))) else {
+            guard let spare = SlotTable<Callback>.allocate(capacity: grownCapacity(slots.pointee.capacity, needed: needed)) else {
                 return false
             }
             locked.pointee.spare?.deallocate()
@@ -1272,12 +1272,6 @@ import Synchronization
     }
 }
 
-
-/// Growth by half again (amortized O(1) appends with less slack than
-/// doubling), saturating instead of trapping: allocation fails long before.
-private func grown(_ capacity: Int) -> Int {
-    capacity < Int.max / 2 ? capacity + capacity / 2 + 1 : Int.max
-}
 
 extension FluxError {
     static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed (being destroyed)") }

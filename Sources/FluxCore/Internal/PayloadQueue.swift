@@ -14,10 +14,8 @@ internal struct PayloadQueue<Element> {
     /// Makes room for one more element; false when memory runs out.
     mutating func reserveOne() -> Bool {
         if count < capacity { return true }
-        let newCapacity = capacity < 8 ? 8 : capacity < Int.max / 4 ? capacity * 2 : Int.max / 2
-        let (bytes, overflow) = newCapacity.multipliedReportingOverflow(by: max(MemoryLayout<Element>.stride, 1))
-        guard !overflow, MemoryLayout<Element>.alignment <= 16, let raw = allocateBytes(bytes) else { return false }
-        let bigger = raw.bindMemory(to: Element.self, capacity: newCapacity)
+        let newCapacity = grownCapacity(capacity)
+        guard let bigger = allocateElements(newCapacity, of: Element.self) else { return false }
         if let buffer {
             // Unwrap the ring into the new buffer, oldest first.
             let first = min(count, capacity - head)

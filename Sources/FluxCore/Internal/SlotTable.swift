@@ -38,7 +38,7 @@ internal struct SlotTable<Callback> {
         let (header, o1) = capacity.multipliedReportingOverflow(
             by: 2 * MemoryLayout<UInt64>.stride + MemoryLayout<Int32>.stride)
         let (body, o2) = capacity.multipliedReportingOverflow(by: max(stride, 1))
-        let offset = (header + align - 1) / align * align
+        let offset = roundUp(header, align)
         let (total, o3) = offset.addingReportingOverflow(body)
         guard !o1, !o2, !o3, align <= 16, let block = allocateBytes(total) else { return nil }
         return SlotTable(block: block, capacity: capacity, callbacksOffset: offset)

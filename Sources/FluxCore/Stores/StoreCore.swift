@@ -252,14 +252,12 @@ import Darwin
         }
         if table.pointee.count == table.pointee.capacity {
             let capacity = table.pointee.capacity
-            let bigger = capacity < Int.max / 4 ? max(4, capacity * 2) : Int.max
-            let (bytes, overflow) = bigger.multipliedReportingOverflow(by: MemoryLayout<Entry>.stride)
-            guard !overflow, let raw = allocateBytes(bytes) else {
+            let bigger = grownCapacity(capacity)
+            guard let entries = allocateElements(bigger, of: Entry.self) else {
                 unlock()
                 listener.release()
                 throw .outOfMemory
             }
-            let entries = raw.bindMemory(to: Entry.self, capacity: bigger)
             if let old = table.pointee.entries {
                 entries.moveInitialize(from: old, count: table.pointee.count)
                 freeBytes(old)
