@@ -5,6 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import CFlux
 @_spi(Engine) import FluxCore
 import Synchronization
 
@@ -16,19 +17,11 @@ import Synchronization
 // another thread -- the state, the listeners and the context are released
 // exactly once. Groups work the same way.
 
-/// `flux_reduce_fn`
-public typealias FluxReduceFunction = @convention(c) (
-    UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, UnsafeRawPointer?,
-    UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> Int32
-/// `flux_equal_fn`
-public typealias FluxEqualFunction = @convention(c) (
-    UnsafeMutableRawPointer?, UnsafeRawPointer?, UnsafeRawPointer?
-) -> Int32
-/// `flux_release_fn`
-public typealias FluxReleaseFunction = @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void
-/// `flux_listener_fn`
-public typealias FluxListenerFunction = @convention(c) (UnsafeMutableRawPointer?) -> Void
+/// The store function types, as the header declares them.
+public typealias FluxReduceFunction = flux_reduce_fn
+public typealias FluxEqualFunction = flux_equal_fn
+public typealias FluxReleaseFunction = flux_release_fn
+public typealias FluxListenerFunction = flux_listener_fn
 
 /// A C listener: the raw (function, context) pair and its destroy, and the
 /// dispatcher, whose flux_store_listener_fail cell says whether it failed.

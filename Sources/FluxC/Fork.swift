@@ -14,19 +14,6 @@ import Darwin
 // fails at once (FLUX_ERR_ALREADY_DISPATCHING) instead of waiting forever.
 // Only create and destroy touch the list; the hot paths never do.
 
-/// A dispatcher's place on the list, in its own block after the engine.
-struct ForkLinks {
-    var previous: UnsafeMutablePointer<CDispatcher>?
-    var next: UnsafeMutablePointer<CDispatcher>?
-}
-
-let forkLinksOffset = roundUp(storeSideOffset + MemoryLayout<StoreSide>.size, MemoryLayout<ForkLinks>.alignment)
-
-
-private func links(_ dispatcher: UnsafeMutablePointer<CDispatcher>) -> UnsafeMutablePointer<ForkLinks> {
-    (UnsafeMutableRawPointer(dispatcher) + forkLinksOffset).assumingMemoryBound(to: ForkLinks.self)
-}
-
 /// The list: a mutex and the head, in one malloc'd block made (and the fork
 /// handlers installed) by the first flux_dispatcher_create(). Nil when that
 /// allocation failed: fork is then left unguarded, as before.
@@ -56,8 +43,8 @@ func registerForFork(_ dispatcher: UnsafeMutablePointer<CDispatcher>) {
     guard let registry = forkRegistry else { return }
     pthread_mutex_lock(registry.mutex)
     let first = registry.head.pointee
-    links(dispatcher).pointee = ForkLinks(previous: nil, next: first)
-    if let first { links(first).pointee.previous = dispatcher }
+    OpaquePointer(dispatcher).forkLinks.pointee = ForkLinks(previous: nil, next: first)
+    if let first { OpaquePointer(first).forkLinks.pointee.previous = dispatcher }
     registry.head.pointee = dispatcher
     pthread_mutex_unlock(registry.mutex)
 }
@@ -65,14 +52,14 @@ func registerForFork(_ dispatcher: UnsafeMutablePointer<CDispatcher>) {
 func unregisterForFork(_ dispatcher: UnsafeMutablePointer<CDispatcher>) {
     guard let registry = forkRegistry else { return }
     pthread_mutex_lock(registry.mutex)
-    let mine = links(dispatcher).pointee
+    let mine = OpaquePointer(dispatcher).forkLinks.pointee
     if let previous = mine.previous {
-        links(previous).pointee.next = mine.next
+        OpaquePointer(previous).forkLinks.pointee.next = mine.next
     } else if registry.head.pointee == dispatcher {
         registry.head.pointee = mine.next
     }
-    if let next = mine.next { links(next).pointee.previous = mine.previous }
-    links(dispatcher).pointee = ForkLinks()
+    if let next = mine.next { OpaquePointer(next).forkLinks.pointee.previous = mine.previous }
+    OpaquePointer(dispatcher).forkLinks.pointee = ForkLinks()
     pthread_mutex_unlock(registry.mutex)
 }
 
@@ -81,7 +68,7 @@ private func forEachDispatcher(_ body: (UnsafeMutablePointer<CDispatcher>) -> Vo
     var current = registry.head.pointee
     while let dispatcher = current {
         body(dispatcher)
-        current = links(dispatcher).pointee.next
+        current = OpaquePointer(dispatcher).forkLinks.pointee.next
     }
 }
 
