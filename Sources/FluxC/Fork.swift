@@ -17,6 +17,9 @@ import Darwin
 /// The list: a mutex and the head, in one malloc'd block made (and the fork
 /// handlers installed) by the first flux_dispatcher_create(). Nil when that
 /// allocation failed: fork is then left unguarded, as before.
+// A bare pthread mutex: the fork handlers lock it in one function and unlock
+// it in another, which Synchronization.Mutex cannot do, and it needs no
+// condition (the engine's ConditionLock).
 // @unchecked: the pointers are fixed; what they point at is guarded by the mutex.
 private struct ForkRegistry: @unchecked Sendable {
     let mutex: UnsafeMutablePointer<pthread_mutex_t>
