@@ -3,7 +3,8 @@
 #   make / make lib      the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
 #   make demo            the flight-destination example in C and Python (plain, with
 #                        stores, traced); the Swift counter
-#   make check           every test: swift test, the C harness, the header test, pytest;
+#   make check           every test: swift test, the C harness, the header test (C, C++,
+#                        LuaJIT's FFI), pytest;
 #                        one line per suite, logs in build/check/ (V=1: everything)
 #   make check-memory    the C harness under valgrind memcheck
 #   make check-thread    the Swift tests under ThreadSanitizer
@@ -81,7 +82,7 @@ LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 V ?= 0
 Q := $(if $(filter-out 0,$(V)),,@)
 
-.PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-python check-memory \
+.PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-luajit check-python check-memory \
         check-types check-abi check-install check-pip check-swift-client check-readme venv \
         check-address check-thread-c fuzz \
         bench bench-smoke install uninstall clean
@@ -161,8 +162,8 @@ demo: $(B)/examples/flight $(B)/examples/flight-stores
 # everything as it comes with V=1. The last line adds the suites up.
 SUITE = $(PYTHON) support/suite.py run
 
-check: check-swift check-c check-header check-python
-	@$(PYTHON) support/suite.py total "make check" swift c header python
+check: check-swift check-c check-header check-luajit check-python
+	@$(PYTHON) support/suite.py total "make check" swift c header luajit python
 
 # Without XCTest tests, swift test's XCTest runner only prints "Executed 0
 # tests" (twice): leave it out until a test target imports XCTest.
@@ -186,6 +187,15 @@ check-header: include/flux.h
 	    && echo "ok - compiles alone as C99 -pedantic" \
 	    && $(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-cxx.o Tests/c/header.c \
 	    && echo "ok - compiles alone as C++11" && echo "2 passed, 0 failed"'
+
+# The header as LuaJIT's FFI takes it (flux_cdef.h, verbatim): the flight
+# example, a cycle's values. Skipped, saying so, without luajit; under CI
+# (which installs it) a missing luajit fails.
+check-luajit: $(LIB) $(B)/include/flux_cdef.h
+	@if command -v luajit >/dev/null; then \
+	    $(SUITE) luajit luajit Tests/luajit/flight.lua $(B)/include/flux_cdef.h $(LIB); \
+	elif [ -n "$${CI:-}" ]; then echo "check-luajit: luajit is not installed" >&2; exit 1; \
+	else $(SUITE) luajit sh -c 'echo "skipped: luajit is not installed"; echo "0 passed, 0 failed, 1 skipped"'; fi
 
 check-python: $(LIB) $(B)/include/flux_cdef.h $(call needs_venv,$(TEST_PYTHON))
 	@PYTHONPATH=bindings/python $(SUITE) python $(TEST_PYTHON) -m pytest -q bindings/python/tests

@@ -89,8 +89,8 @@ def run(name, argv):
         failed = max(failed, 1)
         if not verbose:
             sys.stdout.write("".join(line + "\n" for line in lines))
-    elif counted is None or passed + failed == 0:
-        failed = 1  # green but silent: nothing shows that a test ran
+    elif counted is None or passed + failed + skipped == 0:
+        failed = 1  # green but silent: nothing shows that a test ran (or was skipped, saying so)
         sys.stdout.write("".join(line + "\n" for line in lines))
         print("%s: no test count found in its output" % name)
     with open(counts_path(name), "w", encoding="utf-8") as f:
