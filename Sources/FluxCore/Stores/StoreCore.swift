@@ -278,10 +278,6 @@ import Darwin
         return id
     }
 
-    /// Removes a listener: releases it now, or, when it is running, right
-    /// after it returns (the emit that runs it does that).
-    ///
-    /// - Throws: `unknownToken` when `id` is 0, was never issued, or was removed.
     /// How many listeners the store has (removed ones not counted).
     var listenerCount: Int {
         lock()
@@ -289,6 +285,10 @@ import Darwin
         return table.pointee.count - table.pointee.removed
     }
 
+    /// Removes a listener: releases it now, or, when it is running, right
+    /// after it returns (the emit that runs it does that).
+    ///
+    /// - Throws: `unknownToken` when `id` is 0, was never issued, or was removed.
     @_spi(Engine) public func removeListener(_ id: UInt64) throws(FluxError) {
         lock()
         let table = self.table
