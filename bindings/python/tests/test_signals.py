@@ -501,6 +501,20 @@ def alarm_soon():
 def disarm():
     signal.setitimer(signal.ITIMER_REAL, 0)
     armed[0] = False
+
+def under_alarms(body, rounds=200):
+    # Runs body() `rounds` times, each with an alarm due within 40 us;
+    # returns how many rounds the alarm interrupted.
+    interrupted = 0
+    for _ in range(rounds):
+        try:
+            alarm_soon()
+            body()
+            disarm()
+        except Alarm:
+            interrupted += 1
+        disarm()
+    return interrupted
 """
 
 
@@ -513,15 +527,10 @@ def test_sigalrm_inside_a_destroy_never_leaves_its_slot_filled() -> None:
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             d = flux.Dispatcher()
-            for _ in range(200):
-                try:
-                    alarm_soon()
-                    for _ in range(5):
-                        d.unregister(d.register(lambda p: None))
-                    disarm()
-                except Alarm:
-                    interrupted_rounds += 1
-                disarm()
+            def churn():
+                for _ in range(5):
+                    d.unregister(d.register(lambda p: None))
+            interrupted_rounds += under_alarms(churn)
             d.close()
             del d
             clean()
@@ -544,14 +553,7 @@ def test_sigalrm_inside_a_trace_hook_loses_no_event() -> None:
             d.register(lambda p: None)
             d.register(lambda p: None)
             with flux.Trace(d) as trace:
-                for _ in range(200):
-                    try:
-                        alarm_soon()
-                        d.dispatch("x")
-                        disarm()
-                    except Alarm:
-                        interrupted_rounds += 1
-                    disarm()
+                interrupted_rounds += under_alarms(lambda: d.dispatch("x"))
             # Every dispatch that began has each of its events, in order:
             # begin, two callbacks begun and ended (or the dispatch stopped
             # at a failed one), end.
