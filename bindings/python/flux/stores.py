@@ -466,6 +466,7 @@ class Store:
                     self._held.clear()  # what a release cut short left
                     dispatcher._natives.pop(handle, None)
                     dispatcher._children.pop(self, None)
+                    dispatcher._store_closed(self)
                     token = getattr(self, "_token", None)  # None: creation was interrupted
                     if token is not None:
                         dispatcher._names.pop(token.value, None)

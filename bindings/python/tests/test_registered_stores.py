@@ -1,0 +1,405 @@
+"""JBFlux's store model (DESIGN.md section 11): store classes registered with
+the dispatcher, and wait_for on stores. The Swift twin is
+Tests/FluxCoreTests/RegisteredStoreTests.swift."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import flux
+from flux.stores import live_objects
+
+
+@pytest.fixture(autouse=True)
+def no_store_objects_left() -> Any:
+    yield
+    gc.collect()
+    assert live_objects() == 0
+
+
+class Failure(Exception):
+    pass
+
+
+class CurrentUserStore(flux.ReduceStore[Any]):
+    """DESIGN.md 11's example: the current user, refreshed by an action."""
+
+    def get_initial_state(self) -> Any:
+        return None
+
+    @flux.handles("current-user-refreshed")
+    def on_refreshed(self, state: Any, action: flux.Action) -> Any:
+        return action.payload
+
+
+class MessagesStore(flux.Store):
+    """Registers the store it depends on from its constructor, and waits for it."""
+
+    def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+        super().__init__(dispatcher)
+        self.users = dispatcher.register_store(CurrentUserStore)
+        self.seen: list[Any] = []
+
+    def on_dispatch(self, payload: Any) -> None:
+        self.dispatcher.wait_for([self.users])
+        self.seen.append(self.users.state)
+
+
+class Greeter(flux.Store):
+    """Takes constructor arguments beyond the dispatcher."""
+
+    def __init__(self, dispatcher: flux.Dispatcher[Any], greeting: str, *, name: str = "you") -> None:
+        super().__init__(dispatcher)
+        self.text = f"{greeting}, {name}"
+
+    def on_dispatch(self, payload: Any) -> None:
+        pass
+
+
+def refreshed(payload: Any = None, error: Any = None) -> flux.Action:
+    return flux.Action("current-user-refreshed", payload, error)
+
+
+# ---------------------------------------------------------------------------
+# One store per class, by class
+# ---------------------------------------------------------------------------
+
+
+def test_a_class_is_made_once_and_handed_back_by_class(d: flux.Dispatcher[Any]) -> None:
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(CurrentUserStore)
+    users = d.register_store(CurrentUserStore)
+    assert isinstance(users, CurrentUserStore)
+    assert users.dispatcher is d
+    assert d.register_store(CurrentUserStore) is users
+    assert d.store(CurrentUserStore) is users
+    messages = d.register_store(MessagesStore)
+    assert messages.users is users, "a dependency registered from a constructor is the one instance"
+    assert d.stores == (users, messages), "in registration order"
+
+
+def test_extra_constructor_arguments_are_used_the_first_time_only(d: flux.Dispatcher[Any]) -> None:
+    greeter = d.register_store(Greeter, "hello", name="ada")
+    assert greeter.text == "hello, ada"
+    assert d.register_store(Greeter, "goodbye", name="bob") is greeter
+    assert d.register_store(Greeter) is greeter, "no arguments needed once made"
+    assert greeter.text == "hello, ada"
+
+
+def test_each_dispatcher_has_its_own(d: flux.Dispatcher[Any]) -> None:
+    other: flux.Dispatcher[Any]
+    with flux.Dispatcher() as other:
+        assert other.register_store(CurrentUserStore) is not d.register_store(CurrentUserStore)
+
+
+def test_a_subclass_is_a_class_of_its_own(d: flux.Dispatcher[Any]) -> None:
+    class SpecialUserStore(CurrentUserStore):
+        pass
+
+    base = d.register_store(CurrentUserStore)
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(SpecialUserStore)
+    special = d.register_store(SpecialUserStore)
+    assert special is not base
+    assert d.store(CurrentUserStore) is base
+
+
+def test_looking_up_an_unregistered_class(d: flux.Dispatcher[Any]) -> None:
+    CurrentUserStore(d)  # made by hand: not registered
+    with pytest.raises(flux.UnknownStoreError) as caught:
+        d.store(CurrentUserStore)
+    assert isinstance(caught.value, LookupError)
+    assert not isinstance(caught.value, flux.FluxError)
+    assert caught.value.store_class is CurrentUserStore
+    assert "CurrentUserStore" in str(caught.value)
+    assert d.stores == ()
+
+
+@pytest.mark.parametrize("bad", [int, object, flux.Dispatcher, "CurrentUserStore", None])
+def test_a_class_that_is_not_a_store_class_is_a_type_error(d: flux.Dispatcher[Any], bad: Any) -> None:
+    with pytest.raises(TypeError, match="subclass of flux.Store"):
+        d.register_store(bad)
+    with pytest.raises(TypeError, match="subclass of flux.Store"):
+        d.store(bad)
+    assert d.stores == ()
+
+
+def test_a_store_instance_is_not_a_class(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    with pytest.raises(TypeError, match="not a CurrentUserStore"):
+        d.register_store(users)  # type: ignore[arg-type]
+
+
+def test_a_constructor_that_raises_registers_nothing(d: flux.Dispatcher[Any]) -> None:
+    attempts = []
+
+    class Flaky(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise Failure("not yet")
+            super().__init__(dispatcher)
+
+        def on_dispatch(self, payload: Any) -> None:
+            pass
+
+    with pytest.raises(Failure):
+        d.register_store(Flaky)
+    assert d.stores == ()
+    flaky = d.register_store(Flaky)
+    assert d.store(Flaky) is flaky
+    assert len(attempts) == 2
+
+
+def test_a_constructor_that_makes_no_store_is_a_type_error(d: flux.Dispatcher[Any]) -> None:
+    class Forgetful(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            pass  # never calls super().__init__
+
+    with pytest.raises(TypeError, match="super"):
+        d.register_store(Forgetful)
+    assert d.stores == ()
+
+
+def test_a_constructor_registering_its_own_class_is_a_cycle(d: flux.Dispatcher[Any]) -> None:
+    class Ouroboros(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            dispatcher.register_store(Ouroboros)
+            super().__init__(dispatcher)
+
+    with pytest.raises(RuntimeError, match="cycle"):
+        d.register_store(Ouroboros)
+    assert d.stores == ()
+    with pytest.raises(RuntimeError, match="cycle"):
+        d.register_store(Ouroboros)  # nothing was left half made: the same answer
+
+
+# ---------------------------------------------------------------------------
+# Closing
+# ---------------------------------------------------------------------------
+
+
+def test_closing_the_dispatcher_closes_its_registered_stores() -> None:
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    users = d.register_store(CurrentUserStore)
+    messages = d.register_store(MessagesStore)
+    d.close()
+    assert users.closed and messages.closed
+    assert d.stores == ()
+    with pytest.raises(flux.InvalidArgumentError):
+        d.store(CurrentUserStore)
+    with pytest.raises(flux.InvalidArgumentError):
+        d.register_store(CurrentUserStore)
+
+
+def test_a_registered_store_closed_by_hand_leaves_the_registry(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    greeter = d.register_store(Greeter, "hi")
+    users.close()
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(CurrentUserStore)
+    left = d.stores
+    assert left == (greeter,)
+    again = d.register_store(CurrentUserStore)
+    assert again is not users and not again.closed
+    assert d.stores == (greeter, again)
+
+
+def test_a_refused_close_keeps_the_store_registered(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    refused = []
+
+    def close_now(payload: Any) -> None:
+        with pytest.raises(flux.AlreadyDispatchingError):
+            users.close()
+        refused.append(payload)
+
+    d.register(close_now)
+    d.dispatch("x")
+    assert refused == ["x"]
+    assert d.store(CurrentUserStore) is users
+
+
+# ---------------------------------------------------------------------------
+# Registering during a dispatch, and from several threads
+# ---------------------------------------------------------------------------
+
+
+def test_registered_during_a_dispatch_it_takes_part_from_the_next(d: flux.Dispatcher[Any]) -> None:
+    registered: list[CurrentUserStore] = []
+
+    def register_once(payload: Any) -> None:
+        if not registered:
+            registered.append(d.register_store(CurrentUserStore))
+
+    d.register(register_once)
+    d.dispatch(refreshed("first"))
+    assert registered[0].state is None
+    d.dispatch(refreshed("second"))
+    assert registered[0].state == "second"
+
+
+def test_threads_registering_one_class_at_once_get_one_instance(d: flux.Dispatcher[Any]) -> None:
+    made = []
+    inside = threading.Event()
+    finish = threading.Event()
+
+    class Slow(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            made.append(threading.get_ident())
+            inside.set()
+            finish.wait()
+            super().__init__(dispatcher)
+
+        def on_dispatch(self, payload: Any) -> None:
+            pass
+
+    got: list[Slow] = []
+
+    def register() -> None:
+        got.append(d.register_store(Slow))
+
+    first = threading.Thread(target=register)
+    first.start()
+    inside.wait()
+    # Being made: a look-up does not wait, and finds nothing yet.
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(Slow)
+    others = [threading.Thread(target=register) for _ in range(4)]
+    for thread in others:
+        thread.start()
+    # Until all four wait for the first thread's instance: the condition's
+    # own count of its waiters (CPython's), so no sleep decides the order.
+    while len(d._wait_registry._waiters) < len(others):  # type: ignore[attr-defined]
+        time.sleep(0.001)
+    finish.set()
+    for thread in [first, *others]:
+        thread.join()
+    assert len(made) == 1
+    assert len(got) == 5 and all(store is got[0] for store in got)
+    assert d.stores == (got[0],)
+
+
+def test_threads_registering_and_looking_up_many_classes(d: flux.Dispatcher[Any]) -> None:
+    classes = [type(f"Store{i}", (Greeter,), {}) for i in range(20)]
+    start = threading.Barrier(4)
+    results: list[dict[type, flux.Store]] = []
+
+    def work() -> None:
+        start.wait()
+        mine: dict[type, flux.Store] = {cls: d.register_store(cls, "hi") for cls in classes}
+        assert all(d.store(cls) is mine[cls] for cls in classes)
+        results.append(mine)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4
+    assert all(result == results[0] for result in results), "one instance per class for every thread"
+    assert len(d.stores) == len(classes)
+
+
+# ---------------------------------------------------------------------------
+# wait_for with stores
+# ---------------------------------------------------------------------------
+
+
+def test_wait_for_takes_stores_and_tokens_mixed(d: flux.Dispatcher[Any]) -> None:
+    order: list[str] = []
+
+    def first(payload: Any) -> None:
+        # Registered before the store and the token: the wait runs them, in
+        # the order given.
+        d.wait_for([late, users])
+        d.wait_for((users,))  # already handled: skipped
+        order.append(f"first read {users.state}")
+
+    d.register(first)
+    users = d.register_store(CurrentUserStore)
+    users.add_listener(lambda: order.append("users"))
+    late = d.register(lambda payload: order.append("token"))
+    d.dispatch(refreshed("ada"))
+    assert order == ["token", "users", "first read ada"]
+
+
+def test_wait_for_a_store_from_a_store(d: flux.Dispatcher[Any]) -> None:
+    messages = d.register_store(MessagesStore)
+    d.dispatch(refreshed("ada"))
+    d.dispatch(refreshed("bob"))
+    assert messages.seen == ["ada", "bob"]
+
+
+def test_wait_for_a_store_of_another_dispatcher_is_a_foreign_token(d: flux.Dispatcher[Any]) -> None:
+    other: flux.Dispatcher[Any]
+    with flux.Dispatcher() as other:
+        foreign = other.register_store(CurrentUserStore)
+        raised: list[BaseException] = []
+
+        def wait(payload: Any) -> None:
+            try:
+                d.wait_for([foreign])
+            except flux.UnknownTokenError as exc:
+                raised.append(exc)
+
+        d.register(wait)
+        d.dispatch("x")
+        assert len(raised) == 1
+        assert raised[0].token == foreign.dispatch_token  # type: ignore[attr-defined]
+        assert "not by this one" in str(raised[0])
+
+
+def test_wait_for_a_closed_store_is_an_unknown_token(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    users.close()
+    raised: list[BaseException] = []
+
+    def wait(payload: Any) -> None:
+        try:
+            d.wait_for([users])
+        except flux.UnknownTokenError as exc:
+            raised.append(exc)
+
+    d.register(wait)
+    d.dispatch("x")
+    assert len(raised) == 1
+
+
+def test_wait_for_something_neither_token_nor_store(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    raised: list[BaseException] = []
+
+    def wait(payload: Any) -> None:
+        try:
+            d.wait_for([users, "users"])  # type: ignore[list-item]
+        except TypeError as exc:
+            raised.append(exc)
+
+    d.register(wait)
+    d.dispatch("x")
+    assert len(raised) == 1
+    assert "flux.Token or a flux.Store" in str(raised[0])
+
+
+def test_a_cycle_through_stores_names_the_store_classes(d: flux.Dispatcher[Any]) -> None:
+    class A(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.dispatcher.wait_for([self.dispatcher.store(B)])
+
+    class B(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.dispatcher.wait_for([self.dispatcher.store(A)])
+
+    a = d.register_store(A)
+    b = d.register_store(B)
+    with pytest.raises(flux.CircularDependencyError) as caught:
+        d.dispatch("x")
+    # B waits for A, which is waiting for B.
+    assert caught.value.cycle == (b.dispatch_token, a.dispatch_token, b.dispatch_token)
+    assert "(A)" in str(caught.value) and "(B)" in str(caught.value)
