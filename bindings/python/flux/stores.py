@@ -23,6 +23,7 @@ drops it, so a state lives exactly as long as the C store holds it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import threading
@@ -76,6 +77,9 @@ from ._native import (
 )
 from ._native import (
     flux_store_remove_listener as _flux_store_remove_listener,
+)
+from ._native import (
+    flux_store_remove_listener_raw as _flux_store_remove_listener_raw,
 )
 from ._native import (
     flux_store_state as _flux_store_state,
@@ -299,6 +303,68 @@ class Subscription:
         return f"<flux.Subscription {self.id}>"
 
 
+class _OwnerBound:
+    """What an owner-bound listener (``add_listener(fn, owner=obj)``) hands
+    the store to call: ``obj`` held weakly, and the listener removed once
+    ``obj`` is collected. Refers to its store weakly too: the store's
+    listener entry holds this (see _objects)."""
+
+    __slots__ = ("__weakref__", "cell", "fn", "ref", "store")
+
+    def __init__(self, store: Store, listener: Callable[[], object], owner: object, cell: c_uint64) -> None:
+        self.store = weakref.ref(store)
+        #: The listener's id, written by flux_store_add_listener; None once
+        #: its removal was asked for (only one caller removes it).
+        self.cell: c_uint64 | None = cell
+        # Told when the owner goes; weakly, or the owner's weakref would
+        # keep this binding (and its listener) alive.
+        gone = functools.partial(_owner_collected, weakref.ref(self))
+        self.fn: Callable[[], object] | None
+        self.ref: Callable[[], Any]
+        try:
+            if inspect.ismethod(listener) and listener.__self__ is owner:
+                # A bound method refers to its object: keep it apart.
+                self.ref, self.fn = weakref.WeakMethod(listener, gone), None
+            elif listener is owner:
+                self.ref, self.fn = weakref.ref(owner, gone), None
+            else:
+                self.ref, self.fn = weakref.ref(owner, gone), listener
+        except TypeError:
+            raise TypeError(
+                f"owner must support weak references ({type(owner).__name__} does not:"
+                " add '__weakref__' to its __slots__)"
+            ) from None
+        if self.fn is not None and getattr(listener, "__self__", None) is owner:
+            # A built-in method of the owner: it would keep the owner alive.
+            raise TypeError("listener is a built-in method of owner, which would keep owner alive")
+
+    def __call__(self) -> None:
+        target = self.ref()  # the owner (or its bound method), alive for the call
+        if target is None:
+            # Collected, maybe by an earlier listener of this emit: skipped
+            # from now on, and removed if the weakref callback has not yet.
+            self.end()
+        elif self.fn is None:
+            target()
+        else:
+            self.fn()
+
+    def end(self) -> None:
+        """Removes the listener, once, whoever asks first."""
+        cell = self.cell
+        self.cell = None  # no call in between: a second caller finds None
+        store = self.store()
+        if cell is not None and store is not None:
+            store._remove_quietly(cell)
+
+
+def _owner_collected(binding: weakref.ref[_OwnerBound], _ref: object) -> None:
+    # A weakref callback: runs wherever the owner's last reference went.
+    bound = binding()
+    if bound is not None:
+        bound.end()
+
+
 def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
     store.on_dispatch(payload)
     return state
@@ -411,17 +477,36 @@ class Store:
         with self._lock:
             _flux_store_emit_change(self._live_handle("emit_change"))
 
-    def add_listener(self, listener: Callable[[], object]) -> Subscription:
+    def add_listener(self, listener: Callable[[], object], *, owner: object = None) -> Subscription:
         """Runs ``listener()`` once per dispatch that changed the store (from
-        the next change on, when added during one)."""
+        the next change on, when added during one).
+
+        With an ``owner`` (JBFlux's ``registerObject:forChangeEvents:``),
+        the listener lives only as long as ``owner``: the store holds
+        ``owner`` weakly (a bound method of ``owner`` as a
+        ``weakref.WeakMethod``; ``listener`` may also be ``owner`` itself),
+        and once ``owner`` is collected the listener is removed, as if
+        :meth:`Subscription.remove` ran, and never runs again -- also when
+        that happens during an emit. Any other ``listener`` is held
+        strongly, so it must not refer to ``owner``.
+
+        :raises TypeError: ``listener`` is not callable; ``owner`` cannot be
+            weakly referenced; ``listener`` is a built-in method of ``owner``.
+        :raises InvalidArgumentError: the store is closed.
+        """
         if not callable(listener):
             raise TypeError(f"listener must be callable, not {type(listener).__name__}")
         out = c_uint64()
+        self._listen(listener if owner is None else _OwnerBound(self, listener, owner, out), out)
+        return Subscription(self, out.value)
+
+    def _listen(self, fn: Callable[[], object], out: c_uint64) -> None:
+        """Adds ``fn`` as a listener; its id goes to ``out``."""
         out_ref = byref(out)
         with self._lock:
             handle = self._live_handle("add_listener")
             dispatcher = self._dispatcher
-            entry = (listener, dispatcher._pending, dispatcher._handle)
+            entry = (fn, dispatcher._pending, dispatcher._handle)
             key = _add(entry)
             try:
                 _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
@@ -429,7 +514,14 @@ class Store:
                 if not out.value:  # libflux never took the key (or destroyed it)
                     _objects.pop(key, None)
                 raise
-        return Subscription(self, out.value)
+
+    def _remove_quietly(self, cell: c_uint64) -> None:
+        """Removes a listener no caller asked to remove (its owner went):
+        silently, as the store may be closed or the listener removed."""
+        with self._lock:
+            handle = self._handle
+            if handle is not None:
+                _flux_store_remove_listener_raw(handle, cell.value)
 
     # -- lifetime ----------------------------------------------------------
 

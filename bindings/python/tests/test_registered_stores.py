@@ -1,12 +1,13 @@
 """JBFlux's store model (DESIGN.md section 11): store classes registered with
-the dispatcher, and wait_for on stores. The Swift twin is
-Tests/FluxCoreTests/RegisteredStoreTests.swift."""
+the dispatcher, listeners bound to their owner's life, and wait_for on
+stores. The Swift twin is Tests/FluxCoreTests/RegisteredStoreTests.swift."""
 
 from __future__ import annotations
 
 import gc
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -59,6 +60,20 @@ class Greeter(flux.Store):
 
     def on_dispatch(self, payload: Any) -> None:
         pass
+
+
+class View:
+    """An object listeners are bound to."""
+
+    def __init__(self, log: list[str], name: str = "view") -> None:
+        self.log = log
+        self.name = name
+
+    def refresh(self) -> None:
+        self.log.append(self.name)
+
+    def __call__(self) -> None:
+        self.log.append(f"{self.name} called")
 
 
 def refreshed(payload: Any = None, error: Any = None) -> flux.Action:
@@ -304,6 +319,176 @@ def test_threads_registering_and_looking_up_many_classes(d: flux.Dispatcher[Any]
     assert len(results) == 4
     assert all(result == results[0] for result in results), "one instance per class for every thread"
     assert len(d.stores) == len(classes)
+
+
+# ---------------------------------------------------------------------------
+# Listeners bound to an owner's life
+# ---------------------------------------------------------------------------
+
+
+def test_a_bound_method_listener_does_not_keep_its_owner(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    view = View(log)
+    subscription = users.add_listener(view.refresh, owner=view)
+    d.dispatch(refreshed("ada"))
+    assert log == ["view"]
+    gone = weakref.ref(view)
+    del view
+    assert gone() is None, "the store held the owner weakly"
+    d.dispatch(refreshed("bob"))
+    assert log == ["view"], "gone: the listener never runs again"
+    with pytest.raises(flux.UnknownTokenError):
+        subscription.remove()  # removed when the owner went, as if remove() ran
+
+
+def test_a_function_listener_with_an_owner_is_removed_when_the_owner_goes(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    owner = View(log)
+    before = live_objects()
+    subscription = users.add_listener(lambda: log.append("heard"), owner=owner)
+    assert live_objects() == before + 1
+    d.dispatch(refreshed("ada"))
+    del owner
+    # Removed at once, with no dispatch: its entry is released.
+    assert live_objects() == before
+    with pytest.raises(flux.UnknownTokenError):
+        subscription.remove()
+    d.dispatch(refreshed("bob"))
+    assert log == ["heard"]
+
+
+def test_the_owner_itself_as_the_listener(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    view = View(log)
+    users.add_listener(view, owner=view)
+    d.dispatch(refreshed("ada"))
+    gone = weakref.ref(view)
+    del view
+    assert gone() is None
+    d.dispatch(refreshed("bob"))
+    assert log == ["view called"]
+
+
+def test_an_owner_bound_listener_removed_by_hand(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    view = View(log)
+    subscription = users.add_listener(view.refresh, owner=view)
+    subscription.remove()
+    d.dispatch(refreshed("ada"))
+    del view  # nothing left to remove: quiet
+    assert log == []
+
+
+def test_an_owner_collected_during_an_emit_is_skipped_from_then_on(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    holder: list[View] = [View(log, "doomed")]
+    # The first listener lets go of the owner the second is bound to.
+    users.add_listener(holder.clear)
+    bound = users.add_listener(holder[0].refresh, owner=holder[0])
+    users.add_listener(lambda: log.append("after"))
+    d.dispatch(refreshed("ada"))
+    d.dispatch(refreshed("bob"))
+    assert log == ["after", "after"]
+    with pytest.raises(flux.UnknownTokenError):
+        bound.remove()
+
+
+def test_an_owner_collected_by_the_cycle_collector(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    view = View(log)
+    view.me = view  # type: ignore[attr-defined]  # a cycle: only gc.collect frees it
+    users.add_listener(view.refresh, owner=view)
+    gone = weakref.ref(view)
+    del view
+    gc.collect()
+    assert gone() is None
+    d.dispatch(refreshed("ada"))
+    assert log == []
+
+
+def test_owners_bound_to_several_stores(d: flux.Dispatcher[Any]) -> None:
+    messages = d.register_store(MessagesStore)
+    log: list[str] = []
+    view = View(log)
+    messages.users.add_listener(view.refresh, owner=view)
+    messages.add_listener(view.refresh, owner=view)
+    before = live_objects()
+    del view
+    assert live_objects() == before - 2
+
+
+def test_owner_bad_input(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+
+    class Slotted:
+        __slots__ = ("x",)
+
+        def refresh(self) -> None:
+            pass
+
+    class Bag(set[int]):
+        pass
+
+    slotted = Slotted()
+    with pytest.raises(TypeError, match="weak references"):
+        users.add_listener(slotted.refresh, owner=slotted)
+    with pytest.raises(TypeError, match="weak references"):
+        users.add_listener(lambda: None, owner=42)
+    bag = Bag()
+    with pytest.raises(TypeError, match="built-in method"):
+        users.add_listener(bag.clear, owner=bag)
+    with pytest.raises(TypeError, match="callable"):
+        users.add_listener(None, owner=bag)  # type: ignore[arg-type]
+    d.dispatch(refreshed("ada"))  # nothing half added
+
+
+def test_add_listener_with_an_owner_on_a_closed_store(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    users.close()
+    view = View([])
+    with pytest.raises(flux.InvalidArgumentError):
+        users.add_listener(view.refresh, owner=view)
+    gone = weakref.ref(view)
+    del view
+    assert gone() is None
+
+
+def test_an_owner_outliving_its_store(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    view = View([])
+    users.add_listener(view.refresh, owner=view)
+    d.close()
+    del view  # the listener went with the store: nothing to remove, quietly
+
+
+def test_an_owner_collected_on_another_thread_while_the_store_emits(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    views = [View(log, str(i)) for i in range(200)]
+    for view in views:
+        users.add_listener(view.refresh, owner=view)
+    del view  # the list holds the only references
+    dropped = threading.Event()
+
+    def drop() -> None:
+        views.clear()
+        dropped.set()
+
+    dropper = threading.Thread(target=drop)
+    dropper.start()
+    while not dropped.is_set():
+        d.dispatch(refreshed(len(log)))
+    dropper.join()
+    log.clear()
+    d.dispatch(refreshed("last"))
+    assert log == []
+    assert live_objects() == 1  # the store itself
 
 
 # ---------------------------------------------------------------------------
