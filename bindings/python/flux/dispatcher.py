@@ -167,6 +167,16 @@ def _store_class(cls: object, operation: str) -> None:
         raise TypeError(f"{operation}: expected a subclass of flux.Store, not {what}")
 
 
+def _end_errors(erring: set[Any]) -> None:
+    """Ends the errors this thread's failed dispatch left on its stores: an
+    ``emit_change(error=...)`` whose listeners never ran (the reduce raised
+    after it, or the dispatch was failing already), so ``Store.error`` is
+    None once that dispatch is over."""
+    ident = get_ident()
+    for store in list(erring):
+        store._end_error(ident)
+
+
 # -- enqueue's done --------------------------------------------------------
 #
 # flux_enqueue hands libflux the payload's PyObject* (callbacks must receive
@@ -179,12 +189,13 @@ def _store_class(cls: object, operation: str) -> None:
 
 
 class _Enqueued:
-    __slots__ = ("done", "locate", "on_error", "payload", "pending", "queued_errors")
+    __slots__ = ("done", "erring", "locate", "on_error", "payload", "pending", "queued_errors")
 
     def __init__(self, payload: object, on_error: Callable[[BaseException], object] | None,
                  pending: dict[int, list[tuple[object, BaseException]]], queued_errors: dict[int, list[BaseException]],
-                 locate: Callable[[FluxError], FluxError]) -> None:
+                 locate: Callable[[FluxError], FluxError], erring: set[Any]) -> None:
         self.payload = payload
+        self.erring = erring  # the dispatcher's stores with an error emitted
         self.on_error = on_error
         self.pending = pending
         self.queued_errors = queued_errors
@@ -224,6 +235,8 @@ def _on_done(record: object, address: int | None, status: int) -> None:
     _in_flight.discard(record)
     if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
+    if record.erring:
+        _end_errors(record.erring)  # before the next queued dispatch runs
     ident = get_ident()
     # This dispatch's entries are the trailing ones with its payload (or
     # none known: a store's listener) that continue one failure: its first
@@ -329,6 +342,7 @@ class Dispatcher(Generic[P]):
         "__weakref__",
         "_children",
         "_creating",
+        "_erring",
         "_finalizer",
         "_handle",
         "_names",
@@ -380,6 +394,9 @@ class Dispatcher(Generic[P]):
         self._creating: dict[type, int] = {}
         self._registry_lock = threading.Lock()
         self._wait_registry = threading.Condition(self._registry_lock)
+        # The stores with an error emitted whose emit is not over (see
+        # Store.emit_change): a failed dispatch ends them.
+        self._erring: set[Any] = set()
         self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._natives)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
@@ -564,7 +581,9 @@ class Dispatcher(Generic[P]):
             return tuple(self._registry.values())
 
     def _store_closed(self, store: Store) -> None:
-        """``store`` was closed: it leaves the registry."""
+        """``store`` was closed: it leaves the registry and the stores with
+        an error emitted."""
+        self._erring.discard(store)
         with self._registry_lock:
             for cls, registered in self._registry.items():
                 if registered is store:
@@ -603,6 +622,8 @@ class Dispatcher(Generic[P]):
         except ArgumentError as exc:
             raise _argument_error(exc) from None
         if status:
+            if self._erring:
+                _end_errors(self._erring)
             # Raised here, so the traceback goes dispatch -> the callback.
             error = self._dispatch_error(status)
             try:
@@ -658,7 +679,7 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("enqueue")
-        record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located)
+        record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located, self._erring)
         address, context = _id(payload), _id(record)
         _in_flight.add(record)
         try:

@@ -365,6 +365,15 @@ def _owner_collected(binding: weakref.ref[_OwnerBound], _ref: object) -> None:
         bound.end()
 
 
+def _error_emitted(store_ref: weakref.ref[Store]) -> None:
+    # The listener emit_change(error=...) adds after all others: the emit's
+    # listeners have run, so the error ends here (as Swift's StoreBase
+    # clears it when the store's callback returns).
+    store = store_ref()
+    if store is not None:
+        store._end_error(None)
+
+
 def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
     store.on_dispatch(payload)
     return state
@@ -400,6 +409,11 @@ class Store:
         self._dispatcher = dispatcher
         self._pending = dispatcher._pending
         self._handle: int | None = None
+        # emit_change(error=...)'s error and the dispatching thread that
+        # emitted it (for _end_error), until its emit is over; and the id
+        # cell of the listener that ends it (see _error_emitted).
+        self._error_state: tuple[Any, int] | None = None
+        self._error_end: c_uint64 | None = None
         # Held by every call on the native store and by close(), which frees
         # it: no thread is ever inside a call on a freed store, and a call
         # that comes after close() raises the closed error. Reentrant: close()
@@ -469,13 +483,53 @@ class Store:
             _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
         return bool(changed.value)
 
-    def emit_change(self) -> None:
+    def emit_change(self, error: Any = None) -> None:
         """Marks the store changed: its listeners run once the handling ends.
 
-        :raises NotDispatchingError: not called while the store handles a payload.
+        With an ``error`` (JBFlux's ``emitChangeWithError:``), the change
+        happened because something failed: the listeners run even when the
+        state is unchanged, and :attr:`error` is ``error`` while they do.
+
+        :raises NotDispatchingError: not called while the store handles a
+            payload; no error is kept then.
         """
         with self._lock:
-            _flux_store_emit_change(self._live_handle("emit_change"))
+            handle = self._live_handle("emit_change")
+            _flux_store_emit_change(handle)
+            if error is None:
+                return
+            # One left behind (a failed dispatch ends it, unless an interrupt
+            # cut that short) would run before listeners added since: a new
+            # one, added last, runs after every listener of this emit.
+            stale, self._error_end = self._error_end, None
+            if stale is not None:
+                _flux_store_remove_listener_raw(handle, stale.value)
+            end = c_uint64()
+            self._listen(functools.partial(_error_emitted, weakref.ref(self)), end)
+            self._error_end = end
+            self._error_state = (error, _get_ident())
+            self._dispatcher._erring.add(self)
+
+    @property
+    def error(self) -> Any:
+        """The error of the emit now running (``emit_change(error=...)``):
+        set from that call until the emit's last listener has run, or its
+        dispatch has failed; None otherwise. Any thread may read it."""
+        state = self._error_state
+        return None if state is None else state[0]
+
+    def _end_error(self, ident: int | None) -> None:
+        """Ends the error emitted by thread ``ident`` (None: whichever), and
+        removes its end listener."""
+        with self._lock:
+            state = self._error_state
+            if ident is not None and (state is None or state[1] != ident):
+                return  # another thread's dispatch emitted it, and is running
+            self._error_state = None
+            self._dispatcher._erring.discard(self)
+            end, self._error_end = self._error_end, None
+            if end is not None and self._handle is not None:
+                _flux_store_remove_listener_raw(self._handle, end.value)
 
     def add_listener(self, listener: Callable[[], object], *, owner: object = None) -> Subscription:
         """Runs ``listener()`` once per dispatch that changed the store (from
@@ -556,6 +610,7 @@ class Store:
             finally:
                 if self._handle is None:
                     self._held.clear()  # what a release cut short left
+                    self._error_state = self._error_end = None  # its listener went with the store
                     dispatcher._natives.pop(handle, None)
                     dispatcher._children.pop(self, None)
                     dispatcher._store_closed(self)

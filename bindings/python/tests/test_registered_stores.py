@@ -1,6 +1,7 @@
 """JBFlux's store model (DESIGN.md section 11): store classes registered with
-the dispatcher, listeners bound to their owner's life, and wait_for on
-stores. The Swift twin is Tests/FluxCoreTests/RegisteredStoreTests.swift."""
+the dispatcher, listeners bound to their owner's life, changes that carry an
+error, and wait_for on stores. The Swift twin is
+Tests/FluxCoreTests/RegisteredStoreTests.swift."""
 
 from __future__ import annotations
 
@@ -28,13 +29,16 @@ class Failure(Exception):
 
 
 class CurrentUserStore(flux.ReduceStore[Any]):
-    """DESIGN.md 11's example: the current user, refreshed by an action."""
+    """DESIGN.md 11's example: refreshed by an action that may carry an error."""
 
     def get_initial_state(self) -> Any:
         return None
 
     @flux.handles("current-user-refreshed")
     def on_refreshed(self, state: Any, action: flux.Action) -> Any:
+        if action.error is not None:
+            self.emit_change(error=action.error)
+            return None
         return action.payload
 
 
@@ -489,6 +493,151 @@ def test_an_owner_collected_on_another_thread_while_the_store_emits(d: flux.Disp
     d.dispatch(refreshed("last"))
     assert log == []
     assert live_objects() == 1  # the store itself
+
+
+# ---------------------------------------------------------------------------
+# Changes that carry an error
+# ---------------------------------------------------------------------------
+
+
+def test_an_error_emit_runs_the_listeners_on_an_unchanged_state(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    seen: list[Any] = []
+    users.add_listener(lambda: seen.append((users.state, users.error)))
+    assert users.error is None, "outside an emit: None"
+    failure = Failure("offline")
+    d.dispatch(refreshed(error=failure))  # the state stays None
+    assert seen == [(None, failure)], "listeners ran though nothing changed, and saw the error"
+    assert users.error is None, "after the emit: None again"
+    d.dispatch(refreshed("ada"))
+    assert seen[-1] == ("ada", None)
+    d.dispatch(flux.Action("something-else"))
+    assert len(seen) == 2
+
+
+def test_the_error_is_any_object_and_every_listener_sees_it(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    seen: list[Any] = []
+    for _ in range(3):
+        users.add_listener(lambda: seen.append(users.error))
+    d.dispatch(refreshed(error="timed out"))
+    assert seen == ["timed out"] * 3
+
+
+def test_a_refused_error_emit_keeps_no_error(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    with pytest.raises(flux.NotDispatchingError):
+        users.emit_change(error=Failure("x"))
+    assert users.error is None
+    seen: list[Any] = []
+    users.add_listener(lambda: seen.append(users.error))
+    d.dispatch(refreshed("ada"))
+    assert seen == [None]
+
+
+def test_the_error_ends_with_its_emit_not_with_the_dispatch(d: flux.Dispatcher[Any]) -> None:
+    messages = d.register_store(MessagesStore)
+    users = messages.users
+    read_after_wait: list[Any] = []
+
+    class Reader(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.dispatcher.wait_for([users])
+            read_after_wait.append(users.error)
+
+    Reader(d)
+    d.dispatch(refreshed(error="offline"))
+    assert read_after_wait == [None], "the store's listeners have run: its emit is over"
+
+
+def test_the_error_read_from_the_store_while_it_handles_the_payload(d: flux.Dispatcher[Any]) -> None:
+    read: list[Any] = []
+
+    class Log(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            read.append(self.error)
+            self.emit_change(error=payload)
+            read.append(self.error)
+
+    Log(d)
+    d.dispatch("first")
+    d.dispatch("second")
+    assert read == [None, "first", None, "second"]
+
+
+def test_a_reduce_failing_after_an_error_emit_leaves_no_error(d: flux.Dispatcher[Any]) -> None:
+    class Failing(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.emit_change(error=payload)
+            if payload == "fail":
+                raise Failure(payload)
+
+    store = Failing(d)
+    seen: list[Any] = []
+    store.add_listener(lambda: seen.append(("first", store.error)))
+    with pytest.raises(Failure):
+        d.dispatch("fail")
+    assert seen == [], "no listener ran"
+    assert store.error is None, "the failed dispatch is over"
+    # A listener added since runs after the others, and sees the next error.
+    store.add_listener(lambda: seen.append(("second", store.error)))
+    d.dispatch("late")
+    assert seen == [("first", "late"), ("second", "late")]
+    assert store.error is None
+
+
+def test_a_listener_failing_in_an_error_emit_leaves_no_error(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+
+    def fail() -> None:
+        raise Failure("listener")
+
+    subscription = users.add_listener(fail)
+    with pytest.raises(Failure):
+        d.dispatch(refreshed(error="offline"))
+    assert users.error is None
+    subscription.remove()
+    seen: list[Any] = []
+    users.add_listener(lambda: seen.append(users.error))
+    d.dispatch(refreshed("ada"))
+    assert seen == [None]
+
+
+def test_a_queued_dispatch_failing_after_an_error_emit_leaves_no_error(d: flux.Dispatcher[Any]) -> None:
+    class Failing(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            if payload == "fail":
+                self.emit_change(error="failed")
+                raise Failure(payload)
+            self.emit_change()
+
+    store = Failing(d)
+    seen: list[Any] = []
+    store.add_listener(lambda: seen.append(store.error))
+    errors: list[BaseException] = []
+
+    def enqueue_both(payload: Any) -> None:
+        if payload == "start":
+            d.enqueue("fail", on_error=errors.append)
+            d.enqueue("next")
+
+    d.register(enqueue_both)
+    d.dispatch("start")
+    assert [type(e) for e in errors] == [Failure]
+    assert seen == [None, None], "the queued dispatch after the failed one saw no error"
+
+
+def test_closing_a_store_ends_its_error(d: flux.Dispatcher[Any]) -> None:
+    class Failing(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.emit_change(error=payload)
+            raise Failure(payload)
+
+    store = Failing(d)
+    with pytest.raises(Failure):
+        d.dispatch("x")
+    store.close()
+    assert store.error is None
 
 
 # ---------------------------------------------------------------------------
