@@ -6,6 +6,9 @@ Tests/FluxCoreTests/RegisteredStoreTests.swift."""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -737,3 +740,34 @@ def test_a_cycle_through_stores_names_the_store_classes(d: flux.Dispatcher[Any])
     # B waits for A, which is waiting for B.
     assert caught.value.cycle == (b.dispatch_token, a.dispatch_token, b.dispatch_token)
     assert "(A)" in str(caught.value) and "(B)" in str(caught.value)
+
+
+# ---------------------------------------------------------------------------
+# The example (make demo): the same story as the Swift one
+# ---------------------------------------------------------------------------
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardir, "examples", "current_user.py")
+
+
+@pytest.mark.skipif(not os.path.exists(EXAMPLE), reason="not in a libflux checkout")
+def test_the_current_user_example_prints_what_the_swift_one_does() -> None:
+    package = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
+    result = subprocess.run(
+        [sys.executable, EXAMPLE], env=dict(os.environ, PYTHONPATH=package), capture_output=True, text=True,
+        check=False, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout == (
+        "current user refreshed:\n"
+        "  profile view: signed in as ada\n"
+        "  profile view: 3 unread\n"
+        "a message read:\n"
+        "  profile view: 2 unread\n"
+        "refresh failed:\n"
+        "  profile view: could not refresh: the server did not answer\n"
+        "  profile view: 0 unread\n"
+        "  profile view closed\n"
+        "after the view closed, refreshed again (no view prints):\n"
+        "messages: 1 unread\n"
+    )
