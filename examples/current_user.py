@@ -9,7 +9,7 @@ examples/current-user/main.swift.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import flux
 
@@ -24,8 +24,7 @@ class RefreshFailed(Exception):
         return "the server did not answer"
 
 
-# Optional: a base class's subscript runs, and Python 3.9 has no X | None.
-class CurrentUserStore(flux.ReduceStore[Optional[User]]):  # noqa: UP045
+class CurrentUserStore(flux.ReduceStore["User | None"]):
     def get_initial_state(self) -> User | None:
         return None
 
@@ -34,7 +33,8 @@ class CurrentUserStore(flux.ReduceStore[Optional[User]]):  # noqa: UP045
         if action.error is not None:
             self.emit_change(error=action.error)  # listeners run, and see self.error
             return None
-        return action.payload  # type: ignore[no-any-return]
+        fresh: User = action.payload
+        return fresh
 
 
 class MessagesStore(flux.ReduceStore[int]):
