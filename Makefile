@@ -2,7 +2,8 @@
 #
 #   make / make lib      the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
 #   make demo            the flight-destination example in C and Python (plain, with
-#                        stores, traced); the Swift counter
+#                        stores, traced); the Swift counter; JBFlux's current-user
+#                        example in Swift and Python
 #   make check           every test: swift test, the C harness, the header test (C, C++,
 #                        LuaJIT's FFI), pytest;
 #                        one line per suite, logs in build/check/ (V=1: everything)
@@ -153,6 +154,8 @@ demo: $(B)/examples/flight $(B)/examples/flight-stores
 	$(SWIFT) run --quiet counter
 	@echo "== JBFlux's store model, Swift: registered stores, a view bound for its life =="
 	$(SWIFT) run --quiet current-user
+	@echo "== JBFlux's store model, Python: registered stores, a view bound for its life =="
+	PYTHONPATH=bindings/python $(PYTHON) examples/current_user.py
 	@echo "== flight-destination example, traced (flux.Trace), with a queued action =="
 	PYTHONPATH=bindings/python $(PYTHON) examples/flight_trace.py $(B)/flight-trace.json
 
@@ -201,11 +204,12 @@ check-python: $(LIB) $(B)/include/flux_cdef.h $(call needs_venv,$(TEST_PYTHON))
 	@PYTHONPATH=bindings/python $(SUITE) python $(TEST_PYTHON) -m pytest -q bindings/python/tests
 
 # mypy --strict and ruff on the Python package and its tests (configured in
-# bindings/python/pyproject.toml), and on the README's Python example.
+# bindings/python/pyproject.toml), on the README's Python example and on
+# JBFlux's example, whose snippets the README shows.
 check-types: $(call needs_venv,$(TYPES_PYTHON))
 	cd bindings/python && $(TYPES_PYTHON_ABS) -m mypy
-	$(TYPES_PYTHON) -m ruff check bindings/python examples/readme.py
-	MYPYPATH=bindings/python $(TYPES_PYTHON) -m mypy --strict examples/readme.py
+	$(TYPES_PYTHON) -m ruff check bindings/python examples/readme.py examples/current_user.py
+	MYPYPATH=bindings/python $(TYPES_PYTHON) -m mypy --strict examples/readme.py examples/current_user.py
 
 # Exported symbols are exactly the header's FLUX_API functions; SONAME
 # libflux.so.$(ABI); no RPATH/RUNPATH.

@@ -3,6 +3,9 @@
 #   "C in twenty lines"  = examples/readme.c (and it has twenty lines of code)
 #   "Python"             = examples/readme.py
 #   "Swift"              = support/swift-client/Sources/FluxClient/main.swift
+# and the snippets of "JBFlux's store model" are excerpts of its examples:
+#   each python block is lines of examples/current_user.py as they stand,
+#   each swift block lines of examples/current-user/main.swift.
 # Run from the repository root (make check-readme).
 set -euo pipefail
 fail=0
@@ -23,9 +26,44 @@ same() {  # same HEADING LANG FILE
     fi
 }
 
+# excerpts HEADING LANG FILE: each ```LANG block of the section "## HEADING"
+# is a run of consecutive lines of FILE: short, and still true.
+excerpts() {
+    if ! python3 - "$1" "$2" "$3" <<'PY'
+import sys
+heading, lang, path = sys.argv[1:]
+source = open(path).read().split("\n")
+blocks, block, section = [], None, False
+for line in open("README.md").read().split("\n"):
+    if line.startswith("## "):
+        section = line == "## " + heading
+    elif section and block is None and line == "```" + lang:
+        block = []
+    elif block is not None and line == "```":
+        blocks.append(block)
+        block = None
+    elif block is not None:
+        block.append(line)
+ok = bool(blocks)
+for block in blocks:
+    if not any(source[i:i + len(block)] == block for i in range(len(source))):
+        print(f"check-readme: README's {lang} block under '## {heading}' beginning {block[0]!r}"
+              f" is not a run of lines of {path}", file=sys.stderr)
+        ok = False
+if not blocks:
+    print(f"check-readme: no {lang} block under '## {heading}'", file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+    then
+        fail=1
+    fi
+}
+
 same "C in twenty lines" c examples/readme.c
 same "Python" python examples/readme.py
 same "Swift" swift support/swift-client/Sources/FluxClient/main.swift
+excerpts "JBFlux's store model" python examples/current_user.py
+excerpts "JBFlux's store model" swift examples/current-user/main.swift
 
 # Code lines: neither blank nor comment only.
 lines=$(grep -v '^[[:space:]]*$' examples/readme.c | grep -vc '^[[:space:]]*/\*.*\*/[[:space:]]*$' || true)
@@ -34,4 +72,5 @@ if [ "$lines" -ne 20 ]; then
     fail=1
 fi
 [ $fail -eq 0 ] || exit 1
-echo "check-readme: the README's C, Python and Swift examples are examples/readme.c (20 lines), examples/readme.py, support/swift-client"
+echo "check-readme: the README's C, Python and Swift examples are examples/readme.c (20 lines), examples/readme.py, support/swift-client;"
+echo "  JBFlux's store model's snippets are lines of examples/current_user.py and examples/current-user/main.swift"

@@ -34,6 +34,7 @@ from .errors import (
     NotDispatchingError,
     Status,
     TooDeepError,
+    UnknownStoreError,
     UnknownTokenError,
 )
 from .stores import Action, ReduceStore, Store, StoreGroup, Subscription, handles
@@ -60,6 +61,7 @@ __all__ = [
     "Trace",
     "TraceEvent",
     "Trampoline",
+    "UnknownStoreError",
     "UnknownTokenError",
     "__version__",
     "call",

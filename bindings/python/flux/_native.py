@@ -611,6 +611,13 @@ flux_store_listener_fail = declare("flux_store_listener_fail", c_int, (c_void_p,
 flux_store_listener_fail_raw = lib["flux_store_listener_fail"]
 flux_store_listener_fail_raw.argtypes = (c_void_p, c_int)
 flux_store_listener_fail_raw.restype = c_int
+#: flux_store_remove_listener with no errcheck, for removals nobody asked
+#: for by a call (an owner collected, an emit's error reset): they can run
+#: inside a dispatch, or in a weakref callback anywhere, so they must not
+#: raise what escaped on this thread, which the outermost call raises.
+flux_store_remove_listener_raw = lib["flux_store_remove_listener"]
+flux_store_remove_listener_raw.argtypes = (c_void_p, c_uint64)
+flux_store_remove_listener_raw.restype = c_int
 flux_store_destroy = declare("flux_store_destroy", c_int, (c_void_p,), True)
 flux_store_group_create = declare(
     "flux_store_group_create",

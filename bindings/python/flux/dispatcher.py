@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from ctypes import ArgumentError, addressof, byref, c_uint64
 from threading import get_ident
 from types import TracebackType
-from typing import Any, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
 from . import _native
 from ._native import (
@@ -72,8 +73,12 @@ from .errors import (
     InvalidArgumentError,
     NoMemoryError,
     Status,
+    UnknownStoreError,
     UnknownTokenError,
 )
+
+if TYPE_CHECKING:
+    from .stores import Store
 
 _id = id
 _CALLBACK_FAILED = int(Status.ERR_CALLBACK_FAILED)
@@ -85,6 +90,7 @@ _CIRCULAR = int(Status.ERR_CIRCULAR)
 __all__ = ["Dispatcher", "Token"]
 
 P = TypeVar("P")
+StoreT = TypeVar("StoreT", bound="Store")
 _serials = itertools.count(1).__next__
 
 
@@ -153,6 +159,24 @@ def _closed(operation: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"{operation}: the dispatcher is closed")
 
 
+def _store_class(cls: object, operation: str) -> None:
+    from .stores import Store  # flux.stores imports this module
+
+    if not (isinstance(cls, type) and issubclass(cls, Store)):
+        what = cls.__name__ if isinstance(cls, type) else f"a {type(cls).__name__}"
+        raise TypeError(f"{operation}: expected a subclass of flux.Store, not {what}")
+
+
+def _end_errors(erring: set[Any]) -> None:
+    """Ends the errors this thread's failed dispatch left on its stores: an
+    ``emit_change(error=...)`` whose listeners never ran (the reduce raised
+    after it, or the dispatch was failing already), so ``Store.error`` is
+    None once that dispatch is over."""
+    ident = get_ident()
+    for store in list(erring):
+        store._end_error(ident)
+
+
 # -- enqueue's done --------------------------------------------------------
 #
 # flux_enqueue hands libflux the payload's PyObject* (callbacks must receive
@@ -165,12 +189,13 @@ def _closed(operation: str) -> InvalidArgumentError:
 
 
 class _Enqueued:
-    __slots__ = ("done", "locate", "on_error", "payload", "pending", "queued_errors")
+    __slots__ = ("done", "erring", "locate", "on_error", "payload", "pending", "queued_errors")
 
     def __init__(self, payload: object, on_error: Callable[[BaseException], object] | None,
                  pending: dict[int, list[tuple[object, BaseException]]], queued_errors: dict[int, list[BaseException]],
-                 locate: Callable[[FluxError], FluxError]) -> None:
+                 locate: Callable[[FluxError], FluxError], erring: set[Any]) -> None:
         self.payload = payload
+        self.erring = erring  # the dispatcher's stores with an error emitted
         self.on_error = on_error
         self.pending = pending
         self.queued_errors = queued_errors
@@ -210,6 +235,8 @@ def _on_done(record: object, address: int | None, status: int) -> None:
     _in_flight.discard(record)
     if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
+    if record.erring:
+        _end_errors(record.erring)  # before the next queued dispatch runs
     ident = get_ident()
     # This dispatch's entries are the trailing ones with its payload (or
     # none known: a store's listener) that continue one failure: its first
@@ -314,14 +341,19 @@ class Dispatcher(Generic[P]):
     __slots__ = (
         "__weakref__",
         "_children",
+        "_creating",
+        "_erring",
         "_finalizer",
         "_handle",
         "_names",
         "_natives",
         "_pending",
         "_queued_errors",
+        "_registry",
+        "_registry_lock",
         "_serial",
         "_tokens",
+        "_wait_registry",
     )
 
     def __init__(self) -> None:
@@ -353,6 +385,18 @@ class Dispatcher(Generic[P]):
         # thread ident -> failures of queued dispatches that thread ran with
         # no on_error, for its outermost dispatch/enqueue to raise.
         self._queued_errors: dict[int, list[BaseException]] = {}
+        # register_store's stores, one per class, in registration order; the
+        # classes being made now, by thread; and a condition other threads
+        # wait on for a class being made. A plain lock: its with-statement
+        # makes no Python call (Condition's does), where an interrupt could
+        # leave it held.
+        self._registry: dict[type, Any] = {}
+        self._creating: dict[type, int] = {}
+        self._registry_lock = threading.Lock()
+        self._wait_registry = threading.Condition(self._registry_lock)
+        # The stores with an error emitted whose emit is not over (see
+        # Store.emit_change): a failed dispatch ends them.
+        self._erring: set[Any] = set()
         self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._natives)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
@@ -440,6 +484,112 @@ class Dispatcher(Generic[P]):
         or token value; None once unregistered."""
         return self._names.get(int(token))
 
+    # -- registered stores (JBFlux's registerStore:, Fluxible's getStore) --
+
+    def register_store(self, cls: type[StoreT], /, *args: Any, **kwargs: Any) -> StoreT:
+        """The store of class ``cls`` on this dispatcher: made with
+        ``cls(self, *args, **kwargs)`` the first time, the same instance
+        every time after (the arguments are then unused). ``cls.__init__``
+        may register the store classes it depends on.
+
+        The dispatcher keeps the store until it closes (which closes it);
+        a registered store closed by hand leaves the registry, and the next
+        call makes a new one. From any thread: two threads registering a
+        class at once get one instance (the second waits for the first to
+        make it). Registered during a dispatch, a store takes part from the
+        next dispatch.
+
+        :raises TypeError: ``cls`` is not a subclass of :class:`flux.Store`,
+            or made no store of this dispatcher.
+        :raises RuntimeError: ``cls.__init__`` registers ``cls`` again (a
+            cycle of store classes).
+        :raises InvalidArgumentError: the dispatcher is closed.
+        :raises BaseException: what ``cls(self, *args, **kwargs)`` raised;
+            nothing is registered (another thread waiting for the class
+            then makes it).
+        """
+        _store_class(cls, "register_store")
+        if self._handle is None:
+            raise _closed("register_store")
+        me = get_ident()
+        registry, creating = self._registry, self._creating
+        marked = False
+        store = None
+        try:
+            with self._registry_lock:
+                while True:
+                    found = registry.get(cls)
+                    if found is not None:
+                        return found  # type: ignore[no-any-return]
+                    maker = creating.get(cls)
+                    if maker is None:
+                        break
+                    if maker == me:
+                        raise RuntimeError(
+                            f"register_store({cls.__name__}): its constructor registers it again"
+                            " (a cycle of store classes)"
+                        )
+                    self._wait_registry.wait()
+                creating[cls] = me
+                marked = True  # no call in between: the finally always sees the mark
+            # Made outside the lock: __init__ registers the store with libflux,
+            # and may register its dependencies.
+            made = cls(self, *args, **kwargs)
+            if getattr(made, "_dispatcher", None) is not self:
+                raise TypeError(
+                    f"register_store: {cls.__name__}(dispatcher) made no store of this dispatcher"
+                    " (does its __init__ call super().__init__(dispatcher)?)"
+                )
+            if self._handle is None:  # closed meanwhile, maybe before it saw this store
+                made.close()
+                raise _closed("register_store")
+            store = made
+        finally:
+            if marked:
+                with self._registry_lock:
+                    del creating[cls]
+                    # Not if closed by hand already (close() leaves the registry).
+                    if store is not None and not store.closed:
+                        registry[cls] = store
+                    self._wait_registry.notify_all()
+        return store
+
+    def store(self, cls: type[StoreT], /) -> StoreT:
+        """The store of class ``cls`` that :meth:`register_store` made. Any
+        thread; it never waits (a class another thread is making now is not
+        registered yet).
+
+        :raises UnknownStoreError: no store of exactly that class is
+            registered (never, or it was closed).
+        :raises TypeError: ``cls`` is not a subclass of :class:`flux.Store`.
+        :raises InvalidArgumentError: the dispatcher is closed.
+        """
+        _store_class(cls, "store")
+        if self._handle is None:
+            raise _closed("store")
+        found = self._registry.get(cls)  # one step under the GIL
+        if found is None:
+            raise UnknownStoreError(
+                f"no {cls.__name__} is registered with dispatcher #{self._serial} (see register_store)", cls
+            )
+        return found  # type: ignore[no-any-return]
+
+    @property
+    def stores(self) -> tuple[Store, ...]:
+        """The registered stores, in registration order (empty once closed)."""
+        with self._registry_lock:
+            return tuple(self._registry.values())
+
+    def _store_closed(self, store: Store) -> None:
+        """``store`` was closed: it leaves the registry and the stores with
+        an error emitted."""
+        self._erring.discard(store)
+        with self._registry_lock:
+            for cls, registered in self._registry.items():
+                if registered is store:
+                    del self._registry[cls]
+                    break
+
     # -- dispatching -------------------------------------------------------
 
     def dispatch(self, payload: P) -> None:
@@ -472,6 +622,8 @@ class Dispatcher(Generic[P]):
         except ArgumentError as exc:
             raise _argument_error(exc) from None
         if status:
+            if self._erring:
+                _end_errors(self._erring)
             # Raised here, so the traceback goes dispatch -> the callback.
             error = self._dispatch_error(status)
             try:
@@ -527,7 +679,7 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("enqueue")
-        record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located)
+        record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located, self._erring)
         address, context = _id(payload), _id(record)
         _in_flight.add(record)
         try:
@@ -571,11 +723,13 @@ class Dispatcher(Generic[P]):
             return _closed("dispatch")
         return self._error(status)
 
-    def wait_for(self, tokens: Iterable[Token]) -> None:
+    def wait_for(self, tokens: Iterable[Token | Store]) -> None:
         """From inside a callback: runs the callbacks of ``tokens`` that have
         not yet run in this dispatch, in the order given, then returns.
 
-        Every token is checked before any callback runs.
+        A :class:`flux.Store` stands for its ``dispatch_token`` (a store of
+        another dispatcher is a token of another dispatcher); stores and
+        tokens may be mixed. Every token is checked before any callback runs.
 
         :raises NotDispatchingError: not inside a dispatch of this dispatcher
             on this thread.
@@ -586,7 +740,8 @@ class Dispatcher(Generic[P]):
         :raises BaseException: the exception of a callback that failed in this
             dispatch -- the same object ``dispatch`` will raise. The dispatch is
             aborted even if the caller catches it.
-        :raises TypeError: ``tokens`` is not an iterable of :class:`Token`.
+        :raises TypeError: ``tokens`` is not an iterable of :class:`Token`
+            and :class:`flux.Store`.
         :raises InvalidArgumentError: the dispatcher is closed.
         """
         if type(tokens) is not list and type(tokens) is not tuple:
@@ -609,7 +764,7 @@ class Dispatcher(Generic[P]):
             for token in tokens:
                 if type(token) is not Token or token._dispatcher != serial:
                     return self._wait_for_foreign(tokens)
-            values = [token._value for token in tokens]
+            values = [token._value for token in tokens]  # type: ignore[union-attr]  # all Tokens: checked above
             count = len(values)
             handle = self._handle
             if handle is None:
@@ -676,26 +831,34 @@ class Dispatcher(Generic[P]):
         if exc is None and _escaped:
             exc = _escaped.get(ident)
         return exc
-    def _wait_for_foreign(self, tokens: list[Token] | tuple[Token, ...]) -> None:
-        """wait_for with a token of another dispatcher among ``tokens``: an
-        error, but reported in the header's order -- a closed dispatcher, not
-        dispatching on this thread, an aborting dispatch (its exception), and
-        only then the first bad token in the list. libflux makes every check
-        but the foreign one; a foreign token reaches it as 0, a token it
-        rejects without running anything, so no callback runs."""
+    def _wait_for_foreign(self, tokens: list[Token | Store] | tuple[Token | Store, ...]) -> None:
+        """wait_for with stores, or a token of another dispatcher, among
+        ``tokens``. Stores are waited for by their tokens. A foreign token is
+        an error, but reported in the header's order -- a closed dispatcher,
+        not dispatching on this thread, an aborting dispatch (its exception),
+        and only then the first bad token in the list. libflux makes every
+        check but the foreign one; a foreign token reaches it as 0, a token
+        it rejects without running anything, so no callback runs."""
+        from .stores import Store  # flux.stores imports this module
+
+        if any(isinstance(token, Store) for token in tokens):
+            self.wait_for([token.dispatch_token if isinstance(token, Store) else token for token in tokens])
+            return
+        checked: list[Token] = []
         for token in tokens:
             if type(token) is not Token:
-                raise _not_a_token(token)
+                raise TypeError(f"expected a flux.Token or a flux.Store, not {type(token).__name__}")
+            checked.append(token)
         handle = self._handle
         if handle is None:
             raise _closed("wait_for")
         serial = self._serial
-        values = [token._value if token._dispatcher == serial else 0 for token in tokens]
+        values = [token._value if token._dispatcher == serial else 0 for token in checked]
         array = (c_uint64 * len(values))(*values)
         status = _flux_wait_for(handle, addressof(array), len(values))
         if status == _UNKNOWN_TOKEN and _last_error_values()[0] == 0:
             # The first token libflux rejected is a 0: a foreign one.
-            first = next(token for token in tokens if token._dispatcher != serial)
+            first = next(token for token in checked if token._dispatcher != serial)
             raise self._foreign_error(first)
         exc = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
         if exc is not None:

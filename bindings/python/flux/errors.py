@@ -31,6 +31,7 @@ __all__ = [
     "NotDispatchingError",
     "Status",
     "TooDeepError",
+    "UnknownStoreError",
     "UnknownTokenError",
     "error_for_status",
 ]
@@ -176,6 +177,18 @@ class TooDeepError(FluxError, RecursionError):
     raised. A :class:`RecursionError` too, like Python's own depth limit."""
 
     default_status = Status.ERR_TOO_DEEP
+
+
+class UnknownStoreError(LookupError):
+    """:meth:`Dispatcher.store <flux.Dispatcher.store>` for a store class
+    that is not registered with that dispatcher (never, or its store was
+    closed). Not a :class:`FluxError`: libflux has no registry, so there is
+    no status. ``store_class`` is the class asked for."""
+
+    def __init__(self, message: str = "", store_class: type | None = None) -> None:
+        super().__init__(message)
+        #: The class that was looked up.
+        self.store_class: type | None = store_class
 
 
 _BY_STATUS: dict[int, type[FluxError]] = {

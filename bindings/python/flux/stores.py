@@ -23,6 +23,7 @@ drops it, so a state lives exactly as long as the C store holds it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import threading
@@ -76,6 +77,9 @@ from ._native import (
 )
 from ._native import (
     flux_store_remove_listener as _flux_store_remove_listener,
+)
+from ._native import (
+    flux_store_remove_listener_raw as _flux_store_remove_listener_raw,
 )
 from ._native import (
     flux_store_state as _flux_store_state,
@@ -299,6 +303,77 @@ class Subscription:
         return f"<flux.Subscription {self.id}>"
 
 
+class _OwnerBound:
+    """What an owner-bound listener (``add_listener(fn, owner=obj)``) hands
+    the store to call: ``obj`` held weakly, and the listener removed once
+    ``obj`` is collected. Refers to its store weakly too: the store's
+    listener entry holds this (see _objects)."""
+
+    __slots__ = ("__weakref__", "cell", "fn", "ref", "store")
+
+    def __init__(self, store: Store, listener: Callable[[], object], owner: object, cell: c_uint64) -> None:
+        self.store = weakref.ref(store)
+        #: The listener's id, written by flux_store_add_listener; None once
+        #: its removal was asked for (only one caller removes it).
+        self.cell: c_uint64 | None = cell
+        # Told when the owner goes; weakly, or the owner's weakref would
+        # keep this binding (and its listener) alive.
+        gone = functools.partial(_owner_collected, weakref.ref(self))
+        self.fn: Callable[[], object] | None
+        self.ref: Callable[[], Any]
+        try:
+            if inspect.ismethod(listener) and listener.__self__ is owner:
+                # A bound method refers to its object: keep it apart.
+                self.ref, self.fn = weakref.WeakMethod(listener, gone), None
+            elif listener is owner:
+                self.ref, self.fn = weakref.ref(owner, gone), None
+            else:
+                self.ref, self.fn = weakref.ref(owner, gone), listener
+        except TypeError:
+            raise TypeError(
+                f"owner must support weak references ({type(owner).__name__} does not:"
+                " add '__weakref__' to its __slots__)"
+            ) from None
+        if self.fn is not None and getattr(listener, "__self__", None) is owner:
+            # A built-in method of the owner: it would keep the owner alive.
+            raise TypeError("listener is a built-in method of owner, which would keep owner alive")
+
+    def __call__(self) -> None:
+        target = self.ref()  # the owner (or its bound method), alive for the call
+        if target is None:
+            # Collected, maybe by an earlier listener of this emit: skipped
+            # from now on, and removed if the weakref callback has not yet.
+            self.end()
+        elif self.fn is None:
+            target()
+        else:
+            self.fn()
+
+    def end(self) -> None:
+        """Removes the listener, once, whoever asks first."""
+        cell = self.cell
+        self.cell = None  # no call in between: a second caller finds None
+        store = self.store()
+        if cell is not None and store is not None:
+            store._remove_quietly(cell)
+
+
+def _owner_collected(binding: weakref.ref[_OwnerBound], _ref: object) -> None:
+    # A weakref callback: runs wherever the owner's last reference went.
+    bound = binding()
+    if bound is not None:
+        bound.end()
+
+
+def _error_emitted(store_ref: weakref.ref[Store]) -> None:
+    # The listener emit_change(error=...) adds after all others: the emit's
+    # listeners have run, so the error ends here (as Swift's StoreBase
+    # clears it when the store's callback returns).
+    store = store_ref()
+    if store is not None:
+        store._end_error(None)
+
+
 def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
     store.on_dispatch(payload)
     return state
@@ -334,6 +409,11 @@ class Store:
         self._dispatcher = dispatcher
         self._pending = dispatcher._pending
         self._handle: int | None = None
+        # emit_change(error=...)'s error and the dispatching thread that
+        # emitted it (for _end_error), until its emit is over; and the id
+        # cell of the listener that ends it (see _error_emitted).
+        self._error_state: tuple[Any, int] | None = None
+        self._error_end: c_uint64 | None = None
         # Held by every call on the native store and by close(), which frees
         # it: no thread is ever inside a call on a freed store, and a call
         # that comes after close() raises the closed error. Reentrant: close()
@@ -403,25 +483,84 @@ class Store:
             _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
         return bool(changed.value)
 
-    def emit_change(self) -> None:
+    def emit_change(self, error: Any = None) -> None:
         """Marks the store changed: its listeners run once the handling ends.
 
-        :raises NotDispatchingError: not called while the store handles a payload.
+        With an ``error`` (JBFlux's ``emitChangeWithError:``), the change
+        happened because something failed: the listeners run even when the
+        state is unchanged, and :attr:`error` is ``error`` while they do.
+
+        :raises NotDispatchingError: not called while the store handles a
+            payload; no error is kept then.
         """
         with self._lock:
-            _flux_store_emit_change(self._live_handle("emit_change"))
+            handle = self._live_handle("emit_change")
+            _flux_store_emit_change(handle)
+            if error is None:
+                return
+            # One left behind (a failed dispatch ends it, unless an interrupt
+            # cut that short) would run before listeners added since: a new
+            # one, added last, runs after every listener of this emit.
+            stale, self._error_end = self._error_end, None
+            if stale is not None:
+                _flux_store_remove_listener_raw(handle, stale.value)
+            end = c_uint64()
+            self._listen(functools.partial(_error_emitted, weakref.ref(self)), end)
+            self._error_end = end
+            self._error_state = (error, _get_ident())
+            self._dispatcher._erring.add(self)
 
-    def add_listener(self, listener: Callable[[], object]) -> Subscription:
+    @property
+    def error(self) -> Any:
+        """The error of the emit now running (``emit_change(error=...)``):
+        set from that call until the emit's last listener has run, or its
+        dispatch has failed; None otherwise. Any thread may read it."""
+        state = self._error_state
+        return None if state is None else state[0]
+
+    def _end_error(self, ident: int | None) -> None:
+        """Ends the error emitted by thread ``ident`` (None: whichever), and
+        removes its end listener."""
+        with self._lock:
+            state = self._error_state
+            if ident is not None and (state is None or state[1] != ident):
+                return  # another thread's dispatch emitted it, and is running
+            self._error_state = None
+            self._dispatcher._erring.discard(self)
+            end, self._error_end = self._error_end, None
+            if end is not None and self._handle is not None:
+                _flux_store_remove_listener_raw(self._handle, end.value)
+
+    def add_listener(self, listener: Callable[[], object], *, owner: object = None) -> Subscription:
         """Runs ``listener()`` once per dispatch that changed the store (from
-        the next change on, when added during one)."""
+        the next change on, when added during one).
+
+        With an ``owner`` (JBFlux's ``registerObject:forChangeEvents:``),
+        the listener lives only as long as ``owner``: the store holds
+        ``owner`` weakly (a bound method of ``owner`` as a
+        ``weakref.WeakMethod``; ``listener`` may also be ``owner`` itself),
+        and once ``owner`` is collected the listener is removed, as if
+        :meth:`Subscription.remove` ran, and never runs again -- also when
+        that happens during an emit. Any other ``listener`` is held
+        strongly, so it must not refer to ``owner``.
+
+        :raises TypeError: ``listener`` is not callable; ``owner`` cannot be
+            weakly referenced; ``listener`` is a built-in method of ``owner``.
+        :raises InvalidArgumentError: the store is closed.
+        """
         if not callable(listener):
             raise TypeError(f"listener must be callable, not {type(listener).__name__}")
         out = c_uint64()
+        self._listen(listener if owner is None else _OwnerBound(self, listener, owner, out), out)
+        return Subscription(self, out.value)
+
+    def _listen(self, fn: Callable[[], object], out: c_uint64) -> None:
+        """Adds ``fn`` as a listener; its id goes to ``out``."""
         out_ref = byref(out)
         with self._lock:
             handle = self._live_handle("add_listener")
             dispatcher = self._dispatcher
-            entry = (listener, dispatcher._pending, dispatcher._handle)
+            entry = (fn, dispatcher._pending, dispatcher._handle)
             key = _add(entry)
             try:
                 _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
@@ -429,7 +568,14 @@ class Store:
                 if not out.value:  # libflux never took the key (or destroyed it)
                     _objects.pop(key, None)
                 raise
-        return Subscription(self, out.value)
+
+    def _remove_quietly(self, cell: c_uint64) -> None:
+        """Removes a listener no caller asked to remove (its owner went):
+        silently, as the store may be closed or the listener removed."""
+        with self._lock:
+            handle = self._handle
+            if handle is not None:
+                _flux_store_remove_listener_raw(handle, cell.value)
 
     # -- lifetime ----------------------------------------------------------
 
@@ -464,8 +610,10 @@ class Store:
             finally:
                 if self._handle is None:
                     self._held.clear()  # what a release cut short left
+                    self._error_state = self._error_end = None  # its listener went with the store
                     dispatcher._natives.pop(handle, None)
                     dispatcher._children.pop(self, None)
+                    dispatcher._store_closed(self)
                     token = getattr(self, "_token", None)  # None: creation was interrupted
                     if token is not None:
                         dispatcher._names.pop(token.value, None)

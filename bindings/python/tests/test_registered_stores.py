@@ -1,0 +1,773 @@
+"""JBFlux's store model (DESIGN.md section 11): store classes registered with
+the dispatcher, listeners bound to their owner's life, changes that carry an
+error, and wait_for on stores. The Swift twin is
+Tests/FluxCoreTests/RegisteredStoreTests.swift."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from typing import Any
+
+import pytest
+
+import flux
+from flux.stores import live_objects
+
+
+@pytest.fixture(autouse=True)
+def no_store_objects_left() -> Any:
+    yield
+    gc.collect()
+    assert live_objects() == 0
+
+
+class Failure(Exception):
+    pass
+
+
+class CurrentUserStore(flux.ReduceStore[Any]):
+    """DESIGN.md 11's example: refreshed by an action that may carry an error."""
+
+    def get_initial_state(self) -> Any:
+        return None
+
+    @flux.handles("current-user-refreshed")
+    def on_refreshed(self, state: Any, action: flux.Action) -> Any:
+        if action.error is not None:
+            self.emit_change(error=action.error)
+            return None
+        return action.payload
+
+
+class MessagesStore(flux.Store):
+    """Registers the store it depends on from its constructor, and waits for it."""
+
+    def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+        super().__init__(dispatcher)
+        self.users = dispatcher.register_store(CurrentUserStore)
+        self.seen: list[Any] = []
+
+    def on_dispatch(self, payload: Any) -> None:
+        self.dispatcher.wait_for([self.users])
+        self.seen.append(self.users.state)
+
+
+class Greeter(flux.Store):
+    """Takes constructor arguments beyond the dispatcher."""
+
+    def __init__(self, dispatcher: flux.Dispatcher[Any], greeting: str, *, name: str = "you") -> None:
+        super().__init__(dispatcher)
+        self.text = f"{greeting}, {name}"
+
+    def on_dispatch(self, payload: Any) -> None:
+        pass
+
+
+class View:
+    """An object listeners are bound to."""
+
+    def __init__(self, log: list[str], name: str = "view") -> None:
+        self.log = log
+        self.name = name
+
+    def refresh(self) -> None:
+        self.log.append(self.name)
+
+    def __call__(self) -> None:
+        self.log.append(f"{self.name} called")
+
+
+def refreshed(payload: Any = None, error: Any = None) -> flux.Action:
+    return flux.Action("current-user-refreshed", payload, error)
+
+
+# ---------------------------------------------------------------------------
+# One store per class, by class
+# ---------------------------------------------------------------------------
+
+
+def test_a_class_is_made_once_and_handed_back_by_class(d: flux.Dispatcher[Any]) -> None:
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(CurrentUserStore)
+    users = d.register_store(CurrentUserStore)
+    assert isinstance(users, CurrentUserStore)
+    assert users.dispatcher is d
+    assert d.register_store(CurrentUserStore) is users
+    assert d.store(CurrentUserStore) is users
+    messages = d.register_store(MessagesStore)
+    assert messages.users is users, "a dependency registered from a constructor is the one instance"
+    assert d.stores == (users, messages), "in registration order"
+
+
+def test_extra_constructor_arguments_are_used_the_first_time_only(d: flux.Dispatcher[Any]) -> None:
+    greeter = d.register_store(Greeter, "hello", name="ada")
+    assert greeter.text == "hello, ada"
+    assert d.register_store(Greeter, "goodbye", name="bob") is greeter
+    assert d.register_store(Greeter) is greeter, "no arguments needed once made"
+    assert greeter.text == "hello, ada"
+
+
+def test_each_dispatcher_has_its_own(d: flux.Dispatcher[Any]) -> None:
+    other: flux.Dispatcher[Any]
+    with flux.Dispatcher() as other:
+        assert other.register_store(CurrentUserStore) is not d.register_store(CurrentUserStore)
+
+
+def test_a_subclass_is_a_class_of_its_own(d: flux.Dispatcher[Any]) -> None:
+    class SpecialUserStore(CurrentUserStore):
+        pass
+
+    base = d.register_store(CurrentUserStore)
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(SpecialUserStore)
+    special = d.register_store(SpecialUserStore)
+    assert special is not base
+    assert d.store(CurrentUserStore) is base
+
+
+def test_looking_up_an_unregistered_class(d: flux.Dispatcher[Any]) -> None:
+    CurrentUserStore(d)  # made by hand: not registered
+    with pytest.raises(flux.UnknownStoreError) as caught:
+        d.store(CurrentUserStore)
+    assert isinstance(caught.value, LookupError)
+    assert not isinstance(caught.value, flux.FluxError)
+    assert caught.value.store_class is CurrentUserStore
+    assert "CurrentUserStore" in str(caught.value)
+    assert d.stores == ()
+
+
+@pytest.mark.parametrize("bad", [int, object, flux.Dispatcher, "CurrentUserStore", None])
+def test_a_class_that_is_not_a_store_class_is_a_type_error(d: flux.Dispatcher[Any], bad: Any) -> None:
+    with pytest.raises(TypeError, match="subclass of flux.Store"):
+        d.register_store(bad)
+    with pytest.raises(TypeError, match="subclass of flux.Store"):
+        d.store(bad)
+    assert d.stores == ()
+
+
+def test_a_store_instance_is_not_a_class(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    with pytest.raises(TypeError, match="not a CurrentUserStore"):
+        d.register_store(users)  # type: ignore[arg-type]
+
+
+def test_a_constructor_that_raises_registers_nothing(d: flux.Dispatcher[Any]) -> None:
+    attempts = []
+
+    class Flaky(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise Failure("not yet")
+            super().__init__(dispatcher)
+
+        def on_dispatch(self, payload: Any) -> None:
+            pass
+
+    with pytest.raises(Failure):
+        d.register_store(Flaky)
+    assert d.stores == ()
+    flaky = d.register_store(Flaky)
+    assert d.store(Flaky) is flaky
+    assert len(attempts) == 2
+
+
+def test_a_constructor_that_makes_no_store_is_a_type_error(d: flux.Dispatcher[Any]) -> None:
+    class Forgetful(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            pass  # never calls super().__init__
+
+    with pytest.raises(TypeError, match="super"):
+        d.register_store(Forgetful)
+    assert d.stores == ()
+
+
+def test_a_constructor_registering_its_own_class_is_a_cycle(d: flux.Dispatcher[Any]) -> None:
+    class Ouroboros(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            dispatcher.register_store(Ouroboros)
+            super().__init__(dispatcher)
+
+    with pytest.raises(RuntimeError, match="cycle"):
+        d.register_store(Ouroboros)
+    assert d.stores == ()
+    with pytest.raises(RuntimeError, match="cycle"):
+        d.register_store(Ouroboros)  # nothing was left half made: the same answer
+
+
+# ---------------------------------------------------------------------------
+# Closing
+# ---------------------------------------------------------------------------
+
+
+def test_closing_the_dispatcher_closes_its_registered_stores() -> None:
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    users = d.register_store(CurrentUserStore)
+    messages = d.register_store(MessagesStore)
+    d.close()
+    assert users.closed and messages.closed
+    assert d.stores == ()
+    with pytest.raises(flux.InvalidArgumentError):
+        d.store(CurrentUserStore)
+    with pytest.raises(flux.InvalidArgumentError):
+        d.register_store(CurrentUserStore)
+
+
+def test_a_registered_store_closed_by_hand_leaves_the_registry(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    greeter = d.register_store(Greeter, "hi")
+    users.close()
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(CurrentUserStore)
+    left = d.stores
+    assert left == (greeter,)
+    again = d.register_store(CurrentUserStore)
+    assert again is not users and not again.closed
+    assert d.stores == (greeter, again)
+
+
+def test_a_refused_close_keeps_the_store_registered(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    refused = []
+
+    def close_now(payload: Any) -> None:
+        with pytest.raises(flux.AlreadyDispatchingError):
+            users.close()
+        refused.append(payload)
+
+    d.register(close_now)
+    d.dispatch("x")
+    assert refused == ["x"]
+    assert d.store(CurrentUserStore) is users
+
+
+# ---------------------------------------------------------------------------
+# Registering during a dispatch, and from several threads
+# ---------------------------------------------------------------------------
+
+
+def test_registered_during_a_dispatch_it_takes_part_from_the_next(d: flux.Dispatcher[Any]) -> None:
+    registered: list[CurrentUserStore] = []
+
+    def register_once(payload: Any) -> None:
+        if not registered:
+            registered.append(d.register_store(CurrentUserStore))
+
+    d.register(register_once)
+    d.dispatch(refreshed("first"))
+    assert registered[0].state is None
+    d.dispatch(refreshed("second"))
+    assert registered[0].state == "second"
+
+
+def test_threads_registering_one_class_at_once_get_one_instance(d: flux.Dispatcher[Any]) -> None:
+    made = []
+    inside = threading.Event()
+    finish = threading.Event()
+
+    class Slow(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            made.append(threading.get_ident())
+            inside.set()
+            finish.wait()
+            super().__init__(dispatcher)
+
+        def on_dispatch(self, payload: Any) -> None:
+            pass
+
+    got: list[Slow] = []
+
+    def register() -> None:
+        got.append(d.register_store(Slow))
+
+    first = threading.Thread(target=register)
+    first.start()
+    inside.wait()
+    # Being made: a look-up does not wait, and finds nothing yet.
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(Slow)
+    others = [threading.Thread(target=register) for _ in range(4)]
+    for thread in others:
+        thread.start()
+    # Until all four wait for the first thread's instance: the condition's
+    # own count of its waiters (CPython's), so no sleep decides the order.
+    while len(d._wait_registry._waiters) < len(others):  # type: ignore[attr-defined]
+        time.sleep(0.001)
+    finish.set()
+    for thread in [first, *others]:
+        thread.join()
+    assert len(made) == 1
+    assert len(got) == 5 and all(store is got[0] for store in got)
+    assert d.stores == (got[0],)
+
+
+def test_threads_registering_and_looking_up_many_classes(d: flux.Dispatcher[Any]) -> None:
+    classes = [type(f"Store{i}", (Greeter,), {}) for i in range(20)]
+    start = threading.Barrier(4)
+    results: list[dict[type, flux.Store]] = []
+
+    def work() -> None:
+        start.wait()
+        mine: dict[type, flux.Store] = {cls: d.register_store(cls, "hi") for cls in classes}
+        assert all(d.store(cls) is mine[cls] for cls in classes)
+        results.append(mine)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4
+    assert all(result == results[0] for result in results), "one instance per class for every thread"
+    assert len(d.stores) == len(classes)
+
+
+# ---------------------------------------------------------------------------
+# Listeners bound to an owner's life
+# ---------------------------------------------------------------------------
+
+
+def test_a_bound_method_listener_does_not_keep_its_owner(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    view = View(log)
+    subscription = users.add_listener(view.refresh, owner=view)
+    d.dispatch(refreshed("ada"))
+    assert log == ["view"]
+    gone = weakref.ref(view)
+    del view
+    assert gone() is None, "the store held the owner weakly"
+    d.dispatch(refreshed("bob"))
+    assert log == ["view"], "gone: the listener never runs again"
+    with pytest.raises(flux.UnknownTokenError):
+        subscription.remove()  # removed when the owner went, as if remove() ran
+
+
+def test_a_function_listener_with_an_owner_is_removed_when_the_owner_goes(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    owner = View(log)
+    before = live_objects()
+    subscription = users.add_listener(lambda: log.append("heard"), owner=owner)
+    assert live_objects() == before + 1
+    d.dispatch(refreshed("ada"))
+    del owner
+    # Removed at once, with no dispatch: its entry is released.
+    assert live_objects() == before
+    with pytest.raises(flux.UnknownTokenError):
+        subscription.remove()
+    d.dispatch(refreshed("bob"))
+    assert log == ["heard"]
+
+
+def test_the_owner_itself_as_the_listener(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    view = View(log)
+    users.add_listener(view, owner=view)
+    d.dispatch(refreshed("ada"))
+    gone = weakref.ref(view)
+    del view
+    assert gone() is None
+    d.dispatch(refreshed("bob"))
+    assert log == ["view called"]
+
+
+def test_an_owner_bound_listener_removed_by_hand(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    view = View(log)
+    subscription = users.add_listener(view.refresh, owner=view)
+    subscription.remove()
+    d.dispatch(refreshed("ada"))
+    del view  # nothing left to remove: quiet
+    assert log == []
+
+
+def test_an_owner_collected_during_an_emit_is_skipped_from_then_on(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    holder: list[View] = [View(log, "doomed")]
+    # The first listener lets go of the owner the second is bound to.
+    users.add_listener(holder.clear)
+    bound = users.add_listener(holder[0].refresh, owner=holder[0])
+    users.add_listener(lambda: log.append("after"))
+    d.dispatch(refreshed("ada"))
+    d.dispatch(refreshed("bob"))
+    assert log == ["after", "after"]
+    with pytest.raises(flux.UnknownTokenError):
+        bound.remove()
+
+
+def test_an_owner_collected_by_the_cycle_collector(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    view = View(log)
+    view.me = view  # type: ignore[attr-defined]  # a cycle: only gc.collect frees it
+    users.add_listener(view.refresh, owner=view)
+    gone = weakref.ref(view)
+    del view
+    gc.collect()
+    assert gone() is None
+    d.dispatch(refreshed("ada"))
+    assert log == []
+
+
+def test_owners_bound_to_several_stores(d: flux.Dispatcher[Any]) -> None:
+    messages = d.register_store(MessagesStore)
+    log: list[str] = []
+    view = View(log)
+    messages.users.add_listener(view.refresh, owner=view)
+    messages.add_listener(view.refresh, owner=view)
+    before = live_objects()
+    del view
+    assert live_objects() == before - 2
+
+
+def test_owner_bad_input(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+
+    class Slotted:
+        __slots__ = ("x",)
+
+        def refresh(self) -> None:
+            pass
+
+    class Bag(set[int]):
+        pass
+
+    slotted = Slotted()
+    with pytest.raises(TypeError, match="weak references"):
+        users.add_listener(slotted.refresh, owner=slotted)
+    with pytest.raises(TypeError, match="weak references"):
+        users.add_listener(lambda: None, owner=42)
+    bag = Bag()
+    with pytest.raises(TypeError, match="built-in method"):
+        users.add_listener(bag.clear, owner=bag)
+    with pytest.raises(TypeError, match="callable"):
+        users.add_listener(None, owner=bag)  # type: ignore[arg-type]
+    d.dispatch(refreshed("ada"))  # nothing half added
+
+
+def test_add_listener_with_an_owner_on_a_closed_store(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    users.close()
+    view = View([])
+    with pytest.raises(flux.InvalidArgumentError):
+        users.add_listener(view.refresh, owner=view)
+    gone = weakref.ref(view)
+    del view
+    assert gone() is None
+
+
+def test_an_owner_outliving_its_store(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    view = View([])
+    users.add_listener(view.refresh, owner=view)
+    d.close()
+    del view  # the listener went with the store: nothing to remove, quietly
+
+
+def test_an_owner_collected_on_another_thread_while_the_store_emits(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    views = [View(log, str(i)) for i in range(200)]
+    for view in views:
+        users.add_listener(view.refresh, owner=view)
+    del view  # the list holds the only references
+    dropped = threading.Event()
+
+    def drop() -> None:
+        views.clear()
+        dropped.set()
+
+    dropper = threading.Thread(target=drop)
+    dropper.start()
+    while not dropped.is_set():
+        d.dispatch(refreshed(len(log)))
+    dropper.join()
+    log.clear()
+    d.dispatch(refreshed("last"))
+    assert log == []
+    assert live_objects() == 1  # the store itself
+
+
+# ---------------------------------------------------------------------------
+# Changes that carry an error
+# ---------------------------------------------------------------------------
+
+
+def test_an_error_emit_runs_the_listeners_on_an_unchanged_state(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    seen: list[Any] = []
+    users.add_listener(lambda: seen.append((users.state, users.error)))
+    assert users.error is None, "outside an emit: None"
+    failure = Failure("offline")
+    d.dispatch(refreshed(error=failure))  # the state stays None
+    assert seen == [(None, failure)], "listeners ran though nothing changed, and saw the error"
+    assert users.error is None, "after the emit: None again"
+    d.dispatch(refreshed("ada"))
+    assert seen[-1] == ("ada", None)
+    d.dispatch(flux.Action("something-else"))
+    assert len(seen) == 2
+
+
+def test_the_error_is_any_object_and_every_listener_sees_it(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    seen: list[Any] = []
+    for _ in range(3):
+        users.add_listener(lambda: seen.append(users.error))
+    d.dispatch(refreshed(error="timed out"))
+    assert seen == ["timed out"] * 3
+
+
+def test_a_refused_error_emit_keeps_no_error(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    with pytest.raises(flux.NotDispatchingError):
+        users.emit_change(error=Failure("x"))
+    assert users.error is None
+    seen: list[Any] = []
+    users.add_listener(lambda: seen.append(users.error))
+    d.dispatch(refreshed("ada"))
+    assert seen == [None]
+
+
+def test_the_error_ends_with_its_emit_not_with_the_dispatch(d: flux.Dispatcher[Any]) -> None:
+    messages = d.register_store(MessagesStore)
+    users = messages.users
+    read_after_wait: list[Any] = []
+
+    class Reader(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.dispatcher.wait_for([users])
+            read_after_wait.append(users.error)
+
+    Reader(d)
+    d.dispatch(refreshed(error="offline"))
+    assert read_after_wait == [None], "the store's listeners have run: its emit is over"
+
+
+def test_the_error_read_from_the_store_while_it_handles_the_payload(d: flux.Dispatcher[Any]) -> None:
+    read: list[Any] = []
+
+    class Log(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            read.append(self.error)
+            self.emit_change(error=payload)
+            read.append(self.error)
+
+    Log(d)
+    d.dispatch("first")
+    d.dispatch("second")
+    assert read == [None, "first", None, "second"]
+
+
+def test_a_reduce_failing_after_an_error_emit_leaves_no_error(d: flux.Dispatcher[Any]) -> None:
+    class Failing(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.emit_change(error=payload)
+            if payload == "fail":
+                raise Failure(payload)
+
+    store = Failing(d)
+    seen: list[Any] = []
+    store.add_listener(lambda: seen.append(("first", store.error)))
+    with pytest.raises(Failure):
+        d.dispatch("fail")
+    assert seen == [], "no listener ran"
+    assert store.error is None, "the failed dispatch is over"
+    # A listener added since runs after the others, and sees the next error.
+    store.add_listener(lambda: seen.append(("second", store.error)))
+    d.dispatch("late")
+    assert seen == [("first", "late"), ("second", "late")]
+    assert store.error is None
+
+
+def test_a_listener_failing_in_an_error_emit_leaves_no_error(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+
+    def fail() -> None:
+        raise Failure("listener")
+
+    subscription = users.add_listener(fail)
+    with pytest.raises(Failure):
+        d.dispatch(refreshed(error="offline"))
+    assert users.error is None
+    subscription.remove()
+    seen: list[Any] = []
+    users.add_listener(lambda: seen.append(users.error))
+    d.dispatch(refreshed("ada"))
+    assert seen == [None]
+
+
+def test_a_queued_dispatch_failing_after_an_error_emit_leaves_no_error(d: flux.Dispatcher[Any]) -> None:
+    class Failing(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            if payload == "fail":
+                self.emit_change(error="failed")
+                raise Failure(payload)
+            self.emit_change()
+
+    store = Failing(d)
+    seen: list[Any] = []
+    store.add_listener(lambda: seen.append(store.error))
+    errors: list[BaseException] = []
+
+    def enqueue_both(payload: Any) -> None:
+        if payload == "start":
+            d.enqueue("fail", on_error=errors.append)
+            d.enqueue("next")
+
+    d.register(enqueue_both)
+    d.dispatch("start")
+    assert [type(e) for e in errors] == [Failure]
+    assert seen == [None, None], "the queued dispatch after the failed one saw no error"
+
+
+def test_closing_a_store_ends_its_error(d: flux.Dispatcher[Any]) -> None:
+    class Failing(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.emit_change(error=payload)
+            raise Failure(payload)
+
+    store = Failing(d)
+    with pytest.raises(Failure):
+        d.dispatch("x")
+    store.close()
+    assert store.error is None
+
+
+# ---------------------------------------------------------------------------
+# wait_for with stores
+# ---------------------------------------------------------------------------
+
+
+def test_wait_for_takes_stores_and_tokens_mixed(d: flux.Dispatcher[Any]) -> None:
+    order: list[str] = []
+
+    def first(payload: Any) -> None:
+        # Registered before the store and the token: the wait runs them, in
+        # the order given.
+        d.wait_for([late, users])
+        d.wait_for((users,))  # already handled: skipped
+        order.append(f"first read {users.state}")
+
+    d.register(first)
+    users = d.register_store(CurrentUserStore)
+    users.add_listener(lambda: order.append("users"))
+    late = d.register(lambda payload: order.append("token"))
+    d.dispatch(refreshed("ada"))
+    assert order == ["token", "users", "first read ada"]
+
+
+def test_wait_for_a_store_from_a_store(d: flux.Dispatcher[Any]) -> None:
+    messages = d.register_store(MessagesStore)
+    d.dispatch(refreshed("ada"))
+    d.dispatch(refreshed("bob"))
+    assert messages.seen == ["ada", "bob"]
+
+
+def test_wait_for_a_store_of_another_dispatcher_is_a_foreign_token(d: flux.Dispatcher[Any]) -> None:
+    other: flux.Dispatcher[Any]
+    with flux.Dispatcher() as other:
+        foreign = other.register_store(CurrentUserStore)
+        raised: list[BaseException] = []
+
+        def wait(payload: Any) -> None:
+            try:
+                d.wait_for([foreign])
+            except flux.UnknownTokenError as exc:
+                raised.append(exc)
+
+        d.register(wait)
+        d.dispatch("x")
+        assert len(raised) == 1
+        assert raised[0].token == foreign.dispatch_token  # type: ignore[attr-defined]
+        assert "not by this one" in str(raised[0])
+
+
+def test_wait_for_a_closed_store_is_an_unknown_token(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    users.close()
+    raised: list[BaseException] = []
+
+    def wait(payload: Any) -> None:
+        try:
+            d.wait_for([users])
+        except flux.UnknownTokenError as exc:
+            raised.append(exc)
+
+    d.register(wait)
+    d.dispatch("x")
+    assert len(raised) == 1
+
+
+def test_wait_for_something_neither_token_nor_store(d: flux.Dispatcher[Any]) -> None:
+    users = d.register_store(CurrentUserStore)
+    raised: list[BaseException] = []
+
+    def wait(payload: Any) -> None:
+        try:
+            d.wait_for([users, "users"])  # type: ignore[list-item]
+        except TypeError as exc:
+            raised.append(exc)
+
+    d.register(wait)
+    d.dispatch("x")
+    assert len(raised) == 1
+    assert "flux.Token or a flux.Store" in str(raised[0])
+
+
+def test_a_cycle_through_stores_names_the_store_classes(d: flux.Dispatcher[Any]) -> None:
+    class A(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.dispatcher.wait_for([self.dispatcher.store(B)])
+
+    class B(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.dispatcher.wait_for([self.dispatcher.store(A)])
+
+    a = d.register_store(A)
+    b = d.register_store(B)
+    with pytest.raises(flux.CircularDependencyError) as caught:
+        d.dispatch("x")
+    # B waits for A, which is waiting for B.
+    assert caught.value.cycle == (b.dispatch_token, a.dispatch_token, b.dispatch_token)
+    assert "(A)" in str(caught.value) and "(B)" in str(caught.value)
+
+
+# ---------------------------------------------------------------------------
+# The example (make demo): the same story as the Swift one
+# ---------------------------------------------------------------------------
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardir, "examples", "current_user.py")
+
+
+@pytest.mark.skipif(not os.path.exists(EXAMPLE), reason="not in a libflux checkout")
+def test_the_current_user_example_prints_what_the_swift_one_does() -> None:
+    package = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
+    result = subprocess.run(
+        [sys.executable, EXAMPLE], env=dict(os.environ, PYTHONPATH=package), capture_output=True, text=True,
+        check=False, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout == (
+        "current user refreshed:\n"
+        "  profile view: signed in as ada\n"
+        "  profile view: 3 unread\n"
+        "a message read:\n"
+        "  profile view: 2 unread\n"
+        "refresh failed:\n"
+        "  profile view: could not refresh: the server did not answer\n"
+        "  profile view: 0 unread\n"
+        "  profile view closed\n"
+        "after the view closed, refreshed again (no view prints):\n"
+        "messages: 1 unread\n"
+    )
