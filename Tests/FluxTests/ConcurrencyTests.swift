@@ -63,6 +63,98 @@ final class ConcurrencyTests: XCTestCase {
         XCTAssertEqual(variable.value, last)
     }
 
+    // Each observer sets the other variable; the two threads set one each.
+    // Before hand-over, each thread held one variable's delivery and waited
+    // for the other's: a deadlock within a few sets.
+    func testTwoWayBindingSetFromTwoThreadsNeitherDeadlocksNorReorders() {
+        let sets = 20_000
+        let a = Variable(0), b = Variable(0)
+        // Observers of one variable never run concurrently, so plain arrays
+        // do (ThreadSanitizer checks that too).
+        nonisolated(unsafe) var seenByA = [Int](), seenByB = [Int]()
+        // Thread 1 sets a to 1, 2, ...; thread 2 sets b to -1, -2, ...; each
+        // observer forwards the other thread's values only, so no value
+        // bounces back and forth.
+        a.signal.observe { value in
+            seenByA.append(value)
+            if value > 0 { b.value = value }
+        }
+        b.signal.observe { value in
+            seenByB.append(value)
+            if value < 0 { a.value = value }
+        }
+
+        // A deadlock fails the test here instead of hanging the run.
+        guard onThreads([{ for value in 1...sets { a.value = value } },
+                         { for value in 1...sets { b.value = -value } }]) else {
+            return XCTFail("two-way binding set from two threads: deadlock")
+        }
+
+        // Every observer got every value of each thread once, in that
+        // thread's order; the initial 0 first.
+        for seen in [seenByA, seenByB] {
+            XCTAssertEqual(seen.first, 0)
+            XCTAssertEqual(seen.filter { $0 > 0 }, Array(1...sets))
+            XCTAssertEqual(seen.filter { $0 < 0 }, Array(1...sets).map { -$0 })
+            XCTAssertEqual(seen.count, 2 * sets + 1)
+        }
+        // Each variable holds the value it delivered last.
+        XCTAssertEqual(a.value, seenByA.last)
+        XCTAssertEqual(b.value, seenByB.last)
+    }
+
+    // A binding as UI code writes it: each side sets the other when they
+    // differ. Both threads' sets return, and the two sides end up equal.
+    // (Were a set handed to the other thread stored before its delivery, the
+    // two threads would trade stale values forever.) Values do travel back
+    // and forth a while before settling: fewer sets keep it quick.
+    func testEqualityGuardedTwoWayBindingSettlesWhenSetFromTwoThreads() {
+        let sets = 5_000
+        let a = Variable(0), b = Variable(0)
+        let bindings = [
+            a.signal.observe { value in if b.value != value { b.value = value } },
+            b.signal.observe { value in if a.value != value { a.value = value } },
+        ]
+
+        guard onThreads([{ for value in 1...sets { a.value = value } },
+                         { for value in 1...sets { b.value = -value } }]) else {
+            return XCTFail("two-way binding set from two threads: deadlock")
+        }
+        XCTAssertEqual(a.value, b.value)
+        bindings.forEach { $0.dispose() }
+    }
+
+    // Sinks whose observers send to each other in a ring, from three threads:
+    // every send reaches its sink's observer once, in each thread's order.
+    func testRingOfSinksSendingFromThreeThreadsNeitherDeadlocksNorLoses() {
+        let sends = 5_000
+        let sinks = (0..<3).map { _ in Sink<(thread: Int, index: Int)>() }
+        // One list per sink, each touched by that sink's observer only.
+        final class Seen: @unchecked Sendable { var values: [(thread: Int, index: Int)] = [] }
+        let seen = (0..<3).map { _ in Seen() }
+        for (position, sink) in sinks.enumerated() {
+            sink.signal.observe { value in
+                seen[position].values.append(value)
+                // A value goes once around the ring, then stops.
+                if (position + 1) % 3 != value.thread {
+                    sinks[(position + 1) % 3].send(value: value)
+                }
+            }
+        }
+
+        guard onThreads((0..<3).map { thread in
+            { for index in 0..<sends { sinks[thread].send(value: (thread, index)) } }
+        }) else {
+            return XCTFail("ring of sinks sent from three threads: deadlock")
+        }
+        for position in 0..<3 {
+            for thread in 0..<3 {
+                XCTAssertEqual(seen[position].values.filter { $0.thread == thread }.map(\.index), Array(0..<sends),
+                               "sink \(position), values of thread \(thread)")
+            }
+        }
+    }
+
     func testScopedObservingFromTwoThreads() {
         final class Object {}
         let sink = Sink<Int>()
@@ -101,4 +193,20 @@ final class ConcurrencyTests: XCTestCase {
             XCTAssertTrue(disposables.allSatisfy { $0.isDisposed })
         }
     }
+}
+
+/// Runs each body on a thread of its own, all at once (dispatch queues may
+/// run them one after another when their threads are busy or blocked), and
+/// says whether all of them returned within `seconds`.
+private func onThreads(_ bodies: [() -> Void], seconds: Double = 120) -> Bool {
+    let done = DispatchGroup()
+    for body in bodies {
+        done.enter()
+        nonisolated(unsafe) let body = body
+        Thread {
+            body()
+            done.leave()
+        }.start()
+    }
+    return done.wait(timeout: .now() + seconds) == .success
 }

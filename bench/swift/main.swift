@@ -1,7 +1,7 @@
 // The VueFlux layer against a plain Swift loop over an array of closures, in
-// the same run: Sink.send to N observers, and Actions.dispatch with the
-// .immediate executor (one store's own actions; the shared actions of N
-// stores). Run by `make bench`, built with `swift build -c release`.
+// the same run: Sink.send and Variable.value's setter to N observers, and
+// Actions.dispatch with the .immediate executor (one store's own actions; the
+// shared actions of N stores). Run by `make bench`, built with `swift build -c release`.
 //
 // Every observer, commit and baseline closure adds its argument to one
 // counter that is printed at the end, and the closures are made behind
@@ -96,6 +96,15 @@ func benchSink(_ n: Int) {
     disposables.forEach { $0.dispose() }
 }
 
+func benchVariable(_ n: Int) {
+    let iterations = 2_000_000 / n
+    let closures = makeClosures(n)
+    let variable = Variable(0)
+    let disposables = makeClosures(n).map { variable.signal.observe($0) }
+    row("Variable.value set", n, compare(iterations, { variable.value = $0 }, against: { callAll(closures, $0) }))
+    disposables.forEach { $0.dispose() }
+}
+
 func benchStoreActions() {
     let iterations = 2_000_000
     let closures = makeClosures(1)
@@ -123,6 +132,9 @@ print("ratio: the median of \(rounds) interleaved rounds (lowest-highest)")
 print(String(repeating: " ", count: 34), "   N", "     Flux", "     loop", "   ratio")
 for n in [1, 10, 100] {
     benchSink(n)
+}
+for n in [1, 10, 100] {
+    benchVariable(n)
 }
 benchStoreActions()
 for n in [1, 10, 100] {

@@ -39,6 +39,7 @@ final class PosixLock: @unchecked Sendable {
 
     @inlinable func lock() { pthread_mutex_lock(mutex) }
     @inlinable func unlock() { pthread_mutex_unlock(mutex) }
+    @inlinable func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
 
     @inlinable
     func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
@@ -48,12 +49,23 @@ final class PosixLock: @unchecked Sendable {
     }
 }
 
-/// A number unique to the calling thread while it lives (never 0).
-@inlinable
-func currentThreadToken() -> UInt {
-    #if canImport(Darwin)
-    UInt(bitPattern: pthread_self())
-    #else
-    UInt(pthread_self())
-    #endif
+/// The calling thread's record in this layer: how many deliveries, of any
+/// sink, the thread is inside (a thread inside none may wait for a sink; one
+/// inside a delivery must not, or two of them can wait for each other). Its
+/// address stands for the thread while the thread lives (never 0).
+@usableFromInline
+func currentThreadRecord() -> UnsafeMutablePointer<Int> {
+    if let record = pthread_getspecific(threadRecordKey) {
+        return record.assumingMemoryBound(to: Int.self)
+    }
+    // The first use on this thread: freed when the thread exits.
+    guard let raw = calloc(1, MemoryLayout<Int>.size) else { fatalError("out of memory") }
+    pthread_setspecific(threadRecordKey, raw)
+    return raw.assumingMemoryBound(to: Int.self)
 }
+
+private let threadRecordKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key) { record in free(record) }
+    return key
+}()
