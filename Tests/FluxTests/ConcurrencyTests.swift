@@ -64,8 +64,9 @@ final class ConcurrencyTests: XCTestCase {
     }
 
     // Each observer sets the other variable; the two threads set one each.
-    // Before hand-over, each thread held one variable's delivery and waited
-    // for the other's: a deadlock within a few sets.
+    // When every set waited for the delivery in progress, each thread held
+    // one variable's delivery and waited for the other's: a deadlock within
+    // a few sets.
     func testTwoWayBindingSetFromTwoThreadsNeitherDeadlocksNorReorders() {
         let sets = 20_000
         let a = Variable(0), b = Variable(0)
@@ -126,33 +127,15 @@ final class ConcurrencyTests: XCTestCase {
 
     // Sinks whose observers send to each other in a ring, from three threads:
     // every send reaches its sink's observer once, in each thread's order.
-    func testRingOfSinksSendingFromThreeThreadsNeitherDeadlocksNorLoses() {
-        let sends = 5_000
-        let sinks = (0..<3).map { _ in Sink<(thread: Int, index: Int)>() }
-        // One list per sink, each touched by that sink's observer only.
-        final class Seen: @unchecked Sendable { var values: [(thread: Int, index: Int)] = [] }
-        let seen = (0..<3).map { _ in Seen() }
-        for (position, sink) in sinks.enumerated() {
-            sink.signal.observe { value in
-                seen[position].values.append(value)
-                // A value goes once around the ring, then stops.
-                if (position + 1) % 3 != value.thread {
-                    sinks[(position + 1) % 3].send(value: value)
-                }
-            }
-        }
+    func testRingOfSinksSentFromThreeThreadsNeitherDeadlocksNorLoses() {
+        let sinks = (0..<3).map { _ in Sink<RingItem>() }
+        assertRing(observe: { sinks[$0].signal.observe($1) }, send: { sinks[$0].send(value: $1) })
+    }
 
-        guard onThreads((0..<3).map { thread in
-            { for index in 0..<sends { sinks[thread].send(value: (thread, index)) } }
-        }) else {
-            return XCTFail("ring of sinks sent from three threads: deadlock")
-        }
-        for position in 0..<3 {
-            for thread in 0..<3 {
-                XCTAssertEqual(seen[position].values.filter { $0.thread == thread }.map(\.index), Array(0..<sends),
-                               "sink \(position), values of thread \(thread)")
-            }
-        }
+    // The same ring of Variables: sets handed to another thread's delivery.
+    func testRingOfVariablesSetFromThreeThreadsNeitherDeadlocksNorLoses() {
+        let variables = (0..<3).map { _ in Variable(RingItem(thread: -1, index: 0)) }
+        assertRing(observe: { variables[$0].signal.observe($1) }, send: { variables[$0].value = $1 })
     }
 
     func testScopedObservingFromTwoThreads() {
@@ -191,6 +174,44 @@ final class ConcurrencyTests: XCTestCase {
             // Added before the dispose or after it: disposed either way.
             XCTAssertTrue(scope.isDisposed)
             XCTAssertTrue(disposables.allSatisfy { $0.isDisposed })
+        }
+    }
+}
+
+struct RingItem {
+    var thread: Int, index: Int
+}
+
+/// Three threads each send 5,000 values to its own node of a ring of three,
+/// whose observers pass each value on once around the ring: each node's
+/// observer gets every value once, in its sender's order.
+private func assertRing(observe: (Int, @escaping (RingItem) -> Void) -> Void,
+                        send: @escaping (Int, RingItem) -> Void,
+                        file: StaticString = #filePath, line: UInt = #line) {
+    let sends = 5_000
+    // One list per node, touched only by that node's observer.
+    final class Seen: @unchecked Sendable { var values: [RingItem] = [] }
+    let seen = (0..<3).map { _ in Seen() }
+    for node in 0..<3 {
+        observe(node) { item in
+            seen[node].values.append(item)
+            // Stops before reaching its sender's node again; a Variable's
+            // initial value (thread -1) stays where it is.
+            if item.thread >= 0 && (node + 1) % 3 != item.thread {
+                send((node + 1) % 3, item)
+            }
+        }
+    }
+
+    guard onThreads((0..<3).map { thread in
+        { for index in 0..<sends { send(thread, RingItem(thread: thread, index: index)) } }
+    }) else {
+        return XCTFail("ring sent from three threads: deadlock", file: file, line: line)
+    }
+    for node in 0..<3 {
+        for thread in 0..<3 {
+            XCTAssertEqual(seen[node].values.filter { $0.thread == thread }.map(\.index), Array(0..<sends),
+                           "node \(node), values of thread \(thread)", file: file, line: line)
         }
     }
 }

@@ -39,7 +39,6 @@ final class PosixLock: @unchecked Sendable {
 
     @inlinable func lock() { pthread_mutex_lock(mutex) }
     @inlinable func unlock() { pthread_mutex_unlock(mutex) }
-    @inlinable func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
 
     @inlinable
     func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
@@ -49,23 +48,55 @@ final class PosixLock: @unchecked Sendable {
     }
 }
 
-/// The calling thread's record in this layer: how many deliveries, of any
-/// sink, the thread is inside (a thread inside none may wait for a sink; one
-/// inside a delivery must not, or two of them can wait for each other). Its
-/// address stands for the thread while the thread lives (never 0).
+/// A condition variable, for threads that wait for their turn on a
+/// `PosixLock` (a thread waits for a sink's delivery to end).
 @usableFromInline
-func currentThreadRecord() -> UnsafeMutablePointer<Int> {
+final class PosixCondition: @unchecked Sendable {
+    @usableFromInline let condition: UnsafeMutablePointer<pthread_cond_t>
+
+    init() {
+        condition = .allocate(capacity: 1)
+        condition.initialize(to: pthread_cond_t())
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        condition.deinitialize(count: 1)
+        condition.deallocate()
+    }
+
+    /// With `lock` held; returns with it held again.
+    @usableFromInline func wait(_ lock: PosixLock) { pthread_cond_wait(condition, lock.mutex) }
+    @usableFromInline func signal() { pthread_cond_signal(condition) }
+}
+
+/// How many deliveries, of any sink, the calling thread is inside. A thread
+/// inside none may wait for a sink's turn; one inside a delivery must not, or
+/// two of them can wait for each other (see Sink). Its address also stands
+/// for the thread while the thread lives.
+@usableFromInline typealias ThreadRecord = UnsafeMutablePointer<Int>
+
+@inlinable
+func currentThreadRecord() -> ThreadRecord {
     if let record = pthread_getspecific(threadRecordKey) {
         return record.assumingMemoryBound(to: Int.self)
     }
-    // The first use on this thread: freed when the thread exits.
-    guard let raw = calloc(1, MemoryLayout<Int>.size) else { fatalError("out of memory") }
-    pthread_setspecific(threadRecordKey, raw)
-    return raw.assumingMemoryBound(to: Int.self)
+    return newThreadRecord()
 }
 
-private let threadRecordKey: pthread_key_t = {
+@usableFromInline
+func newThreadRecord() -> ThreadRecord {
+    let record = ThreadRecord.allocate(capacity: 1)
+    record.initialize(to: 0)
+    pthread_setspecific(threadRecordKey, record)
+    return record
+}
+
+// The key's destructor frees a thread's record when the thread exits.
+@usableFromInline
+let threadRecordKey: pthread_key_t = {
     var key = pthread_key_t()
-    pthread_key_create(&key) { record in free(record) }
+    pthread_key_create(&key) { record in record?.deallocate() }
     return key
 }()

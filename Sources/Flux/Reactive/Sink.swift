@@ -1,16 +1,17 @@
-import Synchronization
-
 /// Sends values to the observers of its `signal`, in subscription order.
 ///
 /// Sends are serialized: the observers of one sink never run concurrently.
 /// A send is delivered synchronously, on the sending thread, before `send`
-/// returns, except in two cases where waiting would deadlock, and where the
-/// value is queued instead:
-/// - made from inside an observer of this sink, on the delivering thread: it
-///   is delivered when the current delivery ends (VueFlux deadlocks there);
-/// - made from inside an observer of another sink while a third thread is
-///   delivering this one (two-way bindings set from two threads): that thread
-///   delivers it before it lets go of the sink.
+/// returns, waiting for a delivery in progress on another thread to end;
+/// except where waiting could deadlock, that is, when the sending thread is
+/// itself inside a delivery (of this sink or of another). Then the value is
+/// queued and delivered by the thread delivering this sink before that
+/// thread lets it go:
+/// - a send from inside an observer of this sink is delivered when the
+///   current delivery ends (VueFlux deadlocks there);
+/// - a send from inside an observer of another sink, while a second thread
+///   delivers this one (two-way bindings set from two threads), is delivered
+///   by that thread.
 /// Either way every observer gets the values of one sender in the order it
 /// sent them. Each value goes to the observers present when its delivery
 /// starts: one added during a delivery misses that value and gets the ones
@@ -27,7 +28,6 @@ public final class Sink<Value>: @unchecked Sendable {
     // a chain of closures.
     @usableFromInline typealias Observer = CancelableProcedure<Value>
     @usableFromInline typealias Key = ObserverList<Observer>.Key
-    @usableFromInline typealias ThreadRecord = UnsafeMutablePointer<Int>
 
     @usableFromInline
     enum Pending {
@@ -35,162 +35,127 @@ public final class Sink<Value>: @unchecked Sendable {
         case action(() -> Void)
     }
 
-    @usableFromInline let observersLock = PosixLock()
+    // Guards the properties below (and a Variable's stored value). Never held
+    // while user code runs, so it cannot be part of a deadlock.
+    @usableFromInline let lock = PosixLock()
     @usableFromInline var observers = ObserverList<Observer>()
-
-    // Held by the delivering thread for a delivery and the queued ones it
-    // runs after it. Only a thread inside no delivery waits for it; one
-    // inside a delivery queues instead (see currentThreadRecord).
-    @usableFromInline let sendLock = PosixLock()
-    // The record of the thread holding sendLock, or 0. Only that thread ever
-    // finds its own record here, so a relaxed load answers "am I delivering?"
-    // exactly.
-    @usableFromInline let deliveringThread = Atomic<UInt>(0)
-    // Deliveries waiting for the holder of sendLock, in the order queued.
-    // Also guards Variable's value, so that a set stores and queues at once.
-    @usableFromInline let queueLock = PosixLock()
+    // The turn: the thread delivering now, or nil. Deliveries happen outside
+    // the lock, one thread at a time.
+    @usableFromInline var deliverer: ThreadRecord?
+    // Deliveries handed to the deliverer, in the order queued. Empty whenever
+    // nobody delivers: the deliverer runs them all before it lets go.
     @usableFromInline var pending: [Pending] = []
-    // Whether `pending` has anything: written under queueLock, read without
-    // it. Read after unlocking sendLock, it closes the window in which a
-    // thread queued while the holder was finishing (that thread's tryLock
-    // failed): the leaving holder then delivers it.
-    @usableFromInline let hasPending = Atomic<Bool>(false)
-    // The batch being run, swapped with `pending`; under sendLock.
-    @usableFromInline var running: [Pending] = []
+    // Threads waiting for the turn.
+    @usableFromInline var waiting = 0
+    @usableFromInline let turnEnded = PosixCondition()
 
     public init() {}
 
     @inlinable
     public func send(value: Value) {
         let thread = currentThreadRecord()
-        if isDelivering(on: thread) {
-            queue(.value(value))
-        } else if enter(thread) {
-            // Behind what was queued before this thread took the sink: a
-            // sender's earlier queued values come first.
-            if hasPending.load(ordering: .relaxed) {
-                queue(.value(value))
-            } else {
-                deliver(value)
-            }
-            leave(thread)
-        } else {
-            queue(.value(value))
-            deliverIfIdle(thread)
+        lock.lock()
+        guard takeTurn(thread) else {
+            pending.append(.value(value))
+            lock.unlock()
+            return
         }
+        let current = observers.elements
+        lock.unlock()
+        call(current, with: value)
+        endTurn(thread)
     }
 
     // MARK: Internal, for Variable
 
+    /// With `lock` held: takes the turn, waiting for it when the thread is
+    /// inside no delivery, and returns true; or returns false when another
+    /// delivery is in progress and the thread is inside one, which must not
+    /// wait (two such threads could wait for each other): the caller queues
+    /// in `pending` instead. Returns with `lock` held either way.
     @inlinable
-    func isDelivering(on thread: ThreadRecord) -> Bool {
-        deliveringThread.load(ordering: .relaxed) == UInt(bitPattern: thread)
-    }
-
-    /// Takes the sink for a delivery on this thread: waits for it if the
-    /// thread is inside no delivery, else only tries (false: queue instead).
-    /// Not while delivering this sink on this thread.
-    @inlinable
-    func enter(_ thread: ThreadRecord) -> Bool {
-        if thread.pointee == 0 {
-            sendLock.lock()
-        } else if !sendLock.tryLock() {
-            return false
-        }
-        began(thread)
+    func takeTurn(_ thread: ThreadRecord) -> Bool {
+        guard deliverer == nil else { return waitForTurn(thread) }
+        deliverer = thread
+        thread.pointee += 1
         return true
     }
 
-    /// Runs what was queued, then lets the sink go. After `enter`.
-    @inlinable
-    func leave(_ thread: ThreadRecord) {
-        if hasPending.load(ordering: .relaxed) {
-            drainPending()
-        }
-        ending(thread)
-        if hasPending.load(ordering: .sequentiallyConsistent) {
-            deliverIfIdle(thread)
-        }
-    }
-
-    /// Queues a delivery behind those queued. Whoever holds the sink runs it;
-    /// one that is not the holder then calls `deliverIfIdle`.
-    @inlinable
-    func queue(_ item: Pending) {
-        queueLock.withLock { queueLocked(item) }
-    }
-
-    /// `queue`, with queueLock held.
-    @inlinable
-    func queueLocked(_ item: Pending) {
-        pending.append(item)
-        hasPending.store(true, ordering: .sequentiallyConsistent)
-    }
-
-    /// Calls the current observers with `value`. Only while holding the sink.
-    @inlinable
-    func deliver(_ value: Value) {
-        let current = observersLock.withLock { observers.elements }
-        for observer in current {
-            observer.execute(with: value)
-        }
-    }
-
-    @inlinable
-    func began(_ thread: ThreadRecord) {
-        deliveringThread.store(UInt(bitPattern: thread), ordering: .relaxed)
+    @usableFromInline
+    func waitForTurn(_ thread: ThreadRecord) -> Bool {
+        guard thread.pointee == 0 else { return false }
+        waiting += 1
+        repeat {
+            turnEnded.wait(lock)
+        } while deliverer != nil
+        waiting -= 1
+        deliverer = thread
         thread.pointee += 1
+        return true
     }
 
+    /// Runs what was queued during the turn, then lets the turn go. Without
+    /// `lock`, after `takeTurn`.
     @inlinable
-    func ending(_ thread: ThreadRecord) {
+    func endTurn(_ thread: ThreadRecord) {
+        lock.lock()
+        guard pending.isEmpty && waiting == 0 else { return drainAndEndTurn(thread) }
+        deliverer = nil
+        lock.unlock()
         thread.pointee -= 1
-        deliveringThread.store(0, ordering: .relaxed)
-        sendLock.unlock()
     }
 
-    /// Delivers what is queued if no thread holds the sink; a thread that
-    /// does will. Never waits.
+    /// `endTurn`, entered with `lock` held.
     @usableFromInline
-    func deliverIfIdle(_ thread: ThreadRecord) {
-        while hasPending.load(ordering: .sequentiallyConsistent) && sendLock.tryLock() {
-            began(thread)
-            drainPending()
-            ending(thread)
-        }
-    }
-
-    /// Runs the queued deliveries, in order, until none is left: those that
-    /// the ones run here queue too. Only while holding the sink.
-    @usableFromInline
-    func drainPending() {
-        while true {
-            let empty: Bool = queueLock.withLock {
-                if pending.isEmpty { return true }
-                swap(&pending, &running)
-                hasPending.store(false, ordering: .sequentiallyConsistent)
-                return false
-            }
-            if empty { return }
-            for item in running {
+    func drainAndEndTurn(_ thread: ThreadRecord) {
+        var batch: [Pending] = []
+        while !pending.isEmpty {
+            // What the batch queues comes after it, in the next batch.
+            swap(&batch, &pending)
+            lock.unlock()
+            for item in batch {
                 switch item {
                 case .value(let value): deliver(value)
                 case .action(let action): action()
                 }
             }
-            running.removeAll(keepingCapacity: true)
+            // Released outside the lock: a value's deinit may come back here.
+            batch.removeAll(keepingCapacity: true)
+            lock.lock()
+        }
+        deliverer = nil
+        if waiting > 0 {
+            turnEnded.signal()
+        }
+        lock.unlock()
+        thread.pointee -= 1
+    }
+
+    /// Calls the current observers with `value`. Only during the turn, without `lock`.
+    @inlinable
+    func deliver(_ value: Value) {
+        lock.lock()
+        let current = observers.elements
+        lock.unlock()
+        call(current, with: value)
+    }
+
+    @inlinable
+    func call(_ observers: ContiguousArray<Observer>, with value: Value) {
+        for observer in observers {
+            observer.execute(with: value)
         }
     }
 
     @usableFromInline
     func subscribe(_ observer: Observer) -> Key {
-        observersLock.withLock { observers.add(observer) }
+        lock.withLock { observers.add(observer) }
     }
 
     @usableFromInline
     func unsubscribe(_ key: Key) {
         // Released outside the lock: the closure's deinit may come back here.
-        let removed = observersLock.withLock { observers.remove(for: key) }
+        let removed = lock.withLock { observers.remove(for: key) }
         _ = removed
     }
 }

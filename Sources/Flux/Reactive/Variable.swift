@@ -2,14 +2,13 @@
 /// value first, then every change; nothing is lost or sent twice.
 ///
 /// Sets are delivered as a `Sink`'s sends are: synchronously, or, where
-/// waiting would deadlock, queued behind the delivery in progress. `value`
-/// can be read anywhere, including inside an observer while a set is being
-/// delivered: there it is the value being delivered, unless the delivering
-/// thread has set another since. A set queued on the delivering thread (made
-/// inside an observer of this variable) stores at once, so the setter reads
-/// it back; one queued for another thread's delivery stores when it is
-/// delivered, so that `value` never runs ahead of what observers are getting
-/// from other threads (a two-way binding guarded by `!=` then settles).
+/// waiting could deadlock, queued for the delivery in progress. `value` can
+/// be read anywhere, including inside an observer while a set is being
+/// delivered. A set made inside an observer of this variable stores at once
+/// (the setter reads it back) and is delivered when the current delivery
+/// ends. A set handed to a delivery in progress on another thread stores when
+/// it is delivered, so that `value` never runs ahead of what observers are
+/// getting (a two-way binding guarded by `!=` then settles).
 public final class Variable<Value>: @unchecked Sendable {
     public var constant: Constant<Value> {
         .init(variable: self)
@@ -23,34 +22,45 @@ public final class Variable<Value>: @unchecked Sendable {
 
     public var value: Value {
         get {
-            changes.queueLock.withLock { storage }
+            changes.lock.withLock { storage }
         }
         set {
             let thread = currentThreadRecord()
-            if changes.isDelivering(on: thread) {
-                changes.queueLock.withLock {
-                    storage = newValue
-                    changes.queueLocked(.action(delivery(of: newValue)))
-                }
-            } else if changes.enter(thread) {
-                if changes.hasPending.load(ordering: .relaxed) {
-                    changes.queue(.action(delivery(of: newValue)))
-                } else {
-                    deliver(newValue)
-                }
-                changes.leave(thread)
+            changes.lock.lock()
+            if changes.takeTurn(thread) {
+                let current = store(newValue)
+                delivered = newValue
+                changes.call(current, with: newValue)
+                changes.endTurn(thread)
+            } else if changes.deliverer == thread {
+                // Set inside an observer of this variable: this thread's sets
+                // are the only ones until its turn ends, so storing now keeps
+                // `value` in set order.
+                var replaced = newValue
+                swap(&storage, &replaced)
+                changes.pending.append(.action { [self] in
+                    delivered = newValue
+                    changes.deliver(newValue)
+                })
+                changes.lock.unlock()
+                withExtendedLifetime(replaced) {}
             } else {
-                changes.queue(.action(delivery(of: newValue)))
-                changes.deliverIfIdle(thread)
+                changes.pending.append(.action { [self] in
+                    changes.lock.lock()
+                    let current = store(newValue)
+                    delivered = newValue
+                    changes.call(current, with: newValue)
+                })
+                changes.lock.unlock()
             }
         }
     }
 
-    // Its queueLock also guards `storage`.
+    // Its lock also guards `storage`.
     private let changes = Sink<Value>()
     private var storage: Value
     // The last value delivered to observers: what a new observer starts from.
-    // Only touched by the thread holding the sink.
+    // Only touched during the sink's turn.
     private var delivered: Value
 
     public init(_ value: Value) {
@@ -58,40 +68,37 @@ public final class Variable<Value>: @unchecked Sendable {
         delivered = value
     }
 
-    /// Stores and delivers `newValue`. Only while holding the sink.
-    private func deliver(_ newValue: Value) {
-        changes.queueLock.withLock { storage = newValue }
-        delivered = newValue
-        changes.deliver(newValue)
-    }
-
-    private func delivery(of newValue: Value) -> () -> Void {
-        { [self] in deliver(newValue) }
+    /// Entered with the sink's lock held: stores `newValue`, lets go of the
+    /// lock, and returns the observers to deliver it to.
+    private func store(_ newValue: Value) -> ContiguousArray<Sink<Value>.Observer> {
+        var replaced = newValue
+        swap(&storage, &replaced)
+        let current = changes.observers.elements
+        changes.lock.unlock()
+        // Released outside the lock: its deinit may read `value`.
+        withExtendedLifetime(replaced) {}
+        return current
     }
 
     private func observeChanges(_ send: @escaping (Value) -> Void) -> any Disposable {
         let thread = currentThreadRecord()
-        let delivering = changes.isDelivering(on: thread)
-        if !delivering && changes.enter(thread) {
-            // After the sets queued before it: the first value is the one
-            // delivered last before joining.
-            changes.drainPending()
+        changes.lock.lock()
+        if changes.takeTurn(thread) {
+            changes.lock.unlock()
             send(delivered)
             let key = changes.subscribe(CancelableProcedure(send))
-            changes.leave(thread)
+            changes.endTurn(thread)
             return subscription(key)
         }
-        // Observed from inside an observer: join after the queued deliveries,
-        // so the first value is the one delivered last before joining.
+        // Observed during a delivery in progress: join after the deliveries
+        // queued, so the first value is the one delivered last before joining.
         let registration = DeferredRegistration<Value>()
-        changes.queue(.action { [self] in
+        changes.pending.append(.action { [self] in
             guard registration.begin() else { return }
             send(delivered)
             registration.finish(key: changes.subscribe(CancelableProcedure(send)), sink: changes)
         })
-        if !delivering {
-            changes.deliverIfIdle(thread)
-        }
+        changes.lock.unlock()
         return AnyDisposable { registration.cancel() }
     }
 
