@@ -20,6 +20,10 @@ public final class Variable<Value>: @unchecked Sendable {
         }
     }
 
+    // @inlinable, as are the members it uses: so that a client's release
+    // build specializes a set (unspecialized, it spends most of its time
+    // looking up generic metadata).
+    @inlinable
     public var value: Value {
         get {
             changes.lock.withLock { storage }
@@ -27,41 +31,21 @@ public final class Variable<Value>: @unchecked Sendable {
         set {
             let thread = currentThreadRecord()
             changes.lock.lock()
-            if changes.takeTurn(thread) {
-                let current = store(newValue)
-                delivered = newValue
-                changes.call(current, with: newValue)
-                changes.endTurn(thread)
-            } else if changes.deliverer == thread {
-                // Set inside an observer of this variable: this thread's sets
-                // are the only ones until its turn ends, so storing now keeps
-                // `value` in set order.
-                var replaced = newValue
-                swap(&storage, &replaced)
-                changes.pending.append(.action { [self] in
-                    delivered = newValue
-                    changes.deliver(newValue)
-                })
-                changes.lock.unlock()
-                withExtendedLifetime(replaced) {}
-            } else {
-                changes.pending.append(.action { [self] in
-                    changes.lock.lock()
-                    let current = store(newValue)
-                    delivered = newValue
-                    changes.call(current, with: newValue)
-                })
-                changes.lock.unlock()
-            }
+            guard changes.takeTurn(thread) else { return queue(newValue, from: thread) }
+            let current = store(newValue)
+            delivered = newValue
+            changes.call(current, with: newValue)
+            changes.endTurn(thread)
         }
     }
 
-    // Its lock also guards `storage`.
-    private let changes = Sink<Value>()
-    private var storage: Value
+    // Its lock also guards `storage` (so no dynamic exclusivity checks, as
+    // in Sink).
+    @usableFromInline let changes = Sink<Value>()
+    @usableFromInline @exclusivity(unchecked) var storage: Value
     // The last value delivered to observers: what a new observer starts from.
     // Only touched during the sink's turn.
-    private var delivered: Value
+    @usableFromInline @exclusivity(unchecked) var delivered: Value
 
     public init(_ value: Value) {
         storage = value
@@ -70,7 +54,8 @@ public final class Variable<Value>: @unchecked Sendable {
 
     /// Entered with the sink's lock held: stores `newValue`, lets go of the
     /// lock, and returns the observers to deliver it to.
-    private func store(_ newValue: Value) -> ContiguousArray<Sink<Value>.Observer> {
+    @inlinable
+    func store(_ newValue: Value) -> ContiguousArray<Sink<Value>.Observer> {
         var replaced = newValue
         swap(&storage, &replaced)
         let current = changes.observers.elements
@@ -78,6 +63,35 @@ public final class Variable<Value>: @unchecked Sendable {
         // Released outside the lock: its deinit may read `value`.
         withExtendedLifetime(replaced) {}
         return current
+    }
+
+    /// A set while another delivery of this variable is in progress and the
+    /// thread must not wait for it (see Sink.takeTurn): entered with the lock
+    /// held, queues the set's delivery.
+    @usableFromInline
+    func queue(_ newValue: Value, from thread: ThreadRecord) {
+        if changes.deliverer == thread {
+            // Set inside an observer of this variable: this thread's sets are
+            // the only ones until its turn ends, so storing now keeps `value`
+            // in set order.
+            var replaced = newValue
+            swap(&storage, &replaced)
+            changes.pending.append(.action { [self] in
+                delivered = newValue
+                changes.deliver(newValue)
+            })
+            changes.lock.unlock()
+            withExtendedLifetime(replaced) {}
+        } else {
+            // Handed to another thread's delivery: stored when delivered.
+            changes.pending.append(.action { [self] in
+                changes.lock.lock()
+                let current = store(newValue)
+                delivered = newValue
+                changes.call(current, with: newValue)
+            })
+            changes.lock.unlock()
+        }
     }
 
     private func observeChanges(_ send: @escaping (Value) -> Void) -> any Disposable {
