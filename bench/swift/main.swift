@@ -1,5 +1,7 @@
 // The VueFlux layer against a plain Swift loop over an array of closures, in
-// the same run: Sink.send and Variable.value's setter to N observers, and
+// the same run: Sink.send and Variable.value's setter to N observers, a
+// sink's signal observed and disposed (against a closure appended to and
+// removed from an array), and
 // Actions.dispatch with the .immediate executor (one store's own actions; the
 // shared actions of N stores). Run by `make bench`, built with `swift build -c release`.
 //
@@ -105,6 +107,23 @@ func benchVariable(_ n: Int) {
     disposables.forEach { $0.dispose() }
 }
 
+// The baseline of an observation's lifetime: a closure stored in a list and
+// removed again.
+@inline(never)
+func appendAndRemove(_ list: inout [(Int) -> Void], _ closure: @escaping (Int) -> Void) {
+    list.append(closure)
+    list.removeLast()
+}
+
+func benchObserveDispose() {
+    let iterations = 500_000
+    let sink = Sink<Int>()
+    let closure = makeClosures(1)[0]
+    var list: [(Int) -> Void] = []
+    row("signal.observe + dispose", 1, compare(iterations, { _ in sink.signal.observe(closure).dispose() },
+                                               against: { _ in appendAndRemove(&list, closure) }))
+}
+
 func benchStoreActions() {
     let iterations = 2_000_000
     let closures = makeClosures(1)
@@ -136,6 +155,7 @@ for n in [1, 10, 100] {
 for n in [1, 10, 100] {
     benchVariable(n)
 }
+benchObserveDispose()
 benchStoreActions()
 for n in [1, 10, 100] {
     benchSharedActions(n)

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Sends values to the observers of its `signal`, in subscription order.
 ///
 /// Sends are serialized: the observers of one sink never run concurrently.
@@ -149,15 +151,52 @@ public final class Sink<Value>: @unchecked Sendable {
         }
     }
 
-    @usableFromInline
+    // @inlinable, like send: observe specializes in the client.
+    @inlinable
     func subscribe(_ observer: Observer) -> Key {
         lock.withLock { observers.add(observer) }
     }
 
-    @usableFromInline
+    @inlinable
     func unsubscribe(_ key: Key) {
         // Released outside the lock: the closure's deinit may come back here.
         let removed = lock.withLock { observers.remove(for: key) }
         _ = removed
+    }
+}
+
+/// What observing a sink returns: AnyDisposable's rules (dispose once, then
+/// let go of the observer) in one object, where an AnyDisposable over a
+/// closure took three allocations and a weak reference's box.
+@usableFromInline
+final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
+    @usableFromInline let disposed = Atomic<Bool>(false)
+    // Written by init and by the one caller that wins the exchange in dispose().
+    @usableFromInline @exclusivity(unchecked) var procedure: CancelableProcedure<Value>?
+    // Weak: a subscription does not keep its sink, and what the sink's
+    // observers hold, alive.
+    @usableFromInline weak var sink: Sink<Value>?
+    @usableFromInline let key: Sink<Value>.Key
+
+    @inlinable
+    init(_ procedure: CancelableProcedure<Value>, key: Sink<Value>.Key, sink: Sink<Value>) {
+        self.procedure = procedure
+        self.key = key
+        self.sink = sink
+    }
+
+    @inlinable
+    var isDisposed: Bool {
+        disposed.load(ordering: .acquiring)
+    }
+
+    @inlinable
+    func dispose() {
+        guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            return
+        }
+        procedure?.cancel()
+        procedure = nil
+        sink?.unsubscribe(key)
     }
 }
