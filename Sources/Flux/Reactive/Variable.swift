@@ -40,7 +40,8 @@ public final class Variable<Value>: @unchecked Sendable {
     }
 
     // Its lock also guards `storage` (so no dynamic exclusivity checks, as
-    // in Sink).
+    // in Sink). A value replaced in `storage` is never released there, under
+    // the lock: `delivered` or a queued delivery still holds it.
     @usableFromInline let changes = Sink<Value>()
     @usableFromInline @exclusivity(unchecked) var storage: Value
     // The last value delivered to observers: what a new observer starts from.
@@ -52,16 +53,13 @@ public final class Variable<Value>: @unchecked Sendable {
         delivered = value
     }
 
-    /// Entered with the sink's lock held: stores `newValue`, lets go of the
-    /// lock, and returns the observers to deliver it to.
+    /// Entered with the sink's lock held, during the turn: stores `newValue`,
+    /// lets go of the lock, and returns the observers to deliver it to.
     @inlinable
     func store(_ newValue: Value) -> ContiguousArray<Sink<Value>.Observer> {
-        var replaced = newValue
-        swap(&storage, &replaced)
+        storage = newValue
         let current = changes.observers.elements
         changes.lock.unlock()
-        // Released outside the lock: its deinit may read `value`.
-        withExtendedLifetime(replaced) {}
         return current
     }
 
@@ -74,14 +72,12 @@ public final class Variable<Value>: @unchecked Sendable {
             // Set inside an observer of this variable: this thread's sets are
             // the only ones until its turn ends, so storing now keeps `value`
             // in set order.
-            var replaced = newValue
-            swap(&storage, &replaced)
+            storage = newValue
             changes.pending.append(.action { [self] in
                 delivered = newValue
                 changes.deliver(newValue)
             })
             changes.lock.unlock()
-            withExtendedLifetime(replaced) {}
         } else {
             // Handed to another thread's delivery: stored when delivered.
             changes.pending.append(.action { [self] in
