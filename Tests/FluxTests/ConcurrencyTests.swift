@@ -63,6 +63,81 @@ final class ConcurrencyTests: XCTestCase {
         XCTAssertEqual(variable.value, last)
     }
 
+    // Each observer sets the other variable; the two threads set one each.
+    // When every set waited for the delivery in progress, each thread held
+    // one variable's delivery and waited for the other's: a deadlock within
+    // a few sets.
+    func testTwoWayBindingSetFromTwoThreadsNeitherDeadlocksNorReorders() {
+        let sets = 20_000
+        let a = Variable(0), b = Variable(0)
+        // Observers of one variable never run concurrently, so plain arrays
+        // do (ThreadSanitizer checks that too).
+        nonisolated(unsafe) var seenByA = [Int](), seenByB = [Int]()
+        // Thread 1 sets a to 1, 2, ...; thread 2 sets b to -1, -2, ...; each
+        // observer forwards the other thread's values only, so no value
+        // bounces back and forth.
+        a.signal.observe { value in
+            seenByA.append(value)
+            if value > 0 { b.value = value }
+        }
+        b.signal.observe { value in
+            seenByB.append(value)
+            if value < 0 { a.value = value }
+        }
+
+        // A deadlock fails the test here instead of hanging the run.
+        guard onThreads([{ for value in 1...sets { a.value = value } },
+                         { for value in 1...sets { b.value = -value } }]) else {
+            return XCTFail("two-way binding set from two threads: deadlock")
+        }
+
+        // Every observer got every value of each thread once, in that
+        // thread's order; the initial 0 first.
+        for seen in [seenByA, seenByB] {
+            XCTAssertEqual(seen.first, 0)
+            XCTAssertEqual(seen.filter { $0 > 0 }, Array(1...sets))
+            XCTAssertEqual(seen.filter { $0 < 0 }, Array(1...sets).map { -$0 })
+            XCTAssertEqual(seen.count, 2 * sets + 1)
+        }
+        // Each variable holds the value it delivered last.
+        XCTAssertEqual(a.value, seenByA.last)
+        XCTAssertEqual(b.value, seenByB.last)
+    }
+
+    // A binding as UI code writes it: each side sets the other when they
+    // differ. Both threads' sets return, and the two sides end up equal.
+    // (Were a set handed to the other thread stored before its delivery, the
+    // two threads would trade stale values forever.) Values do travel back
+    // and forth a while before settling: fewer sets keep it quick.
+    func testEqualityGuardedTwoWayBindingSettlesWhenSetFromTwoThreads() {
+        let sets = 5_000
+        let a = Variable(0), b = Variable(0)
+        let bindings = [
+            a.signal.observe { value in if b.value != value { b.value = value } },
+            b.signal.observe { value in if a.value != value { a.value = value } },
+        ]
+
+        guard onThreads([{ for value in 1...sets { a.value = value } },
+                         { for value in 1...sets { b.value = -value } }]) else {
+            return XCTFail("two-way binding set from two threads: deadlock")
+        }
+        XCTAssertEqual(a.value, b.value)
+        bindings.forEach { $0.dispose() }
+    }
+
+    // Sinks whose observers send to each other in a ring, from three threads:
+    // every send reaches its sink's observer once, in each thread's order.
+    func testRingOfSinksSentFromThreeThreadsNeitherDeadlocksNorLoses() {
+        let sinks = (0..<3).map { _ in Sink<RingItem>() }
+        assertRing(observe: { sinks[$0].signal.observe($1) }, send: { sinks[$0].send(value: $1) })
+    }
+
+    // The same ring of Variables: sets handed to another thread's delivery.
+    func testRingOfVariablesSetFromThreeThreadsNeitherDeadlocksNorLoses() {
+        let variables = (0..<3).map { _ in Variable(RingItem(thread: -1, index: 0)) }
+        assertRing(observe: { variables[$0].signal.observe($1) }, send: { variables[$0].value = $1 })
+    }
+
     func testScopedObservingFromTwoThreads() {
         final class Object {}
         let sink = Sink<Int>()
@@ -101,4 +176,58 @@ final class ConcurrencyTests: XCTestCase {
             XCTAssertTrue(disposables.allSatisfy { $0.isDisposed })
         }
     }
+}
+
+struct RingItem {
+    var thread: Int, index: Int
+}
+
+/// Three threads each send 5,000 values to its own node of a ring of three,
+/// whose observers pass each value on once around the ring: each node's
+/// observer gets every value once, in its sender's order.
+private func assertRing(observe: (Int, @escaping (RingItem) -> Void) -> Void,
+                        send: @escaping (Int, RingItem) -> Void,
+                        file: StaticString = #filePath, line: UInt = #line) {
+    let sends = 5_000
+    // One list per node, touched only by that node's observer.
+    final class Seen: @unchecked Sendable { var values: [RingItem] = [] }
+    let seen = (0..<3).map { _ in Seen() }
+    for node in 0..<3 {
+        observe(node) { item in
+            seen[node].values.append(item)
+            // Stops before reaching its sender's node again; a Variable's
+            // initial value (thread -1) stays where it is.
+            if item.thread >= 0 && (node + 1) % 3 != item.thread {
+                send((node + 1) % 3, item)
+            }
+        }
+    }
+
+    guard onThreads((0..<3).map { thread in
+        { for index in 0..<sends { send(thread, RingItem(thread: thread, index: index)) } }
+    }) else {
+        return XCTFail("ring sent from three threads: deadlock", file: file, line: line)
+    }
+    for node in 0..<3 {
+        for thread in 0..<3 {
+            XCTAssertEqual(seen[node].values.filter { $0.thread == thread }.map(\.index), Array(0..<sends),
+                           "node \(node), values of thread \(thread)", file: file, line: line)
+        }
+    }
+}
+
+/// Runs each body on a thread of its own, all at once (dispatch queues may
+/// run them one after another when their threads are busy or blocked), and
+/// says whether all of them returned within `seconds`.
+private func onThreads(_ bodies: [() -> Void], seconds: Double = 120) -> Bool {
+    let done = DispatchGroup()
+    for body in bodies {
+        done.enter()
+        nonisolated(unsafe) let body = body
+        Thread {
+            body()
+            done.leave()
+        }.start()
+    }
+    return done.wait(timeout: .now() + seconds) == .success
 }

@@ -370,4 +370,24 @@ final class SinkSignalTests: XCTestCase {
             XCTAssertEqual(value, 0)
         }
     }
+
+    // Beyond VueFlux's suite: a sink's subscription lets go of its observer
+    // when disposed, even while the disposable itself is still held (as
+    // AnyDisposable lets go of its closure), so an observer that captures
+    // its owner does not keep it alive after dispose().
+    func testDisposedSubscriptionReleasesObserver() {
+        final class Owner {}
+        let sink = Sink<Int>()
+        var owner: Owner? = Owner()
+        weak let weakOwner = owner
+        let disposable = sink.signal.observe { [owner] _ in _ = owner }
+        owner = nil
+        XCTAssertNotNil(weakOwner)
+
+        disposable.dispose()
+
+        XCTAssertTrue(disposable.isDisposed)
+        XCTAssertNil(weakOwner)
+        withExtendedLifetime(disposable) {}
+    }
 }

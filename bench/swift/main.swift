@@ -1,7 +1,9 @@
 // The VueFlux layer against a plain Swift loop over an array of closures, in
-// the same run: Sink.send to N observers, and Actions.dispatch with the
-// .immediate executor (one store's own actions; the shared actions of N
-// stores). Run by `make bench`, built with `swift build -c release`.
+// the same run: Sink.send and Variable.value's setter to N observers, a
+// sink's signal observed and disposed (against a closure appended to and
+// removed from an array), and
+// Actions.dispatch with the .immediate executor (one store's own actions; the
+// shared actions of N stores). Run by `make bench`, built with `swift build -c release`.
 //
 // Every observer, commit and baseline closure adds its argument to one
 // counter that is printed at the end, and the closures are made behind
@@ -96,6 +98,32 @@ func benchSink(_ n: Int) {
     disposables.forEach { $0.dispose() }
 }
 
+func benchVariable(_ n: Int) {
+    let iterations = 2_000_000 / n
+    let closures = makeClosures(n)
+    let variable = Variable(0)
+    let disposables = makeClosures(n).map { variable.signal.observe($0) }
+    row("Variable.value set", n, compare(iterations, { variable.value = $0 }, against: { callAll(closures, $0) }))
+    disposables.forEach { $0.dispose() }
+}
+
+// The baseline of an observation's lifetime: a closure stored in a list and
+// removed again.
+@inline(never)
+func appendAndRemove(_ list: inout [(Int) -> Void], _ closure: @escaping (Int) -> Void) {
+    list.append(closure)
+    list.removeLast()
+}
+
+func benchObserveDispose() {
+    let iterations = 500_000
+    let sink = Sink<Int>()
+    let closure = makeClosures(1)[0]
+    var list: [(Int) -> Void] = []
+    row("signal.observe + dispose", 1, compare(iterations, { _ in sink.signal.observe(closure).dispose() },
+                                               against: { _ in appendAndRemove(&list, closure) }))
+}
+
 func benchStoreActions() {
     let iterations = 2_000_000
     let closures = makeClosures(1)
@@ -124,6 +152,10 @@ print(String(repeating: " ", count: 34), "   N", "     Flux", "     loop", "   r
 for n in [1, 10, 100] {
     benchSink(n)
 }
+for n in [1, 10, 100] {
+    benchVariable(n)
+}
+benchObserveDispose()
 benchStoreActions()
 for n in [1, 10, 100] {
     benchSharedActions(n)

@@ -48,12 +48,55 @@ final class PosixLock: @unchecked Sendable {
     }
 }
 
-/// A number unique to the calling thread while it lives (never 0).
-@inlinable
-func currentThreadToken() -> UInt {
-    #if canImport(Darwin)
-    UInt(bitPattern: pthread_self())
-    #else
-    UInt(pthread_self())
-    #endif
+/// A condition variable, for threads that wait for their turn on a
+/// `PosixLock` (a thread waits for a sink's delivery to end).
+@usableFromInline
+final class PosixCondition: @unchecked Sendable {
+    @usableFromInline let condition: UnsafeMutablePointer<pthread_cond_t>
+
+    init() {
+        condition = .allocate(capacity: 1)
+        condition.initialize(to: pthread_cond_t())
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        condition.deinitialize(count: 1)
+        condition.deallocate()
+    }
+
+    /// With `lock` held; returns with it held again.
+    @usableFromInline func wait(_ lock: PosixLock) { pthread_cond_wait(condition, lock.mutex) }
+    @usableFromInline func signal() { pthread_cond_signal(condition) }
 }
+
+/// How many deliveries, of any sink, the calling thread is inside. A thread
+/// inside none may wait for a sink's turn; one inside a delivery must not, or
+/// two of them can wait for each other (see Sink). Its address also stands
+/// for the thread while the thread lives.
+@usableFromInline typealias ThreadRecord = UnsafeMutablePointer<Int>
+
+@inlinable
+func currentThreadRecord() -> ThreadRecord {
+    if let record = pthread_getspecific(threadRecordKey) {
+        return record.assumingMemoryBound(to: Int.self)
+    }
+    return newThreadRecord()
+}
+
+@usableFromInline
+func newThreadRecord() -> ThreadRecord {
+    let record = ThreadRecord.allocate(capacity: 1)
+    record.initialize(to: 0)
+    pthread_setspecific(threadRecordKey, record)
+    return record
+}
+
+// The key's destructor frees a thread's record when the thread exits.
+@usableFromInline
+let threadRecordKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key) { record in record?.deallocate() }
+    return key
+}()

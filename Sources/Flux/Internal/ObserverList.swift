@@ -5,15 +5,22 @@
 struct ObserverList<Element> {
     @usableFromInline
     struct Key: Hashable {
-        fileprivate let rawValue: UInt64
+        @usableFromInline let rawValue: UInt64
+
+        @inlinable
+        init(rawValue: UInt64) {
+            self.rawValue = rawValue
+        }
     }
 
     @usableFromInline private(set) var elements = ContiguousArray<Element>()
-    private var keys = ContiguousArray<UInt64>()
-    private var nextKey: UInt64 = 0
+    @usableFromInline var keys = ContiguousArray<UInt64>()
+    @usableFromInline var nextKey: UInt64 = 0
 
+    @inlinable
     init() {}
 
+    @inlinable
     mutating func add(_ element: Element) -> Key {
         let key = nextKey
         nextKey &+= 1
@@ -22,7 +29,7 @@ struct ObserverList<Element> {
         return Key(rawValue: key)
     }
 
-    @discardableResult
+    @inlinable @discardableResult
     mutating func remove(for key: Key) -> Element? {
         guard let index = keys.firstIndex(of: key.rawValue) else { return nil }
         keys.remove(at: index)

@@ -30,11 +30,7 @@ public struct Signal<Value> {
         let procedure = CancelableProcedure<Value>(observer)
         switch source {
         case .sink(let sink):
-            let key = sink.subscribe(procedure)
-            return AnyDisposable { [weak sink] in
-                procedure.cancel()
-                sink?.unsubscribe(key)
-            }
+            return SinkSubscription(procedure, key: sink.subscribe(procedure), sink: sink)
         case .producer(let producer):
             let disposable = producer { value in
                 procedure.execute(with: value)

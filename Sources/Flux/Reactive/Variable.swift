@@ -1,9 +1,14 @@
 /// A value whose changes are a signal. Observing `signal` sends the current
 /// value first, then every change; nothing is lost or sent twice.
 ///
-/// `value` can be read anywhere, including inside an observer while a set is
-/// being delivered. A set made inside an observer, on the delivering thread,
-/// stores at once and is delivered when the current delivery ends.
+/// Sets are delivered as a `Sink`'s sends are: synchronously, or, where
+/// waiting could deadlock, queued for the delivery in progress. `value` can
+/// be read anywhere, including inside an observer while a set is being
+/// delivered. A set made inside an observer of this variable stores at once
+/// (the setter reads it back) and is delivered when the current delivery
+/// ends. A set handed to a delivery in progress on another thread stores when
+/// it is delivered, so that `value` never runs ahead of what observers are
+/// getting (a two-way binding guarded by `!=` then settles).
 public final class Variable<Value>: @unchecked Sendable {
     public var constant: Constant<Value> {
         .init(variable: self)
@@ -15,56 +20,95 @@ public final class Variable<Value>: @unchecked Sendable {
         }
     }
 
+    // @inlinable, as are the members it uses: so that a client's release
+    // build specializes a set (unspecialized, it spends most of its time
+    // looking up generic metadata).
+    @inlinable
     public var value: Value {
         get {
-            valueLock.withLock { storage }
+            changes.lock.withLock { storage }
         }
         set {
-            if changes.isDeliveringOnCurrentThread {
-                // Setters are serialized by the send lock, which this thread
-                // holds: storing now keeps `value` in step with set order.
-                valueLock.withLock { storage = newValue }
-                changes.enqueue { [self] in
-                    delivered = newValue
-                    changes.deliver(newValue)
-                }
-            } else {
-                changes.serialized {
-                    valueLock.withLock { storage = newValue }
-                    delivered = newValue
-                    changes.deliver(newValue)
-                }
-            }
+            let thread = currentThreadRecord()
+            changes.lock.lock()
+            guard changes.takeTurn(thread) else { return queue(newValue, from: thread) }
+            let current = store(newValue)
+            delivered = newValue
+            changes.call(current, with: newValue)
+            changes.endTurn(thread)
         }
     }
 
-    private let changes = Sink<Value>()
-    private let valueLock = PosixLock()
-    private var storage: Value
+    // Its lock also guards `storage` (so no dynamic exclusivity checks, as
+    // in Sink). A value replaced in `storage` is never released there, under
+    // the lock: `delivered` or a queued delivery still holds it.
+    @usableFromInline let changes = Sink<Value>()
+    @usableFromInline @exclusivity(unchecked) var storage: Value
     // The last value delivered to observers: what a new observer starts from.
-    // Only touched inside the sink's deliveries.
-    private var delivered: Value
+    // Only touched during the sink's turn.
+    @usableFromInline @exclusivity(unchecked) var delivered: Value
 
     public init(_ value: Value) {
         storage = value
         delivered = value
     }
 
-    private func observeChanges(_ send: @escaping (Value) -> Void) -> any Disposable {
-        if !changes.isDeliveringOnCurrentThread {
-            return changes.serialized {
-                send(delivered)
-                return subscription(changes.subscribe(CancelableProcedure(send)))
-            }
+    /// Entered with the sink's lock held, during the turn: stores `newValue`,
+    /// lets go of the lock, and returns the observers to deliver it to.
+    @inlinable
+    func store(_ newValue: Value) -> ContiguousArray<Sink<Value>.Observer> {
+        storage = newValue
+        let current = changes.observers.elements
+        changes.lock.unlock()
+        return current
+    }
+
+    /// A set while another delivery of this variable is in progress and the
+    /// thread must not wait for it (see Sink.takeTurn): entered with the lock
+    /// held, queues the set's delivery.
+    @usableFromInline
+    func queue(_ newValue: Value, from thread: ThreadRecord) {
+        if changes.deliverer == thread {
+            // Set inside an observer of this variable: this thread's sets are
+            // the only ones until its turn ends, so storing now keeps `value`
+            // in set order.
+            storage = newValue
+            changes.pending.append(.action { [self] in
+                delivered = newValue
+                changes.deliver(newValue)
+            })
+            changes.lock.unlock()
+        } else {
+            // Handed to another thread's delivery: stored when delivered.
+            changes.pending.append(.action { [self] in
+                changes.lock.lock()
+                let current = store(newValue)
+                delivered = newValue
+                changes.call(current, with: newValue)
+            })
+            changes.lock.unlock()
         }
-        // Observed from inside an observer: join after the queued deliveries,
-        // so the first value is the one delivered last before joining.
+    }
+
+    private func observeChanges(_ send: @escaping (Value) -> Void) -> any Disposable {
+        let thread = currentThreadRecord()
+        changes.lock.lock()
+        if changes.takeTurn(thread) {
+            changes.lock.unlock()
+            send(delivered)
+            let key = changes.subscribe(CancelableProcedure(send))
+            changes.endTurn(thread)
+            return subscription(key)
+        }
+        // Observed during a delivery in progress: join after the deliveries
+        // queued, so the first value is the one delivered last before joining.
         let registration = DeferredRegistration<Value>()
-        changes.enqueue { [self] in
+        changes.pending.append(.action { [self] in
             guard registration.begin() else { return }
             send(delivered)
             registration.finish(key: changes.subscribe(CancelableProcedure(send)), sink: changes)
-        }
+        })
+        changes.lock.unlock()
         return AnyDisposable { registration.cancel() }
     }
 
