@@ -3,7 +3,7 @@ import Synchronization
 
 /// A thread-safe list of what happened, in order.
 final class Log: Sendable {
-    private let entries = Mutex<[String]>([])
+    private let entries = Guarded<[String]>([])
     func append(_ entry: String) { entries.withLock { $0.append(entry) } }
     var all: [String] { entries.withLock { $0 } }
     func count(of entry: String) -> Int { all.filter { $0 == entry }.count }
@@ -11,8 +11,8 @@ final class Log: Sendable {
 
 /// A value shared with callbacks, which must be @Sendable.
 final class Box<Value: Sendable>: Sendable {
-    private let storage: Mutex<Value>
-    init(_ value: Value) { storage = Mutex(value) }
+    private let storage: Guarded<Value>
+    init(_ value: Value) { storage = Guarded(value) }
     var value: Value {
         get { storage.withLock { $0 } }
         set { storage.withLock { $0 = newValue } }
@@ -50,6 +50,30 @@ import Glibc
 import Darwin
 #endif
 
+/// A value behind a pthread mutex, for the tests' shared records. Not
+/// Synchronization.Mutex: on Linux ThreadSanitizer does not see its futex,
+/// so two threads appending to one log at once were reported as a race.
+final class Guarded<Value>: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
+
 /// A joinable thread running a closure (Foundation's Thread cannot be joined).
 final class Thread: @unchecked Sendable {
     private var handle = pthread_t()
@@ -71,7 +95,7 @@ final class Thread: @unchecked Sendable {
 
 /// A one-shot signal between threads.
 final class Gate: Sendable {
-    private let opened = Mutex(false)
+    private let opened = Guarded(false)
     func open() { opened.withLock { $0 = true } }
     /// Waits up to `seconds` for `open()`; returns whether it opened.
     func wait(seconds: Double = 10) -> Bool {
