@@ -194,6 +194,9 @@ import Darwin
             next = state
         }
         let same = reducer.isSame(current, next)
+        // Nothing changed and nothing to release: whether the dispatch is
+        // aborting does not matter (the common no-change path stops here).
+        if same && !flags.pointee.changed { return nil }
         if engine.isAbortingInCallback {
             // Something failed earlier in this dispatch (maybe in a wait the
             // reduce ignored): keep the old state, tell nobody.
