@@ -266,13 +266,16 @@ int main(void)
     printf("  %-28s  %9s  %9s  %18s\n", "", "store", "plain", "ratio");
     const int *payloads[2] = {&unchanged, &changed};
     const char *labels[2] = {"no change", "change + 1 listener"};
+    /* Issue 20's goals: a store's emit takes no lock, and the rest of its
+     * bookkeeping costs little beside the work itself. */
+    const double targets[2] = {1.2, 1.4};
     for (int k = 0; k < 2; k++) {
         variant vs[2] = {{ds, payloads[k], 0, NAN, {0}}, {dp, payloads[k], 0, NAN, {0}}};
         measure(vs, 2);
         ratio r = ratio_of_rounds(vs[0].round, vs[1].round, g_repeats);
         char text[40];
-        printf("  %-28s  %9.2f  %9.2f  %s   target ≤ 1.3: %s\n", labels[k], vs[0].best, vs[1].best,
-               ratio_text(r, text, sizeof text), verdict(r.median, 1.3));
+        printf("  %-28s  %9.2f  %9.2f  %s   target ≤ %.1f: %s\n", labels[k], vs[0].best, vs[1].best,
+               ratio_text(r, text, sizeof text), targets[k], verdict(r.median, targets[k]));
     }
     if (heard_store == 0 || heard_plain == 0) {
         fprintf(stderr, "bench: a listener never ran\n");

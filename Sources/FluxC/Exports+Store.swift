@@ -45,14 +45,16 @@ private func callListener(
     _ function: FluxListenerFunction, _ context: UnsafeMutableRawPointer?, _ handle: OpaquePointer
 ) -> CallbackFailure? {
     let side = handle.storeSide
-    // A listener may run others (through flux_wait_for): each sees its own cell.
+    // A listener may run others (through flux_wait_for): each sees its own
+    // cell. The cell is 0 unless a failure is pending, so the common case
+    // (no failure, not nested in a failed one) stores nothing to it.
     let outer = side.pointee.listenerFailure
-    side.pointee.listenerFailure = 0
-    side.pointee.listenerDepth += 1
+    if outer != 0 { side.pointee.listenerFailure = 0 }
+    side.pointee.listenerDepth &+= 1  // bounded by the stack: no overflow check
     function(context)
-    side.pointee.listenerDepth -= 1
+    side.pointee.listenerDepth &-= 1
     let value = side.pointee.listenerFailure
-    side.pointee.listenerFailure = outer
+    if value | outer != 0 { side.pointee.listenerFailure = outer }
     return value == 0 ? nil : CallbackFailure(value: value)
 }
 
@@ -78,6 +80,20 @@ extension OpaquePointer {
     var store: UnsafeMutablePointer<CStore> { UnsafeMutablePointer(self) }
 }
 
+/// Where a store's reduce writes `*next`: a slot after the CStore in its
+/// block, not a local, so the hot path passes no stack address out (which
+/// would cost it a stack protector check). Only the dispatching thread
+/// reduces, and a store's reduce never runs inside itself.
+private let nextSlotOffset = roundUp(MemoryLayout<CStore>.size, MemoryLayout<UnsafeMutableRawPointer?>.alignment)
+private let storeBlockSize = nextSlotOffset + MemoryLayout<UnsafeMutableRawPointer?>.size
+
+extension UnsafeMutablePointer<CStore> {
+    @inline(__always)
+    var nextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?> {
+        (UnsafeMutableRawPointer(self) + nextSlotOffset).assumingMemoryBound(to: UnsafeMutableRawPointer?.self)
+    }
+}
+
 /// The reduce step of a C store, for StoreCore.handle.
 struct CReducer: StoreReducer {
     let store: UnsafeMutablePointer<CStore>
@@ -96,9 +112,10 @@ struct CReducer: StoreReducer {
     func reduce(_ state: UnsafeMutableRawPointer?, _ payload: UnsafeRawPointer?)
         -> Result<UnsafeMutableRawPointer?, CallbackFailure>
     {
-        var next = state
-        let result = store.pointee.reduce(store.pointee.context, state, payload, &next)
-        return result == 0 ? .success(next) : .failure(CallbackFailure(value: result))
+        let next = store.nextSlot
+        next.pointee = state
+        let result = store.pointee.reduce(store.pointee.context, state, payload, next)
+        return result == 0 ? .success(next.pointee) : .failure(CallbackFailure(value: result))
     }
 
     @inline(__always)
@@ -163,7 +180,8 @@ public func flux_store_create(
     guard let handle, let reduce, let out, missing == nil else {
         return refused(.invalidArgument, "\(missing ?? "an argument") is NULL")
     }
-    guard let raw = malloc(MemoryLayout<CStore>.size) else { return refused(.noMemory, "out of memory") }
+    guard let raw = malloc(storeBlockSize) else { return refused(.noMemory, "out of memory") }
+    (raw + nextSlotOffset).bindMemory(to: UnsafeMutableRawPointer?.self, capacity: 1).initialize(to: nil)
     guard let core = StoreCore<CListener>() else {
         free(raw)
         return refused(.noMemory, "out of memory")

@@ -174,8 +174,10 @@ import Darwin
     /// (Facebook's `__invokeOnDispatch`): forget the last change, reduce,
     /// keep `next` unless it is the same or an equal state, then, when the
     /// store changed, run its listeners. Called on the dispatching thread
-    /// by the store's own callback of `engine`.
-    @inlinable
+    /// by the store's own callback of `engine`, into which it is inlined
+    /// with the emit: two calls and their frames fewer per dispatch, the
+    /// larger share of a store's cost over a plain callback.
+    @inlinable @inline(__always)
     @_spi(Engine) public func handle<Callback, Reducer: StoreReducer>(
         _ payload: Reducer.Payload, _ reducer: Reducer, on engine: borrowing DispatchCore<Callback>
     ) -> StoreFailure<Reducer.Failure, Listener.Failure>? {
@@ -194,6 +196,9 @@ import Darwin
             next = state
         }
         let same = reducer.isSame(current, next)
+        // Nothing changed and nothing to release: whether the dispatch is
+        // aborting does not matter (the common no-change path stops here).
+        if same && !flags.pointee.changed { return nil }
         if engine.isAbortingInCallback {
             // Something failed earlier in this dispatch (maybe in a wait the
             // reduce ignored): keep the old state, tell nobody.
@@ -329,7 +334,7 @@ import Darwin
     /// once the dispatch is aborting (a listener's wait met a failure it
     /// did not report). Inlined into each host's store callback, so the
     /// listener calls are direct.
-    @inlinable
+    @inlinable @inline(__always)
     func emit<Callback>(on engine: borrowing DispatchCore<Callback>) -> Listener.Failure? {
         lock()
         let table = self.table
