@@ -30,8 +30,9 @@ let package = Package(
         // (SQLite's SQLITE_DEBUG habit): in debug builds, so in swift test;
         // the Makefile adds it to the sanitizer and fuzz libraries. Never in
         // the shipped library.
-        .target(name: "FluxCore", dependencies: ["CFlux"],
-                swiftSettings: [.define("FLUX_CHECK_INVARIANTS", .when(configuration: .debug))]),
+        .target(
+            name: "FluxCore", dependencies: ["CFlux"],
+            swiftSettings: [.define("FLUX_CHECK_INVARIANTS", .when(configuration: .debug))]),
         // libffi (pkg-config "libffi"), for the trampolines of the C ABI only;
         // FluxCore never sees it.
         .systemLibrary(name: "CFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
@@ -47,14 +48,16 @@ let package = Package(
         // The Swift layer's benchmark (make bench, release build).
         .executableTarget(name: "flux-bench-swift", dependencies: ["Flux"], path: "bench/swift"),
         // CFlux too: the header as a plain module, as a Swift host imports it.
-        .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore", "CFlux"],
-                    swiftSettings: [.define("FLUX_CHECK_INVARIANTS", .when(configuration: .debug))]),
+        .testTarget(
+            name: "FluxCoreTests", dependencies: ["FluxCore", "CFlux"],
+            swiftSettings: [.define("FLUX_CHECK_INVARIANTS", .when(configuration: .debug))]),
         // The VueFlux layer's tests: VueFlux's own suite, ported, and more.
         // Swift 5 mode, as VueFlux's: in Swift 6 XCTest's waitForExpectations
         // is main-actor isolated, and the tests' non-Sendable observers would
         // then be inferred @MainActor while being called on other threads.
-        .testTarget(name: "FluxTests", dependencies: ["Flux"],
-                    swiftSettings: [.swiftLanguageMode(.v5)]),
+        .testTarget(
+            name: "FluxTests", dependencies: ["Flux"],
+            swiftSettings: [.swiftLanguageMode(.v5)]),
     ],
     swiftLanguageModes: [.v6]
 )

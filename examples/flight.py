@@ -68,9 +68,7 @@ class CityStore:
 
 
 class FlightPriceStore:
-    def __init__(
-        self, dispatcher: flux.Dispatcher[Action], countries: CountryStore, cities: CityStore
-    ) -> None:
+    def __init__(self, dispatcher: flux.Dispatcher[Action], countries: CountryStore, cities: CityStore) -> None:
         self.dispatcher = dispatcher
         self.countries = countries
         self.cities = cities
@@ -88,10 +86,7 @@ class FlightPriceStore:
         print("  flightPriceStore: waiting for cityStore")
         self.dispatcher.wait_for([self.cities.dispatch_token])
         self.price = FARES.get(or_none(self.cities.city), 0)
-        print(
-            f"  flightPriceStore: {self.price} for {or_none(self.cities.city)}, "
-            f"{or_none(self.countries.country)}"
-        )
+        print(f"  flightPriceStore: {self.price} for {or_none(self.cities.city)}, {or_none(self.countries.country)}")
 
 
 def main() -> None:
@@ -108,10 +103,7 @@ def main() -> None:
             print(f"dispatch {action.type}: {action.selected}")
             dispatcher.dispatch(action)
 
-        print(
-            f"final state: country={or_none(countries.country)} "
-            f"city={or_none(cities.city)} price={prices.price}"
-        )
+        print(f"final state: country={or_none(countries.country)} city={or_none(cities.city)} price={prices.price}")
 
 
 if __name__ == "__main__":

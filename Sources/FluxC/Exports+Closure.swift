@@ -1,9 +1,9 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import CFFI
 import CFlux
@@ -103,8 +103,9 @@ public func flux_closure_create(
     out?.pointee = nil
     // userdata was handed over: from here on every failure releases it.
     func failed(_ status: FluxError.Code, _ message: String) -> Int32 {
-        return refuse("flux_closure_create", status, message,
-                      handingOver: userdata, to: destroy)
+        return refuse(
+            "flux_closure_create", status, message,
+            handingOver: userdata, to: destroy)
     }
     guard let handler else { return failed(.invalidArgument, "handler is NULL") }
     guard let out else { return failed(.invalidArgument, "out is NULL") }
@@ -127,13 +128,15 @@ public func flux_closure_create(
         }
         let cif = (block + cifOffset).bindMemory(to: ffi_cif.self, capacity: 1)
         cif.initialize(to: ffi_cif())
-        let blockTypes = (block + typesOffset).bindMemory(to: UnsafeMutablePointer<ffi_type>?.self,
-                                                          capacity: max(parsed.argumentCount, 1))
+        let blockTypes = (block + typesOffset).bindMemory(
+            to: UnsafeMutablePointer<ffi_type>?.self,
+            capacity: max(parsed.argumentCount, 1))
         blockTypes.initialize(repeating: nil, count: max(parsed.argumentCount, 1))
         blockTypes.update(from: types, count: parsed.argumentCount)
 
-        let prepared = ffi_prep_cif(cif, cffi_default_abi(), UInt32(parsed.argumentCount),
-                                    parsed.returnKind.type, blockTypes)
+        let prepared = ffi_prep_cif(
+            cif, cffi_default_abi(), UInt32(parsed.argumentCount),
+            parsed.returnKind.type, blockTypes)
         guard prepared == FFI_OK else {
             free(block)
             return failed(.invalidArgument, "libffi rejected the signature (ffi_prep_cif status \(prepared.rawValue))")
@@ -144,15 +147,20 @@ public func flux_closure_create(
             return failed(.noMemory, "out of memory (ffi_closure_alloc failed)")
         }
         let state = block.bindMemory(to: ClosureState.self, capacity: 1)
-        state.initialize(to: ClosureState(tag: liveTag, handler: handler, userdata: userdata, destroy: destroy,
-                                          returnKind: parsed.returnKind, closure: closure, code: code))
-        let linked = ffi_prep_closure_loc(closure.assumingMemoryBound(to: ffi_closure.self), cif,
-                                          closureEntry, block, code)
+        state.initialize(
+            to: ClosureState(
+                tag: liveTag, handler: handler, userdata: userdata, destroy: destroy,
+                returnKind: parsed.returnKind, closure: closure, code: code))
+        let linked = ffi_prep_closure_loc(
+            closure.assumingMemoryBound(to: ffi_closure.self), cif,
+            closureEntry, block, code)
         guard linked == FFI_OK else {
             state.pointee.tag = deadTag
             ffi_closure_free(closure)
             free(block)
-            return failed(.invalidArgument, "libffi could not make the trampoline (ffi_prep_closure_loc status \(linked.rawValue))")
+            return failed(
+                .invalidArgument,
+                "libffi could not make the trampoline (ffi_prep_closure_loc status \(linked.rawValue))")
         }
         out.pointee = OpaquePointer(block)
         return 0
@@ -168,8 +176,9 @@ public func flux_closure_code(_ handle: OpaquePointer?) -> UnsafeMutableRawPoint
 public func flux_closure_destroy(_ handle: OpaquePointer?) -> Int32 {
     guard let handle else { return 0 }
     guard let state = liveClosure(handle) else {
-        return fail("flux_closure_destroy", .invalidArgument,
-                    "not a live closure (destroyed already, or never returned by flux_closure_create)")
+        return fail(
+            "flux_closure_destroy", .invalidArgument,
+            "not a live closure (destroyed already, or never returned by flux_closure_create)")
     }
     let destroy = state.pointee.destroy
     let userdata = state.pointee.userdata
@@ -199,15 +208,19 @@ public func flux_call(
             return fail("flux_call", .invalidArgument, error.message(signature: signature))
         }
         if args == nil && parsed.argumentCount > 0 {
-            return fail("flux_call", .invalidArgument,
-                        "args is NULL but the signature has \(parsed.argumentCount) argument\(parsed.argumentCount == 1 ? "" : "s")")
+            return fail(
+                "flux_call", .invalidArgument,
+                "args is NULL but the signature has \(parsed.argumentCount) argument\(parsed.argumentCount == 1 ? "" : "s")"
+            )
         }
         var cif = ffi_cif()
-        let prepared = ffi_prep_cif(&cif, cffi_default_abi(), UInt32(parsed.argumentCount),
-                                    parsed.returnKind.type, types)
+        let prepared = ffi_prep_cif(
+            &cif, cffi_default_abi(), UInt32(parsed.argumentCount),
+            parsed.returnKind.type, types)
         guard prepared == FFI_OK else {
-            return fail("flux_call", .invalidArgument,
-                        "libffi rejected the signature (ffi_prep_cif status \(prepared.rawValue))")
+            return fail(
+                "flux_call", .invalidArgument,
+                "libffi rejected the signature (ffi_prep_cif status \(prepared.rawValue))")
         }
         // libffi writes at least a whole ffi_arg; 8 bytes hold every type here
         // (and stay untouched for a void return).

@@ -23,8 +23,9 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     // dispatch running is reported first, as the close below would.
     let stores = handle.storeSide.pointee.count.load(ordering: .acquiring)
     if stores > 0 && !dispatcher.pointee.isDispatching {
-        return fail("flux_dispatcher_destroy", .invalidArgument,
-                    "the dispatcher still has \(stores) store(s) or group(s); destroy them first")
+        return fail(
+            "flux_dispatcher_destroy", .invalidArgument,
+            "the dispatcher still has \(stores) store(s) or group(s); destroy them first")
     }
     do {
         try dispatcher.pointee.close()
@@ -49,8 +50,9 @@ public func flux_register(
     let missing = handle == nil ? "the dispatcher" : function == nil ? "callback" : outToken == nil ? "out_token" : nil
     guard let handle, let function, let outToken, missing == nil else {
         // The context was handed over: release it on every path.
-        return refuse("flux_register", .invalidArgument, "\(missing ?? "an argument") is NULL",
-                      handingOver: context, to: destroy)
+        return refuse(
+            "flux_register", .invalidArgument, "\(missing ?? "an argument") is NULL",
+            handingOver: context, to: destroy)
     }
     let callback = CCallback(function: function, context: context, destroy: destroy)
     return status("flux_register") { () throws(FluxError) in
@@ -89,7 +91,8 @@ public func flux_wait_for(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt
 
 /// A one-token wait's failure, as a status and a message.
 @inline(never)
-private func waitForFailed(_ handle: OpaquePointer, _ token: DispatchToken, _ failure: CDispatcher.WaitFailure) -> Int32 {
+private func waitForFailed(_ handle: OpaquePointer, _ token: DispatchToken, _ failure: CDispatcher.WaitFailure) -> Int32
+{
     fail("flux_wait_for", handle.dispatcher.pointee.error(failure, waiting: token))
 }
 
@@ -98,8 +101,9 @@ private func waitForFailed(_ handle: OpaquePointer, _ token: DispatchToken, _ fa
 private func waitForMany(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt64>?, _ count: Int) -> Int32 {
     // size_t arrives as Int: a count above Int.max shows up negative.
     if count < 0 || (tokens == nil && count > 0) {
-        return fail("flux_wait_for", .invalidArgument,
-                    count < 0 ? "count \(UInt(bitPattern: count)) is too large" : "tokens is NULL but count is \(count)")
+        return fail(
+            "flux_wait_for", .invalidArgument,
+            count < 0 ? "count \(UInt(bitPattern: count)) is too large" : "tokens is NULL but count is \(count)")
     }
     guard let handle else { return fail("flux_wait_for", .invalidArgument, "the dispatcher is NULL") }
     let raw = UnsafeRawPointer(tokens)?.assumingMemoryBound(to: DispatchToken.self)

@@ -34,16 +34,18 @@ public func flux_dispatcher_set_observer(
     _ destroy: FluxDestroyFunction?
 ) -> Int32 {
     guard let handle else {
-        return refuse("flux_dispatcher_set_observer", .invalidArgument, "the dispatcher is NULL",
-                      handingOver: context, to: destroy)
+        return refuse(
+            "flux_dispatcher_set_observer", .invalidArgument, "the dispatcher is NULL",
+            handingOver: context, to: destroy)
     }
     var observer: CObserver?
     if let hooks {
         let h = hooks.pointee
         guard h.version == FLUX_OBSERVER_VERSION else {
             destroy?(context)
-            return fail("flux_dispatcher_set_observer", .invalidArgument,
-                        "hooks->version is \(h.version); this library knows FLUX_OBSERVER_VERSION \(FLUX_OBSERVER_VERSION)")
+            return fail(
+                "flux_dispatcher_set_observer", .invalidArgument,
+                "hooks->version is \(h.version); this library knows FLUX_OBSERVER_VERSION \(FLUX_OBSERVER_VERSION)")
         }
         observer = CObserver(hooks: h, context: context, destroy: destroy)
     } else {
@@ -75,8 +77,9 @@ struct CObserver: DispatchObserving {
     }
     var observesWaits: Bool { hooks.wait_for != nil }
     func waitFor(_ waiter: DispatchToken, _ tokens: UnsafeBufferPointer<DispatchToken>) {
-        hooks.wait_for?(context, waiter.rawValue,
-                        UnsafeRawPointer(tokens.baseAddress)?.assumingMemoryBound(to: UInt64.self), tokens.count)
+        hooks.wait_for?(
+            context, waiter.rawValue,
+            UnsafeRawPointer(tokens.baseAddress)?.assumingMemoryBound(to: UInt64.self), tokens.count)
     }
     func release() { destroy?(context) }
 }

@@ -1,9 +1,9 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import CFlux
 @_spi(Engine) import FluxCore
@@ -109,7 +109,9 @@ struct CReducer: StoreReducer {
     }
 
     @inline(__always)
-    func reduce(_ state: UnsafeMutableRawPointer?, _ payload: UnsafeRawPointer?)
+    func reduce(
+        _ state: UnsafeMutableRawPointer?, _ payload: UnsafeRawPointer?
+    )
         -> Result<UnsafeMutableRawPointer?, CallbackFailure>
     {
         let next = store.nextSlot
@@ -136,8 +138,11 @@ struct CReducer: StoreReducer {
 private let storeCallback: FluxCallbackFunction = { context, payload in
     guard let context else { return 1 }
     let store = context.assumingMemoryBound(to: CStore.self)
-    guard let failure = store.pointee.core.handle(payload, CReducer(store: store),
-                                                  on: store.pointee.handle.dispatcher.pointee) else { return 0 }
+    guard
+        let failure = store.pointee.core.handle(
+            payload, CReducer(store: store),
+            on: store.pointee.handle.dispatcher.pointee)
+    else { return 0 }
     switch failure {
     case .reduce(let failure), .listener(let failure): return failure.value
     }
@@ -173,8 +178,9 @@ public func flux_store_create(
     /// Hands back what was handed over: the state, then the context.
     func refused(_ status: FluxError.Code, _ message: String) -> Int32 {
         releaseState?(context, initialState)
-        return refuse("flux_store_create", status, message,
-                      handingOver: context, to: destroy)
+        return refuse(
+            "flux_store_create", status, message,
+            handingOver: context, to: destroy)
     }
     let missing = handle == nil ? "the dispatcher" : reduce == nil ? "reduce" : out == nil ? "out" : nil
     guard let handle, let reduce, let out, missing == nil else {
@@ -187,9 +193,10 @@ public func flux_store_create(
         return refused(.noMemory, "out of memory")
     }
     let store = raw.bindMemory(to: CStore.self, capacity: 1)
-    store.initialize(to: CStore(
-        handle: handle, state: Atomic(UInt(bitPattern: initialState)), reduce: reduce, equal: equal,
-        releaseState: releaseState, context: context, destroy: destroy, core: core))
+    store.initialize(
+        to: CStore(
+            handle: handle, state: Atomic(UInt(bitPattern: initialState)), reduce: reduce, equal: equal,
+            releaseState: releaseState, context: context, destroy: destroy, core: core))
     // From here on the registration owns everything: when register fails it
     // runs storeRelease, which releases the state and the context.
     do throws(FluxError) {
@@ -277,8 +284,9 @@ public func flux_store_add_listener(
     out?.pointee = 0
     let missing = s == nil ? "the store" : function == nil ? "fn" : out == nil ? "out" : nil
     guard let s, let function, let out, missing == nil else {
-        return refuse("flux_store_add_listener", .invalidArgument, "\(missing ?? "an argument") is NULL",
-                      handingOver: context, to: destroy)
+        return refuse(
+            "flux_store_add_listener", .invalidArgument, "\(missing ?? "an argument") is NULL",
+            handingOver: context, to: destroy)
     }
     return status("flux_store_add_listener") { () throws(FluxError) in
         out.pointee = try s.store.pointee.core.addListener(
@@ -300,8 +308,9 @@ public func flux_store_listener_fail(_ handle: OpaquePointer?, _ value: Int32) -
     guard value != 0 else { return fail("flux_store_listener_fail", .invalidArgument, "value is 0") }
     // The depth is the dispatching thread's: check the thread first.
     guard handle.dispatcher.pointee.isDispatchingOnCurrentThread, handle.storeSide.pointee.listenerDepth > 0 else {
-        return fail("flux_store_listener_fail", .notDispatching,
-                    "must be invoked from a store listener or a group function, on the dispatching thread")
+        return fail(
+            "flux_store_listener_fail", .notDispatching,
+            "must be invoked from a store listener or a group function, on the dispatching thread")
     }
     handle.storeSide.pointee.listenerFailure = value
     return 0
@@ -313,13 +322,15 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
     let store = s.store
     let handle = store.pointee.handle
     if handle.dispatcher.pointee.isDispatching {
-        return fail("flux_store_destroy", .alreadyDispatching,
-                    "cannot destroy a store while its dispatcher is dispatching")
+        return fail(
+            "flux_store_destroy", .alreadyDispatching,
+            "cannot destroy a store while its dispatcher is dispatching")
     }
     let groups = store.pointee.groups.load(ordering: .acquiring)
     if groups > 0 {
-        return fail("flux_store_destroy", .invalidArgument,
-                    "the store is in \(groups) live group(s); release them first")
+        return fail(
+            "flux_store_destroy", .invalidArgument,
+            "the store is in \(groups) live group(s); release them first")
     }
     return status("flux_store_destroy") { () throws(FluxError) in
         // Runs storeRelease now (or, should a dispatch have started on
@@ -384,13 +395,17 @@ public func flux_store_group_create(
 ) -> Int32 {
     out?.pointee = nil
     func refused(_ status: FluxError.Code, _ message: String) -> Int32 {
-        return refuse("flux_store_group_create", status, message,
-                      handingOver: context, to: destroy)
+        return refuse(
+            "flux_store_group_create", status, message,
+            handingOver: context, to: destroy)
     }
     // size_t arrives as Int: a count above Int.max shows up negative.
     if count <= 0 {
-        return refused(.invalidArgument, count == 0 ? "a group needs at least one store"
-                      : "count \(UInt(bitPattern: count)) is too large")
+        return refused(
+            .invalidArgument,
+            count == 0
+                ? "a group needs at least one store"
+                : "count \(UInt(bitPattern: count)) is too large")
     }
     guard let stores else { return refused(.invalidArgument, "stores is NULL but count is \(count)") }
     guard let function else { return refused(.invalidArgument, "fn is NULL") }
@@ -405,8 +420,9 @@ public func flux_store_group_create(
     }
     // One block: the group, then the store pointers, then their tokens.
     let storesOffset = (MemoryLayout<CGroup>.size + 7) / 8 * 8
-    let (listBytes, o1) = count.multipliedReportingOverflow(by: MemoryLayout<OpaquePointer>.stride
-                                                             + MemoryLayout<DispatchToken>.stride)
+    let (listBytes, o1) = count.multipliedReportingOverflow(
+        by: MemoryLayout<OpaquePointer>.stride
+            + MemoryLayout<DispatchToken>.stride)
     let (total, o2) = storesOffset.addingReportingOverflow(listBytes)
     guard !o1, !o2, let raw = malloc(total) else { return refused(.noMemory, "out of memory") }
     let storeList = (raw + storesOffset).bindMemory(to: OpaquePointer.self, capacity: count)
@@ -419,8 +435,10 @@ public func flux_store_group_create(
         store.store.pointee.groups.add(1, ordering: .relaxed)
     }
     let group = raw.bindMemory(to: CGroup.self, capacity: 1)
-    group.initialize(to: CGroup(handle: handle, count: count, stores: storeList, tokens: tokens,
-                                function: function, context: context, destroy: destroy))
+    group.initialize(
+        to: CGroup(
+            handle: handle, count: count, stores: storeList, tokens: tokens,
+            function: function, context: context, destroy: destroy))
     do throws(FluxError) {
         // On failure, groupRelease has undone all of the above.
         group.pointee.token = try registerCounted(handle, groupCallback, raw, groupRelease)
@@ -436,7 +454,8 @@ public func flux_store_group_release(_ g: OpaquePointer?) -> Int32 {
     guard let g else { return 0 }
     let group = UnsafeMutablePointer<CGroup>(g)
     return status("flux_store_group_release") { () throws(FluxError) in
-        try group.pointee.handle.dispatcher.pointee.unregister(DispatchToken(rawValue: group.pointee.token),
-                                                               asOwner: true)
+        try group.pointee.handle.dispatcher.pointee.unregister(
+            DispatchToken(rawValue: group.pointee.token),
+            asOwner: true)
     }
 }

@@ -1,9 +1,9 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 @_spi(Engine) import FluxCore
 import Synchronization
@@ -44,8 +44,9 @@ struct ForkLinks {
 private let storeSideOffset = roundUp(max(MemoryLayout<CDispatcher>.size, 1), MemoryLayout<StoreSide>.alignment)
 private let forkLinksOffset = roundUp(storeSideOffset + MemoryLayout<StoreSide>.size, MemoryLayout<ForkLinks>.alignment)
 private let handleSize = forkLinksOffset + MemoryLayout<ForkLinks>.size
-private let handleAlignment = max(MemoryLayout<CDispatcher>.alignment, MemoryLayout<StoreSide>.alignment,
-                                  MemoryLayout<ForkLinks>.alignment, MemoryLayout<UnsafeRawPointer>.alignment)
+private let handleAlignment = max(
+    MemoryLayout<CDispatcher>.alignment, MemoryLayout<StoreSide>.alignment,
+    MemoryLayout<ForkLinks>.alignment, MemoryLayout<UnsafeRawPointer>.alignment)
 
 extension OpaquePointer {
     /// The engine behind a non-NULL handle. Reached through the pointer

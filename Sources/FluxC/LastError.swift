@@ -1,9 +1,9 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 @_spi(Engine) import FluxCore
 
@@ -47,8 +47,10 @@ private func currentRecord() -> UnsafeMutableRawPointer? {
 /// Allocates with realloc only, never through Swift (whose allocator traps
 /// when memory runs out): this is how FLUX_ERR_NO_MEMORY is reported. Pass a
 /// literal message on those paths, since building one allocates.
-func fail(_ function: StaticString, _ status: FluxError.Code, _ message: String,
-          token: DispatchToken? = nil, cycle: [DispatchToken] = []) -> Int32 {
+func fail(
+    _ function: StaticString, _ status: FluxError.Code, _ message: String,
+    token: DispatchToken? = nil, cycle: [DispatchToken] = []
+) -> Int32 {
     var message = message
     message.withUTF8 { text in
         let name = function.utf8CodeUnitCount
@@ -83,8 +85,9 @@ func fail(_ function: StaticString, _ error: DispatchError<CallbackFailure>) -> 
     case .flux(let error):
         fail(function, error)
     case .callback(let failure, let token):
-        fail(function, .callbackFailed,
-             "callback for token \(token.rawValue) returned \(failure.value); the dispatch was aborted", token: token)
+        fail(
+            function, .callbackFailed,
+            "callback for token \(token.rawValue) returned \(failure.value); the dispatch was aborted", token: token)
     }
 }
 
@@ -118,8 +121,10 @@ func status<Failure: RecordedError>(_ function: StaticString, _ body: () throws(
 /// Refuses a call that was handed a context: the context is the library's
 /// whatever the outcome (flux.h, "Ownership"), so `destroy(context)` runs
 /// now, then the failure is recorded for `function`.
-func refuse(_ function: StaticString, _ code: FluxError.Code, _ message: String,
-            handingOver context: UnsafeMutableRawPointer?, to destroy: FluxDestroyFunction?) -> Int32 {
+func refuse(
+    _ function: StaticString, _ code: FluxError.Code, _ message: String,
+    handingOver context: UnsafeMutableRawPointer?, to destroy: FluxDestroyFunction?
+) -> Int32 {
     destroy?(context)
     return fail(function, code, message)
 }

@@ -96,13 +96,16 @@ func parseSignature(
         throw SignatureError("the signature is empty; expected a return type letter (one of \(letters)) at position 0")
     }
     guard let returnKind = FFIKind(letter: first) else {
-        throw SignatureError("expected a return type letter (one of \(letters)) at position 0, found \(describe(first))")
+        throw SignatureError(
+            "expected a return type letter (one of \(letters)) at position 0, found \(describe(first))")
     }
 
     // Position 1: '('.
     let open = bytes[1]
     if open != UInt8(ascii: "(") {
-        let extra = FFIKind(letter: open) != nil ? " (a signature is one return type letter, then the argument letters in parentheses)" : ""
+        let extra =
+            FFIKind(letter: open) != nil
+            ? " (a signature is one return type letter, then the argument letters in parentheses)" : ""
         throw SignatureError("expected '(' at position 1, found \(describe(open))\(extra)")
     }
 
@@ -117,13 +120,17 @@ func parseSignature(
         }
         guard let kind = FFIKind(letter: byte) else {
             let what = isASCIILetter(byte) ? "unknown type letter" : "unexpected"
-            throw SignatureError("\(what) \(describe(byte)) at position \(position) (expected one of \(letters) or ')')")
+            throw SignatureError(
+                "\(what) \(describe(byte)) at position \(position) (expected one of \(letters) or ')')")
         }
         if kind == .void {
-            throw SignatureError("'v' (void) at position \(position) is only valid as the return type, not as an argument")
+            throw SignatureError(
+                "'v' (void) at position \(position) is only valid as the return type, not as an argument")
         }
         if count == maxSignatureArguments {
-            throw SignatureError("too many arguments: argument \(count + 1) at position \(position); at most \(maxSignatureArguments) (FLUX_SIGNATURE_MAX_ARGS)")
+            throw SignatureError(
+                "too many arguments: argument \(count + 1) at position \(position); at most \(maxSignatureArguments) (FLUX_SIGNATURE_MAX_ARGS)"
+            )
         }
         argumentTypes[count] = kind.type
         count += 1
@@ -133,7 +140,9 @@ func parseSignature(
     // Nothing after ')'.
     let trailing = bytes[position + 1]
     if trailing != 0 {
-        throw SignatureError("unexpected \(describe(trailing)) at position \(position + 1), after the closing ')' at position \(position)")
+        throw SignatureError(
+            "unexpected \(describe(trailing)) at position \(position + 1), after the closing ')' at position \(position)"
+        )
     }
     return Signature(returnKind: returnKind, argumentCount: count)
 }

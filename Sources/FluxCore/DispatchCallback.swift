@@ -13,7 +13,7 @@
     /// How the host's observer is stored and called; Swift's closures unless
     /// the host has a cheaper form (C: the caller's hooks, by value).
     associatedtype Observer: DispatchObserving = DispatchObserver<Payload, Failure>
-        where Observer.Payload == Payload, Observer.Failure == Failure
+    where Observer.Payload == Payload, Observer.Failure == Failure
 
     /// Calls the callback; a non-nil result is its failure, which aborts the
     /// running dispatch. (A return value, not `throws(Failure)`: the optimizer
@@ -48,7 +48,9 @@ extension DispatchCallback {
 @_spi(Engine) public struct NoCompletion {}
 
 extension DispatchCallback where Completion == NoCompletion {
-    @_spi(Engine) public static func complete(_ completion: Completion, _ payload: Payload, _ error: DispatchError<Failure>?) {}
+    @_spi(Engine) public static func complete(
+        _ completion: Completion, _ payload: Payload, _ error: DispatchError<Failure>?
+    ) {}
 }
 
 /// What a dispatch or `waitFor` can fail with: the engine's own error, or the

@@ -328,7 +328,10 @@ import Synchronization
         }
         let needed = slots.pointee.count + joinedCount + 1
         if needed > slots.pointee.capacity && needed > (locked.pointee.spare?.capacity ?? 0) {
-            guard let spare = SlotTable<Callback>.allocate(capacity: grownCapacity(slots.pointee.capacity, needed: needed)) else {
+            guard
+                let spare = SlotTable<Callback>.allocate(
+                    capacity: grownCapacity(slots.pointee.capacity, needed: needed))
+            else {
                 return false
             }
             locked.pointee.spare?.deallocate()
@@ -611,7 +614,9 @@ import Synchronization
 
     /// The error of a wait for `token` that failed with `failure`, called
     /// right after it (still inside the waiting callback). Cold.
-    @_spi(Engine) public func error(_ failure: WaitFailure, waiting token: DispatchToken) -> DispatchError<Callback.Failure> {
+    @_spi(Engine) public func error(
+        _ failure: WaitFailure, waiting token: DispatchToken
+    ) -> DispatchError<Callback.Failure> {
         switch failure {
         case .notDispatching: return .flux(notDispatchingError())
         case .aborted: return currentFailure()
@@ -625,8 +630,10 @@ import Synchronization
     func currentFailure() -> DispatchError<Callback.Failure> {
         guard let failure = run.pointee.failure else {
             let token = DispatchToken(rawValue: run.pointee.failedToken)
-            return .flux(run.pointee.tooDeep ? .tooDeep(token)
-                         : FluxError(.callbackFailed, "the dispatch was aborted", token: token))
+            return .flux(
+                run.pointee.tooDeep
+                    ? .tooDeep(token)
+                    : FluxError(.callbackFailed, "the dispatch was aborted", token: token))
         }
         return .callback(failure, DispatchToken(rawValue: run.pointee.failedToken))
     }
@@ -679,7 +686,9 @@ import Synchronization
         // call (they cannot change during a dispatch): fewer registers to
         // save, so a smaller frame for every link of a chain of waits.
         let table = slots.pointee
-        if let observer = choice.observer { hook { observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error) } }
+        if let observer = choice.observer {
+            hook { observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error) }
+        }
         // Handled, unless the callback was unregistered meanwhile (removedMark
         // is the largest mark, so max keeps it). An unregistration from
         // another thread can slip in between the load and the store and be
@@ -744,14 +753,17 @@ import Synchronization
                 // Idle; the mutating bit cannot be set, mutators hold the lock.
                 // Leave the waiters bit up for those still sleeping.
                 let desired = Self.dispatchingBit | (locked.pointee.waiters > 1 ? Self.waitersBit : 0)
-                if state.compareExchange(expected: current, desired: desired, ordering: .acquiringAndReleasing).exchanged {
+                if state.compareExchange(expected: current, desired: desired, ordering: .acquiringAndReleasing)
+                    .exchanged
+                {
                     checkInvariantsLocked()
                     return nil
                 }
             } else if current & Self.waitersBit == 0 {
                 // Announce ourselves, then look again: the dispatch may have
                 // ended by the fast path in between, with nobody to wake us.
-                _ = state.compareExchange(expected: current, desired: current | Self.waitersBit, ordering: .acquiringAndReleasing)
+                _ = state.compareExchange(
+                    expected: current, desired: current | Self.waitersBit, ordering: .acquiringAndReleasing)
             } else {
                 lock.wait()
             }
@@ -771,9 +783,10 @@ import Synchronization
             guard let next = locked.pointee.queue.popFirst() else { break }
             // Still dispatching: keep the waiters' bit, and the slow-end bit
             // while payloads remain, so the next end comes back here.
-            state.store(Self.dispatchingBit
-                        | (locked.pointee.waiters > 0 ? Self.waitersBit : 0)
-                        | (locked.pointee.queue.isEmpty ? 0 : Self.slowEndBit), ordering: .releasing)
+            state.store(
+                Self.dispatchingBit
+                    | (locked.pointee.waiters > 0 ? Self.waitersBit : 0)
+                    | (locked.pointee.queue.isEmpty ? 0 : Self.slowEndBit), ordering: .releasing)
             checkInvariantsLocked()
             lock.unlock()
             owner.store(currentThreadID(), ordering: .relaxed)
@@ -850,7 +863,8 @@ import Synchronization
     /// got queued, before returning); while a dispatch runs, on this thread
     /// or another, appends it to the queue and returns at once. Never waits.
     /// `Callback.complete(completion, ...)` runs exactly once per call.
-    @_spi(Engine) public func enqueue(_ payload: Callback.Payload, _ completion: Callback.Completion) -> EnqueueOutcome {
+    @_spi(Engine) public func enqueue(_ payload: Callback.Payload, _ completion: Callback.Completion) -> EnqueueOutcome
+    {
         if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
             lock.lock()
             let entry = enqueueLocked(payload, completion)
@@ -953,9 +967,13 @@ import Synchronization
             // The cursor stands in for this callback's pending mark.
             if table.mark(i) < pending {
                 run.pointee.cursor = i
-                if let observer = choice.observer { hook { observer.callbackBegin(DispatchToken(rawValue: table.tokens[i])) } }
+                if let observer = choice.observer {
+                    hook { observer.callbackBegin(DispatchToken(rawValue: table.tokens[i])) }
+                }
                 let error = table.callbacks[i].invoke(payload)
-                if let observer = choice.observer { hook { observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error) } }
+                if let observer = choice.observer {
+                    hook { observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error) }
+                }
                 if let error { recordFailure(error, token: table.tokens[i]) }
             }
             i &+= 1
@@ -1062,7 +1080,9 @@ import Synchronization
         guard observer.observesWaits, run.pointee.payload != nil else { return }
         let waiter = DispatchToken(rawValue: slots.pointee.tokens[waiterIndex])
         hook {
-            if let done: Void = tokens.withContiguousStorageIfAvailable({ observer.waitFor(waiter, $0) }) { return done }
+            if let done: Void = tokens.withContiguousStorageIfAvailable({ observer.waitFor(waiter, $0) }) {
+                return done
+            }
             // Not contiguous (no C caller passes such): a copy, Swift-allocated.
             let copy = Array(tokens)
             copy.withUnsafeBufferPointer { observer.waitFor(waiter, $0) }
@@ -1096,8 +1116,9 @@ import Synchronization
             cycle.append(DispatchToken(rawValue: tokens[chain[j]]))
         }
         if k == 0 {
-            return FluxError(.circularDependency, "circular dependency: token \(tokens[waiter]) waits for itself",
-                             token: token, cycle: cycle)
+            return FluxError(
+                .circularDependency, "circular dependency: token \(tokens[waiter]) waits for itself",
+                token: token, cycle: cycle)
         }
         var text = "circular dependency: token \(tokens[waiter]) waits for \(tokens[target])"
         for link in cycle.dropFirst(2) {
@@ -1144,7 +1165,7 @@ import Synchronization
     @inline(__always)
     func checkInvariantsLocked() {
         #if FLUX_CHECK_INVARIANTS
-        if let broken = invariantViolationLocked() { preconditionFailure("libflux invariant: \(broken)") }
+            if let broken = invariantViolationLocked() { preconditionFailure("libflux invariant: \(broken)") }
         #endif
     }
 
@@ -1154,89 +1175,107 @@ import Synchronization
     @inlinable @inline(__always)
     func checkRunAtEnd(_ pending: UInt64) {
         #if FLUX_CHECK_INVARIANTS
-        if let broken = runViolation(pending) { preconditionFailure("libflux invariant: \(broken)") }
+            if let broken = runViolation(pending) { preconditionFailure("libflux invariant: \(broken)") }
         #endif
     }
 
     #if FLUX_CHECK_INVARIANTS
-    /// The first invariant of the state word and the tables that does not
-    /// hold, or nil. Under the lock.
-    func invariantViolationLocked() -> String? {
-        let word = state.load(ordering: .acquiring)
-        let known = Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.slowEndBit | Self.closedBit
-            | Self.orphanedBit
-        if word & ~known != 0 { return "state word \(word) has unknown bits" }
-        if word & Self.mutatingBit != 0 { return "the mutating bit outlives its mutator (state \(word))" }
-        let dispatching = word & Self.dispatchingBit != 0
-        if !dispatching {
-            if word & (Self.waitersBit | Self.slowEndBit) != 0 {
-                return "waiters or slow-end without a dispatch (state \(word))"
+        /// The first invariant of the state word and the tables that does not
+        /// hold, or nil. Under the lock.
+        func invariantViolationLocked() -> String? {
+            let word = state.load(ordering: .acquiring)
+            let known =
+                Self.dispatchingBit | Self.mutatingBit | Self.waitersBit | Self.slowEndBit | Self.closedBit
+                | Self.orphanedBit
+            if word & ~known != 0 { return "state word \(word) has unknown bits" }
+            if word & Self.mutatingBit != 0 { return "the mutating bit outlives its mutator (state \(word))" }
+            let dispatching = word & Self.dispatchingBit != 0
+            if !dispatching {
+                if word & (Self.waitersBit | Self.slowEndBit) != 0 {
+                    return "waiters or slow-end without a dispatch (state \(word))"
+                }
+                if !locked.pointee.queue.isEmpty { return "queued payloads without a dispatch" }
+                if locked.pointee.observerChanged { return "an observer change left pending without a dispatch" }
+                if !locked.pointee.retired.isEmpty || locked.pointee.retired.capacity != 0 {
+                    return "retired observers outlive their dispatch"
+                }
+                if locked.pointee.joined != nil || locked.pointee.spare != nil {
+                    return "side tables without a dispatch"
+                }
+                if !locked.pointee.leaving.isEmpty || !locked.pointee.releasing.isEmpty {
+                    return "leavers without a dispatch"
+                }
+                if locked.pointee.leaving.capacity != 0 || locked.pointee.releasing.capacity != 0 {
+                    return "bookkeeping storage outlives its dispatch"
+                }
             }
-            if !locked.pointee.queue.isEmpty { return "queued payloads without a dispatch" }
-            if locked.pointee.observerChanged { return "an observer change left pending without a dispatch" }
-            if !locked.pointee.retired.isEmpty || locked.pointee.retired.capacity != 0 {
-                return "retired observers outlive their dispatch"
+            if !locked.pointee.queue.isEmpty && word & Self.slowEndBit == 0 {
+                return "queued payloads without the slow-end bit"
             }
-            if locked.pointee.joined != nil || locked.pointee.spare != nil { return "side tables without a dispatch" }
-            if !locked.pointee.leaving.isEmpty || !locked.pointee.releasing.isEmpty { return "leavers without a dispatch" }
-            if locked.pointee.leaving.capacity != 0 || locked.pointee.releasing.capacity != 0 {
-                return "bookkeeping storage outlives its dispatch"
+            if locked.pointee.waiters < 0 { return "negative waiter count" }
+            if word & Self.closedBit != 0, slots.pointee.count != 0 || locked.pointee.joined != nil {
+                return "a closed dispatcher has registrations"
             }
-        }
-        if !locked.pointee.queue.isEmpty && word & Self.slowEndBit == 0 { return "queued payloads without the slow-end bit" }
-        if locked.pointee.waiters < 0 { return "negative waiter count" }
-        if word & Self.closedBit != 0, slots.pointee.count != 0 || locked.pointee.joined != nil {
-            return "a closed dispatcher has registrations"
-        }
-        if let broken = tableViolation(slots.pointee, below: locked.pointee.nextToken, idle: !dispatching) {
-            return broken
-        }
-        if let joined = locked.pointee.joined {
-            if let broken = tableViolation(joined, below: locked.pointee.nextToken, idle: false) { return broken }
-            if joined.count > 0, slots.pointee.count > 0, joined.tokens[0] <= slots.pointee.tokens[slots.pointee.count - 1] {
-                return "joined tokens must follow the table's"
+            if let broken = tableViolation(slots.pointee, below: locked.pointee.nextToken, idle: !dispatching) {
+                return broken
             }
+            if let joined = locked.pointee.joined {
+                if let broken = tableViolation(joined, below: locked.pointee.nextToken, idle: false) { return broken }
+                if joined.count > 0, slots.pointee.count > 0,
+                    joined.tokens[0] <= slots.pointee.tokens[slots.pointee.count - 1]
+                {
+                    return "joined tokens must follow the table's"
+                }
+            }
+            return nil
         }
-        return nil
-    }
 
-    private func tableViolation(_ table: SlotTable<Callback>, below next: UInt64, idle: Bool) -> String? {
-        if table.count < 0 || table.count > table.capacity { return "table count \(table.count) of \(table.capacity)" }
-        // Whole when small; for a big table only its tail, where appends
-        // land, so that tests registering many callbacks stay fast.
-        let first = table.count <= 256 ? 0 : table.count - 16
-        var previous: UInt64 = first == 0 ? 0 : table.tokens[first - 1]
-        for i in first..<table.count {
-            let token = table.tokens[i]
-            if token <= previous || token >= next { return "tokens must strictly increase below nextToken" }
-            if idle && table.mark(i) == SlotTable<Callback>.removedMark { return "a removal mark outlives its dispatch" }
-            previous = token
+        private func tableViolation(_ table: SlotTable<Callback>, below next: UInt64, idle: Bool) -> String? {
+            if table.count < 0 || table.count > table.capacity {
+                return "table count \(table.count) of \(table.capacity)"
+            }
+            // Whole when small; for a big table only its tail, where appends
+            // land, so that tests registering many callbacks stay fast.
+            let first = table.count <= 256 ? 0 : table.count - 16
+            var previous: UInt64 = first == 0 ? 0 : table.tokens[first - 1]
+            for i in first..<table.count {
+                let token = table.tokens[i]
+                if token <= previous || token >= next { return "tokens must strictly increase below nextToken" }
+                if idle && table.mark(i) == SlotTable<Callback>.removedMark {
+                    return "a removal mark outlives its dispatch"
+                }
+                previous = token
+            }
+            return nil
         }
-        return nil
-    }
 
-    /// The first invariant of the run's state that does not hold as a
-    /// dispatch (epoch `pending / 2`) ends, or nil.
-    @usableFromInline
-    func runViolation(_ pending: UInt64) -> String? {
-        let run = self.run.pointee
-        if run.top != -1 { return "the stack of running callbacks is not empty (top \(run.top))" }
-        if run.aborted != (run.failure != nil || run.tooDeep) {
-            return "aborted is \(run.aborted), but a failure is \(run.failure != nil || run.tooDeep ? "" : "not ")recorded"
+        /// The first invariant of the run's state that does not hold as a
+        /// dispatch (epoch `pending / 2`) ends, or nil.
+        @usableFromInline
+        func runViolation(_ pending: UInt64) -> String? {
+            let run = self.run.pointee
+            if run.top != -1 { return "the stack of running callbacks is not empty (top \(run.top))" }
+            if run.aborted != (run.failure != nil || run.tooDeep) {
+                return
+                    "aborted is \(run.aborted), but a failure is \(run.failure != nil || run.tooDeep ? "" : "not ")recorded"
+            }
+            let table = slots.pointee
+            if run.aborted ? run.end != 0 : run.end != table.count {
+                return "the loop's end \(run.end) disagrees with aborted"
+            }
+            if run.epoch &* 2 != pending { return "the epoch moved during its dispatch" }
+            let first = table.count <= 256 ? 0 : table.count - 256
+            for i in first..<table.count {
+                let mark = table.mark(i)
+                // Marks of this epoch: handled (pending | 1), or removed; never
+                // left pending -- every callback a wait started has returned.
+                if mark == pending { return "callback \(i) is still marked pending at the end of its dispatch" }
+                if mark > (pending | 1) && mark != SlotTable<Callback>.removedMark {
+                    return "callback \(i) has a mark from the future"
+                }
+            }
+            return nil
         }
-        let table = slots.pointee
-        if run.aborted ? run.end != 0 : run.end != table.count { return "the loop's end \(run.end) disagrees with aborted" }
-        if run.epoch &* 2 != pending { return "the epoch moved during its dispatch" }
-        let first = table.count <= 256 ? 0 : table.count - 256
-        for i in first..<table.count {
-            let mark = table.mark(i)
-            // Marks of this epoch: handled (pending | 1), or removed; never
-            // left pending -- every callback a wait started has returned.
-            if mark == pending { return "callback \(i) is still marked pending at the end of its dispatch" }
-            if mark > (pending | 1) && mark != SlotTable<Callback>.removedMark { return "callback \(i) has a mark from the future" }
-        }
-        return nil
-    }
     #endif
 
     // MARK: - Error messages (cold)
@@ -1244,7 +1283,10 @@ import Synchronization
     @usableFromInline
     func notDispatchingError() -> FluxError {
         isDispatching
-            ? FluxError(.notDispatching, "must be invoked while dispatching, on the dispatching thread (a dispatch is running on another thread)")
+            ? FluxError(
+                .notDispatching,
+                "must be invoked while dispatching, on the dispatching thread (a dispatch is running on another thread)"
+            )
             : FluxError(.notDispatching, "must be invoked while dispatching")
     }
 
@@ -1272,13 +1314,13 @@ import Synchronization
     }
 }
 
-
 extension FluxError {
     static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed (being destroyed)") }
     static var outOfMemory: FluxError { FluxError(.noMemory, "out of memory") }
     @usableFromInline static var orphaned: FluxError {
-        FluxError(.alreadyDispatching,
-                  "a dispatch was running on another thread when this process forked; it cannot finish in this process")
+        FluxError(
+            .alreadyDispatching,
+            "a dispatch was running on another thread when this process forked; it cannot finish in this process")
     }
     @usableFromInline static func tooDeep(_ token: DispatchToken) -> FluxError {
         FluxError(.tooDeep, "the chain of waiting callbacks is too deep for this thread's stack", token: token)

@@ -63,7 +63,9 @@
         onDispatchEnd?(payload, error)
     }
     @_spi(Engine) public func callbackBegin(_ token: DispatchToken) { onCallbackBegin?(token) }
-    @_spi(Engine) public func callbackEnd(_ token: DispatchToken, _ failure: Failure?) { onCallbackEnd?(token, failure) }
+    @_spi(Engine) public func callbackEnd(_ token: DispatchToken, _ failure: Failure?) {
+        onCallbackEnd?(token, failure)
+    }
     @_spi(Engine) public var observesWaits: Bool { onWaitFor != nil }
     @_spi(Engine) public func waitFor(_ waiter: DispatchToken, _ tokens: UnsafeBufferPointer<DispatchToken>) {
         onWaitFor?(waiter, tokens)

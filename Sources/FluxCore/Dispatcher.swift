@@ -283,12 +283,18 @@ public struct QueuedDispatchFailures: Error, @unchecked Sendable {
         }
     }
 
-    @_spi(Engine) public static func complete(_ completion: EnqueueCompletion, _ payload: Payload, _ error: DispatchError<any Error>?) {
+    @_spi(Engine) public static func complete(
+        _ completion: EnqueueCompletion, _ payload: Payload, _ error: DispatchError<any Error>?
+    ) {
         // A refusal is thrown by enqueue itself; a dispatch that ran and
         // failed (a callback's error, or too deep) goes to onError, or to
         // the outermost call of this thread.
         guard let error, !error.isRefusal else { return }
-        if let onError = completion.onError { onError(error.unwrapped) } else { completion.failures.add(error.unwrapped) }
+        if let onError = completion.onError {
+            onError(error.unwrapped)
+        } else {
+            completion.failures.add(error.unwrapped)
+        }
     }
 }
 

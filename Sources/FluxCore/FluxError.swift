@@ -96,7 +96,8 @@ extension FluxError {
     }
 
     @usableFromInline static func circular(_ token: DispatchToken) -> FluxError {
-        FluxError(.circularDependency, "circular dependency detected while waiting for token \(token.rawValue)",
-                  token: token)
+        FluxError(
+            .circularDependency, "circular dependency detected while waiting for token \(token.rawValue)",
+            token: token)
     }
 }

@@ -35,24 +35,29 @@ final class CoreBox: @unchecked Sendable {
             let closeResult = Mutex<FluxError.Code?>(nil)
             let closed = Mutex(false)
             let ranSecond = Mutex(false)
-            let holder = try box.core.register(HookCallback(body: { payload in
-                if payload == 1 {
-                    entered.open()
-                    _ = release.wait()
-                } else {
-                    ranSecond.withLock { $0 = true }
-                }
-            }, onRelease: {}))
+            let holder = try box.core.register(
+                HookCallback(
+                    body: { payload in
+                        if payload == 1 {
+                            entered.open()
+                            _ = release.wait()
+                        } else {
+                            ranSecond.withLock { $0 = true }
+                        }
+                    }, onRelease: {}))
             // Unregistered during the dispatch: its release runs on the
             // dispatching thread just after the contended end.
-            let closer = try box.core.register(HookCallback(body: { _ in }, onRelease: {
-                do throws(FluxError) {
-                    try box.core.close()
-                    closed.withLock { $0 = true }
-                } catch {
-                    closeResult.withLock { $0 = error.code }
-                }
-            }))
+            let closer = try box.core.register(
+                HookCallback(
+                    body: { _ in },
+                    onRelease: {
+                        do throws(FluxError) {
+                            try box.core.close()
+                            closed.withLock { $0 = true }
+                        } catch {
+                            closeResult.withLock { $0 = error.code }
+                        }
+                    }))
             _ = holder
             let first = Thread {
                 try? box.core.dispatch(1)
@@ -91,8 +96,9 @@ final class CoreBox: @unchecked Sendable {
                 Issue.record("the waiting dispatch ended with \(other)")
             }
             if closed.withLock({ $0 }) {
-                #expect(box.core.state.load(ordering: .relaxed) & DispatchCore<HookCallback>.closedBit != 0,
-                        "the closed bit survives")
+                #expect(
+                    box.core.state.load(ordering: .relaxed) & DispatchCore<HookCallback>.closedBit != 0,
+                    "the closed bit survives")
                 #expect(throws: FluxError.self) { try box.core.register(HookCallback(body: { _ in }, onRelease: {})) }
             } else {
                 #expect(closeResult.withLock { $0 } == .alreadyDispatching)

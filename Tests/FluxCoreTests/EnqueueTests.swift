@@ -171,9 +171,10 @@ import Synchronization
             }
             var registered: [DispatchToken] = []
             for i in 0..<200_000 {
-                registered.append(d.register { [unowned d, depth] _ in
-                    if i + 1 < depth.value { try d.waitFor([tokens.value[i + 1]]) }
-                })
+                registered.append(
+                    d.register { [unowned d, depth] _ in
+                        if i + 1 < depth.value { try d.waitFor([tokens.value[i + 1]]) }
+                    })
             }
             tokens.value = registered
         }

@@ -59,10 +59,11 @@ import Testing
         let deepest = Box(0)
         var registered: [DispatchToken] = []
         for i in 0..<200_000 {
-            registered.append(d.register { [unowned d] _ in
-                deepest.value = max(deepest.value, i)
-                try d.waitFor([tokens.value[i + 1]])
-            })
+            registered.append(
+                d.register { [unowned d] _ in
+                    deepest.value = max(deepest.value, i)
+                    try d.waitFor([tokens.value[i + 1]])
+                })
         }
         tokens.value = registered
         let error = try #require(fluxError { try d.dispatch(0) })

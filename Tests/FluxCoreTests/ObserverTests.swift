@@ -80,7 +80,8 @@ func recordingObserver(_ log: Log) -> Dispatcher<Int>.Observer {
         d.register { [unowned d] _ in try d.waitFor([t[2]]) }
         d.register { [unowned d] _ in message.value = fluxMessage { try d.waitFor([t[0]]) } }
         try d.dispatch(0)
-        #expect(message.value == "circular dependency: token 3 waits for 1, which is waiting for 2, which is waiting for 3")
+        #expect(
+            message.value == "circular dependency: token 3 waits for 1, which is waiting for 2, which is waiting for 3")
     }
 
     @Test func setFromAnotherThreadDuringADispatchTakesEffectFromTheNext() throws {
@@ -117,12 +118,23 @@ func recordingObserver(_ log: Log) -> Dispatcher<Int>.Observer {
             if codes.value[name] == nil { codes.value[name] = fluxCode { try d.waitFor([three]) } }
         }
         let recording = recordingObserver(log)
-        d.setObserver(Dispatcher<Int>.Observer(
-            dispatchBegin: { recording.dispatchBegin?($0); tryWait("dispatchBegin") },
-            dispatchEnd: { recording.dispatchEnd?($0, $1); tryWait("dispatchEnd") },
-            callbackBegin: { recording.callbackBegin?($0); tryWait("callbackBegin") },
-            callbackEnd: { recording.callbackEnd?($0, $1); tryWait("callbackEnd") },
-            waitFor: { recording.waitFor?($0, $1); tryWait("waitFor") }))
+        d.setObserver(
+            Dispatcher<Int>.Observer(
+                dispatchBegin: {
+                    recording.dispatchBegin?($0); tryWait("dispatchBegin")
+                },
+                dispatchEnd: {
+                    recording.dispatchEnd?($0, $1); tryWait("dispatchEnd")
+                },
+                callbackBegin: {
+                    recording.callbackBegin?($0); tryWait("callbackBegin")
+                },
+                callbackEnd: {
+                    recording.callbackEnd?($0, $1); tryWait("callbackEnd")
+                },
+                waitFor: {
+                    recording.waitFor?($0, $1); tryWait("waitFor")
+                }))
         let calls = Box(0)
         d.register { [unowned d] _ in try d.waitFor([DispatchToken(rawValue: 2)]) }
         d.register { _ in }

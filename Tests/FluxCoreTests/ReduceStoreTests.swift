@@ -124,7 +124,8 @@ import Testing
 
     @Test func customEqualityDecidesWhatChanged() throws {
         let d = Dispatcher<Int>()
-        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0, areEqual: { $0 / 10 == $1 / 10 }) { _, p in p }
+        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0, areEqual: { $0 / 10 == $1 / 10 }) { _, p in p
+        }
         let onChange = Box(0)
         store.addListener { onChange.value += 1 }
         try d.dispatch(5)

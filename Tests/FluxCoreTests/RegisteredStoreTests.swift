@@ -112,7 +112,9 @@ import Testing
     @Test func registeredDuringADispatchItTakesPartFromTheNext() throws {
         let d = Dispatcher<Action>()
         let registered = Box<CurrentUserStore?>(nil)
-        d.register { [unowned d] _ in if registered.value == nil { registered.value = d.registerStore(CurrentUserStore.self) } }
+        d.register { [unowned d] _ in
+            if registered.value == nil { registered.value = d.registerStore(CurrentUserStore.self) }
+        }
         try d.dispatch(.refreshed(.success("first")))
         #expect(registered.value?.users.state == nil)
         try d.dispatch(.refreshed(.success("second")))
@@ -166,7 +168,8 @@ import Testing
         store.addListener { seen.value.append(store.error.map { "\($0)" } ?? "no error") }
         #expect(store.error == nil, "outside an emit: nil")
         try d.dispatch(.refreshed(.failure(Failure(reason: "offline"))))
-        #expect(seen.value == ["\(Failure(reason: "offline"))"], "listeners ran though nothing changed, and saw the error")
+        #expect(
+            seen.value == ["\(Failure(reason: "offline"))"], "listeners ran though nothing changed, and saw the error")
         #expect(store.error == nil, "after the emit: nil again")
         try d.dispatch(.other)
         #expect(seen.value.count == 1)

@@ -161,7 +161,9 @@ import Testing
         // From inside a dispatch, where a removal would be deferred: the same.
         let inside = Box<[FluxError.Code?]>([])
         let probe = d.register { [unowned d] _ in
-            inside.value = [fluxCode { try d.unregister(store.dispatchToken) }, fluxCode { try d.unregister(groupToken) }]
+            inside.value = [
+                fluxCode { try d.unregister(store.dispatchToken) }, fluxCode { try d.unregister(groupToken) },
+            ]
         }
         try d.dispatch(.willChange)
         #expect(inside.value == [.invalidArgument, .invalidArgument])

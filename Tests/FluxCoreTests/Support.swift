@@ -45,9 +45,9 @@ func fluxMessage(_ body: () throws -> Void) -> String? {
 }
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A value behind a pthread mutex, for the tests' shared records. Not
@@ -82,11 +82,13 @@ final class Thread: @unchecked Sendable {
     init(_ body: @escaping @Sendable () -> Void) {
         self.body = body
         let context = Unmanaged.passRetained(self).toOpaque()
-        let result = pthread_create(&handle, nil, { context in
-            let thread = Unmanaged<Thread>.fromOpaque(context!).takeRetainedValue()
-            thread.body()
-            return nil
-        }, context)
+        let result = pthread_create(
+            &handle, nil,
+            { context in
+                let thread = Unmanaged<Thread>.fromOpaque(context!).takeRetainedValue()
+                thread.body()
+                return nil
+            }, context)
         precondition(result == 0, "pthread_create failed")
     }
 

@@ -36,10 +36,11 @@ import Testing
         let tokens = Box<[DispatchToken]>([])
         var registered: [DispatchToken] = []
         for i in 0..<depth {
-            registered.append(d.register { [unowned d] _ in
-                if i + 1 < depth { try d.waitFor([tokens.value[i + 1]]) }
-                log.append("\(i)")
-            })
+            registered.append(
+                d.register { [unowned d] _ in
+                    if i + 1 < depth { try d.waitFor([tokens.value[i + 1]]) }
+                    log.append("\(i)")
+                })
         }
         tokens.value = registered
         try d.dispatch(0)
@@ -58,16 +59,17 @@ import Testing
         let unwound = Box(0)
         var registered: [DispatchToken] = []
         for i in 0..<200_000 {
-            registered.append(d.register { [unowned d] _ in
-                if i > deepest.value { deepest.value = i }
-                guard i + 1 < depth.value else { return }
-                do {
-                    try d.waitFor([tokens.value[i + 1]])
-                } catch {
-                    if (error as? FluxError)?.code == .tooDeep { unwound.value += 1 }
-                    throw error
-                }
-            })
+            registered.append(
+                d.register { [unowned d] _ in
+                    if i > deepest.value { deepest.value = i }
+                    guard i + 1 < depth.value else { return }
+                    do {
+                        try d.waitFor([tokens.value[i + 1]])
+                    } catch {
+                        if (error as? FluxError)?.code == .tooDeep { unwound.value += 1 }
+                        throw error
+                    }
+                })
         }
         tokens.value = registered
         #expect(fluxCode { try d.dispatch(0) } == .tooDeep)
@@ -217,18 +219,22 @@ import Testing
             log.append("after the failure: \(Self.probe(d, me))")
         }
         tokens.value.append(DispatchToken(rawValue: 1))
-        tokens.value.append(d.register { _ in log.append("victim ran"); throw Boom(id: 1) })
+        tokens.value.append(
+            d.register { _ in
+                log.append("victim ran"); throw Boom(id: 1)
+            })
         tokens.value.append(d.register { _ in log.append("gone ran") })
         #expect(throws: Boom(id: 1)) { try d.dispatch(0) }
-        #expect(log.all == [
-            "self: circular, then circularDependency",
-            "never issued: unknownToken, then unknownToken",
-            "zero: unknownToken, then unknownToken",
-            "unregistered here: unknownToken, then unknownToken",
-            "victim ran",
-            "failing: aborted, then Boom(id: 1) from 2",
-            "after the failure: aborted, then Boom(id: 1) from 2",
-        ])
+        #expect(
+            log.all == [
+                "self: circular, then circularDependency",
+                "never issued: unknownToken, then unknownToken",
+                "zero: unknownToken, then unknownToken",
+                "unregistered here: unknownToken, then unknownToken",
+                "victim ran",
+                "failing: aborted, then Boom(id: 1) from 2",
+                "after the failure: aborted, then Boom(id: 1) from 2",
+            ])
         #expect(Self.probe(d, tokens.value[0]) == "notDispatching, then notDispatching")
     }
 }

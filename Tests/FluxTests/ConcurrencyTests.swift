@@ -86,8 +86,12 @@ final class ConcurrencyTests: XCTestCase {
         }
 
         // A deadlock fails the test here instead of hanging the run.
-        guard onThreads([{ for value in 1...sets { a.value = value } },
-                         { for value in 1...sets { b.value = -value } }]) else {
+        guard
+            onThreads([
+                { for value in 1...sets { a.value = value } },
+                { for value in 1...sets { b.value = -value } },
+            ])
+        else {
             return XCTFail("two-way binding set from two threads: deadlock")
         }
 
@@ -117,8 +121,12 @@ final class ConcurrencyTests: XCTestCase {
             b.signal.observe { value in if a.value != value { a.value = value } },
         ]
 
-        guard onThreads([{ for value in 1...sets { a.value = value } },
-                         { for value in 1...sets { b.value = -value } }]) else {
+        guard
+            onThreads([
+                { for value in 1...sets { a.value = value } },
+                { for value in 1...sets { b.value = -value } },
+            ])
+        else {
             return XCTFail("two-way binding set from two threads: deadlock")
         }
         XCTAssertEqual(a.value, b.value)
@@ -185,9 +193,11 @@ struct RingItem {
 /// Three threads each send 5,000 values to its own node of a ring of three,
 /// whose observers pass each value on once around the ring: each node's
 /// observer gets every value once, in its sender's order.
-private func assertRing(observe: (Int, @escaping (RingItem) -> Void) -> Void,
-                        send: @escaping (Int, RingItem) -> Void,
-                        file: StaticString = #filePath, line: UInt = #line) {
+private func assertRing(
+    observe: (Int, @escaping (RingItem) -> Void) -> Void,
+    send: @escaping (Int, RingItem) -> Void,
+    file: StaticString = #filePath, line: UInt = #line
+) {
     let sends = 5_000
     // One list per node, touched only by that node's observer.
     final class Seen: @unchecked Sendable { var values: [RingItem] = [] }
@@ -203,15 +213,19 @@ private func assertRing(observe: (Int, @escaping (RingItem) -> Void) -> Void,
         }
     }
 
-    guard onThreads((0..<3).map { thread in
-        { for index in 0..<sends { send(thread, RingItem(thread: thread, index: index)) } }
-    }) else {
+    guard
+        onThreads(
+            (0..<3).map { thread in
+                { for index in 0..<sends { send(thread, RingItem(thread: thread, index: index)) } }
+            })
+    else {
         return XCTFail("ring sent from three threads: deadlock", file: file, line: line)
     }
     for node in 0..<3 {
         for thread in 0..<3 {
-            XCTAssertEqual(seen[node].values.filter { $0.thread == thread }.map(\.index), Array(0..<sends),
-                           "node \(node), values of thread \(thread)", file: file, line: line)
+            XCTAssertEqual(
+                seen[node].values.filter { $0.thread == thread }.map(\.index), Array(0..<sends),
+                "node \(node), values of thread \(thread)", file: file, line: line)
         }
     }
 }

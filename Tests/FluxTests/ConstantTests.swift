@@ -108,7 +108,7 @@ final class ConstantTests: XCTestCase {
             .map(String.init)
             .observe { string in
                 value = string
-        }
+            }
 
         XCTAssertEqual(value, "0")
 
@@ -138,7 +138,7 @@ final class ConstantTests: XCTestCase {
                 XCTAssertFalse(Thread.isMainThread)
                 value = int
                 expectation.fulfill()
-        }
+            }
 
         waitForExpectations(timeout: 1) { _ in
             XCTAssertEqual(value, 0)

@@ -332,7 +332,7 @@ final class SinkSignalTests: XCTestCase {
                 XCTAssertFalse(Thread.isMainThread)
                 value = int
                 expectation.fulfill()
-        }
+            }
 
         sink.send(value: 1)
 
@@ -351,11 +351,12 @@ final class SinkSignalTests: XCTestCase {
 
         let expectation = self.expectation(description: "testImmediatelyDisposeObserveOn")
 
-        let disposable = signal
+        let disposable =
+            signal
             .observe(on: .queue(queue))
             .observe { int in
                 value = int
-        }
+            }
 
         queue.suspend()
 

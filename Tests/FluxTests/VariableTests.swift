@@ -138,7 +138,7 @@ final class VariableTests: XCTestCase {
             .map(String.init)
             .observe { string in
                 value = string
-        }
+            }
 
         XCTAssertEqual(value, "0")
 
@@ -167,7 +167,7 @@ final class VariableTests: XCTestCase {
                 XCTAssertFalse(Thread.isMainThread)
                 value = int
                 expectation.fulfill()
-        }
+            }
 
         waitForExpectations(timeout: 1) { _ in
             XCTAssertEqual(value, 0)

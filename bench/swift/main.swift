@@ -85,8 +85,9 @@ func row(_ name: String, _ n: Int, _ c: Comparison) {
         return "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
     }
     let spread = "(\(ratio(c.ratios.min()!))-\(ratio(c.ratios.max()!)))"
-    print(pad(name, 34), pad("\(n)", 4), pad(format(c.measured), 10), pad(format(c.baseline), 10),
-          pad(ratio(c.median) + "x", 8), spread)
+    print(
+        pad(name, 34), pad("\(n)", 4), pad(format(c.measured), 10), pad(format(c.baseline), 10),
+        pad(ratio(c.median) + "x", 8), spread)
 }
 
 func benchSink(_ n: Int) {
@@ -120,16 +121,22 @@ func benchObserveDispose() {
     let sink = Sink<Int>()
     let closure = makeClosures(1)[0]
     var list: [(Int) -> Void] = []
-    row("signal.observe + dispose", 1, compare(iterations, { _ in sink.signal.observe(closure).dispose() },
-                                               against: { _ in appendAndRemove(&list, closure) }))
+    row(
+        "signal.observe + dispose", 1,
+        compare(
+            iterations, { _ in sink.signal.observe(closure).dispose() },
+            against: { _ in appendAndRemove(&list, closure) }))
 }
 
 func benchStoreActions() {
     let iterations = 2_000_000
     let closures = makeClosures(1)
     let store = Store<BenchState>(state: .init(), mutations: .init(), executor: .immediate)
-    row("store.actions.dispatch", 1, compare(iterations, { store.actions.dispatch(action: $0) },
-                                             against: { callAll(closures, $0) }))
+    row(
+        "store.actions.dispatch", 1,
+        compare(
+            iterations, { store.actions.dispatch(action: $0) },
+            against: { callAll(closures, $0) }))
 }
 
 func benchSharedActions(_ n: Int) {
@@ -141,8 +148,11 @@ func benchSharedActions(_ n: Int) {
     // Taken once: each `Store<State>.actions` access also looks the shared
     // dispatcher up in a table (about 50 ns).
     let actions = Store<BenchState>.actions
-    row("Store<State>.actions.dispatch", n, compare(iterations, { actions.dispatch(action: $0) },
-                                                    against: { callAll(closures, $0) }))
+    row(
+        "Store<State>.actions.dispatch", n,
+        compare(
+            iterations, { actions.dispatch(action: $0) },
+            against: { callAll(closures, $0) }))
     withExtendedLifetime(stores) {}
 }
 

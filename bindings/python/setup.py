@@ -39,9 +39,7 @@ def fail(message: str) -> None:
 
 
 def is_checkout(root: str) -> bool:
-    return all(
-        os.path.exists(os.path.join(root, name)) for name in ("Makefile", "Package.swift", "include/flux.h")
-    )
+    return all(os.path.exists(os.path.join(root, name)) for name in ("Makefile", "Package.swift", "include/flux.h"))
 
 
 def library_to_bundle() -> str:

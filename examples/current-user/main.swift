@@ -43,7 +43,7 @@ final class MessagesStore: RegisteredStore {
         unread = ReduceStore(dispatcher: dispatcher, initialState: 0) { [unowned dispatcher] count, action in
             switch action {
             case .currentUserRefreshed:
-                try dispatcher.waitFor([current.dispatchToken])   // the user is up to date now
+                try dispatcher.waitFor([current.dispatchToken])  // the user is up to date now
                 return current.users.state?.unread ?? 0
             case .messageRead:
                 return max(0, count - 1)

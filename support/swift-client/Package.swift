@@ -9,13 +9,13 @@ import PackageDescription
 let package = Package(
     name: "swift-client",
     dependencies: [
-        .package(name: "libflux", path: "../.."),
+        .package(name: "libflux", path: "../..")
     ],
     targets: [
         .executableTarget(
             name: "FluxClient",
             dependencies: [.product(name: "Flux", package: "libflux")]
-        ),
+        )
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,11 +3,11 @@
 // Synchronization.Mutex is not; pthread mutexes are also what
 // ThreadSanitizer understands best.
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 // @usableFromInline and @inlinable here and in the other hot paths (send,

@@ -8,7 +8,8 @@ public struct Binder<Value> {
         register = { [weak target] signal, executor in
             guard let target else { return AnyDisposable.disposed() }
             let scope = ScopeRegistry.shared.scope(for: target)
-            let disposable = signal
+            let disposable =
+                signal
                 .whileAlive(target, scope: scope)
                 .observe(on: executor)
                 .observe { [weak target] value in

@@ -27,7 +27,8 @@ public final class AnyDisposable: Disposable, @unchecked Sendable {
     }
 
     public func dispose() {
-        guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+        guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else {
             return
         }
         let action = self.action

@@ -61,22 +61,28 @@ public struct Signal<Value> {
     }
 
     @discardableResult
-    public func bind<Target: AnyObject>(to target: Target, on executor: Executor = .mainThread,
-                                        binding: @escaping (Target, Value) -> Void) -> any Disposable {
+    public func bind<Target: AnyObject>(
+        to target: Target, on executor: Executor = .mainThread,
+        binding: @escaping (Target, Value) -> Void
+    ) -> any Disposable {
         bind(to: .init(target: target, binding: binding), on: executor)
     }
 
     @discardableResult
-    public func bind<Target: AnyObject>(to target: Target, _ keyPath: ReferenceWritableKeyPath<Target, Value>,
-                                        on executor: Executor = .mainThread) -> any Disposable {
+    public func bind<Target: AnyObject>(
+        to target: Target, _ keyPath: ReferenceWritableKeyPath<Target, Value>,
+        on executor: Executor = .mainThread
+    ) -> any Disposable {
         bind(to: target, on: executor) { target, value in
             target[keyPath: keyPath] = value
         }
     }
 
     @discardableResult
-    public func bind<Target: AnyObject>(to target: Target, _ keyPath: ReferenceWritableKeyPath<Target, Value?>,
-                                        on executor: Executor = .mainThread) -> any Disposable {
+    public func bind<Target: AnyObject>(
+        to target: Target, _ keyPath: ReferenceWritableKeyPath<Target, Value?>,
+        on executor: Executor = .mainThread
+    ) -> any Disposable {
         bind(to: target, on: executor) { target, value in
             target[keyPath: keyPath] = value as Value?
         }

@@ -192,7 +192,8 @@ final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
 
     @inlinable
     func dispose() {
-        guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+        guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else {
             return
         }
         procedure?.cancel()

@@ -73,19 +73,21 @@ public final class Variable<Value>: @unchecked Sendable {
             // the only ones until its turn ends, so storing now keeps `value`
             // in set order.
             storage = newValue
-            changes.pending.append(.action { [self] in
-                delivered = newValue
-                changes.deliver(newValue)
-            })
+            changes.pending.append(
+                .action { [self] in
+                    delivered = newValue
+                    changes.deliver(newValue)
+                })
             changes.lock.unlock()
         } else {
             // Handed to another thread's delivery: stored when delivered.
-            changes.pending.append(.action { [self] in
-                changes.lock.lock()
-                let current = store(newValue)
-                delivered = newValue
-                changes.call(current, with: newValue)
-            })
+            changes.pending.append(
+                .action { [self] in
+                    changes.lock.lock()
+                    let current = store(newValue)
+                    delivered = newValue
+                    changes.call(current, with: newValue)
+                })
             changes.lock.unlock()
         }
     }
@@ -103,11 +105,12 @@ public final class Variable<Value>: @unchecked Sendable {
         // Observed during a delivery in progress: join after the deliveries
         // queued, so the first value is the one delivered last before joining.
         let registration = DeferredRegistration<Value>()
-        changes.pending.append(.action { [self] in
-            guard registration.begin() else { return }
-            send(delivered)
-            registration.finish(key: changes.subscribe(CancelableProcedure(send)), sink: changes)
-        })
+        changes.pending.append(
+            .action { [self] in
+                guard registration.begin() else { return }
+                send(delivered)
+                registration.finish(key: changes.subscribe(CancelableProcedure(send)), sink: changes)
+            })
         changes.lock.unlock()
         return AnyDisposable { registration.cancel() }
     }

@@ -2,20 +2,20 @@
 // variable (Swift's standard library has no condition variable), the calling
 // thread's identity, and a fallible allocator.
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A non-zero number unique to the calling thread while it lives.
 @inlinable
 internal func currentThreadID() -> UInt {
     #if canImport(Darwin)
-    UInt(bitPattern: pthread_self())
+        UInt(bitPattern: pthread_self())
     #else
-    UInt(pthread_self())
+        UInt(pthread_self())
     #endif
 }
 
@@ -31,7 +31,8 @@ internal struct ConditionLock: @unchecked Sendable {
     init?() {
         let offset = roundUp(MemoryLayout<pthread_mutex_t>.size, MemoryLayout<pthread_cond_t>.alignment)
         guard max(MemoryLayout<pthread_mutex_t>.alignment, MemoryLayout<pthread_cond_t>.alignment) <= 16,
-              let block = malloc(offset + MemoryLayout<pthread_cond_t>.size) else { return nil }
+            let block = malloc(offset + MemoryLayout<pthread_cond_t>.size)
+        else { return nil }
         mutex = block.bindMemory(to: pthread_mutex_t.self, capacity: 1)
         condition = (block + offset).bindMemory(to: pthread_cond_t.self, capacity: 1)
         pthread_mutex_init(mutex, nil)
@@ -75,7 +76,9 @@ internal func freeBytes(_ pointer: UnsafeMutableRawPointer?) {
 
 /// Room for `count` values of `Element`, malloc'd; nil when memory runs out
 /// or the size overflows. Every growable buffer of FluxCore allocates here.
-internal func allocateElements<Element>(_ count: Int, of _: Element.Type = Element.self) -> UnsafeMutablePointer<Element>? {
+internal func allocateElements<Element>(
+    _ count: Int, of _: Element.Type = Element.self
+) -> UnsafeMutablePointer<Element>? {
     let (bytes, overflow) = max(count, 1).multipliedReportingOverflow(by: max(MemoryLayout<Element>.stride, 1))
     guard !overflow, MemoryLayout<Element>.alignment <= 16, let raw = allocateBytes(bytes) else { return nil }
     return raw.bindMemory(to: Element.self, capacity: count)
@@ -122,12 +125,12 @@ private let stackTopKey: pthread_key_t = {
 private let stackMargin: UInt = 256 * 1024
 
 #if canImport(Glibc)
-// GNU extensions the Glibc module hides (Swift does not import them without
-// _GNU_SOURCE); both take and return plain C integers and pointers.
-@_silgen_name("pthread_getattr_np")
-private func pthread_getattr_np(_ thread: pthread_t, _ attributes: UnsafeMutablePointer<pthread_attr_t>) -> Int32
-@_silgen_name("gettid")
-private func flux_gettid() -> pid_t
+    // GNU extensions the Glibc module hides (Swift does not import them without
+    // _GNU_SOURCE); both take and return plain C integers and pointers.
+    @_silgen_name("pthread_getattr_np")
+    private func pthread_getattr_np(_ thread: pthread_t, _ attributes: UnsafeMutablePointer<pthread_attr_t>) -> Int32
+    @_silgen_name("gettid")
+    private func flux_gettid() -> pid_t
 #endif
 
 /// This thread's stack as (low-water mark, top): below the mark, `waitFor`
@@ -135,38 +138,39 @@ private func flux_gettid() -> pid_t
 /// disables the check.
 private func computeStackBounds() -> (limit: UInt, top: UInt) {
     #if canImport(Glibc)
-    var attributes = pthread_attr_t()
-    guard pthread_getattr_np(pthread_self(), &attributes) == 0 else { return (0, .max) }
-    defer { pthread_attr_destroy(&attributes) }
-    var address: UnsafeMutableRawPointer?
-    var size = 0
-    var guardSize = 0
-    guard pthread_attr_getstack(&attributes, &address, &size) == 0, let address, size > 0 else { return (0, .max) }
-    pthread_attr_getguardsize(&attributes, &guardSize)
-    let low = UInt(bitPattern: address)
-    let top = low &+ UInt(size)
-    var reserve = min(stackMargin, UInt(size) / 4) &+ UInt(guardSize)
-    // The main thread's stack grows on demand up to RLIMIT_STACK, and glibc
-    // reports that extent (less a page) -- unless another mapping sits
-    // closer (always so when the limit is infinite), in which case the
-    // kernel keeps a guard gap (1 MiB by default) below the stack that the
-    // stack can never grow into. Stay clear of it too.
-    if getpid() == flux_gettid() {
-        var limit = rlimit()
-        if getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0,
-           limit.rlim_cur == rlim_t.max || UInt(size) &+ 64 * 1024 < UInt(limit.rlim_cur) {
-            reserve &+= min(1 << 20, UInt(size) / 4)
+        var attributes = pthread_attr_t()
+        guard pthread_getattr_np(pthread_self(), &attributes) == 0 else { return (0, .max) }
+        defer { pthread_attr_destroy(&attributes) }
+        var address: UnsafeMutableRawPointer?
+        var size = 0
+        var guardSize = 0
+        guard pthread_attr_getstack(&attributes, &address, &size) == 0, let address, size > 0 else { return (0, .max) }
+        pthread_attr_getguardsize(&attributes, &guardSize)
+        let low = UInt(bitPattern: address)
+        let top = low &+ UInt(size)
+        var reserve = min(stackMargin, UInt(size) / 4) &+ UInt(guardSize)
+        // The main thread's stack grows on demand up to RLIMIT_STACK, and glibc
+        // reports that extent (less a page) -- unless another mapping sits
+        // closer (always so when the limit is infinite), in which case the
+        // kernel keeps a guard gap (1 MiB by default) below the stack that the
+        // stack can never grow into. Stay clear of it too.
+        if getpid() == flux_gettid() {
+            var limit = rlimit()
+            if getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0,
+                limit.rlim_cur == rlim_t.max || UInt(size) &+ 64 * 1024 < UInt(limit.rlim_cur)
+            {
+                reserve &+= min(1 << 20, UInt(size) / 4)
+            }
         }
-    }
-    return (low &+ reserve, top)
+        return (low &+ reserve, top)
     #elseif canImport(Darwin)
-    let thread = pthread_self()
-    let top = UInt(bitPattern: pthread_get_stackaddr_np(thread))
-    let size = UInt(pthread_get_stacksize_np(thread))
-    guard size > 0, top > size else { return (0, .max) }
-    return (top - size + min(stackMargin, size / 4), top)
+        let thread = pthread_self()
+        let top = UInt(bitPattern: pthread_get_stackaddr_np(thread))
+        let size = UInt(pthread_get_stacksize_np(thread))
+        guard size > 0, top > size else { return (0, .max) }
+        return (top - size + min(stackMargin, size / 4), top)
     #else
-    return (0, .max)
+        return (0, .max)
     #endif
 }
 

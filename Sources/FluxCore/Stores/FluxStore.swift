@@ -158,7 +158,11 @@ final class OwnerBinding<Owner: AnyObject & Sendable>: Sendable {
         set { state.withLock { $0.id = newValue } }
     }
     /// The id, for the one caller that removes the listener.
-    func take() -> UInt64? { state.withLock { s in defer { s.id = nil }; return s.id } }
+    func take() -> UInt64? {
+        state.withLock { s in
+            defer { s.id = nil }; return s.id
+        }
+    }
 }
 
 /// Facebook's `FluxStore`: `onDispatch` handles every payload itself and

@@ -1,10 +1,10 @@
 import Synchronization
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 // The rules of Facebook's FluxStore and FluxReduceStore, once, for every
@@ -223,7 +223,9 @@ import Darwin
     /// Facebook's `hasChanged()`: what the store's most recent handling did.
     ///
     /// - Throws: `notDispatching` unless this thread runs a dispatch of `engine`.
-    @_spi(Engine) public func hasChanged<Callback>(on engine: borrowing DispatchCore<Callback>) throws(FluxError) -> Bool {
+    @_spi(Engine) public func hasChanged<Callback>(
+        on engine: borrowing DispatchCore<Callback>
+    ) throws(FluxError) -> Bool {
         guard engine.isDispatchingOnCurrentThread else {
             throw FluxError(.notDispatching, "has_changed must be invoked while dispatching, on the dispatching thread")
         }
@@ -300,9 +302,13 @@ import Darwin
         guard id != 0, id < table.pointee.nextID, let i = index(of: id), let entries = table.pointee.entries else {
             let next = table.pointee.nextID
             unlock()
-            throw FluxError(.unknownToken, id == 0 ? "listener 0 is never a valid listener"
-                : id >= next ? "listener \(id) was never added to this store"
-                : "listener \(id) was already removed")
+            throw FluxError(
+                .unknownToken,
+                id == 0
+                    ? "listener 0 is never a valid listener"
+                    : id >= next
+                        ? "listener \(id) was never added to this store"
+                        : "listener \(id) was already removed")
         }
         // Marked, not moved (see removedBit); a running listener is
         // released by the emit running it, once it returns.

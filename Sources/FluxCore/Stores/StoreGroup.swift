@@ -35,8 +35,10 @@ public final class StoreGroup: Sendable {
             try dispatcher.waitFor(tokens)
             try callback()
         }
-        held = Mutex(Held(stores: stores.map { $0 as any AnyObject & Sendable },
-                          unregister: { dispatcher.unregister(owned: token) }))
+        held = Mutex(
+            Held(
+                stores: stores.map { $0 as any AnyObject & Sendable },
+                unregister: { dispatcher.unregister(owned: token) }))
     }
 
     /// Unregisters the group's callback (no dispatch that starts later runs

@@ -57,8 +57,9 @@ final class StoreRegistry: @unchecked Sendable {
                 return found
             }
             guard let thread = creating[type] else { break }
-            precondition(thread != currentThreadID(),
-                         "registerStore(\(name())): its init registers it again (a cycle of store classes)")
+            precondition(
+                thread != currentThreadID(),
+                "registerStore(\(name())): its init registers it again (a cycle of store classes)")
             lock.wait()
         }
         creating[type] = currentThreadID()
@@ -97,13 +98,15 @@ extension Dispatcher {
     /// instance. Registered during a dispatch, a store takes part from the
     /// next dispatch.
     @discardableResult
-    public func registerStore<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered where Registered.Payload == Payload {
+    public func registerStore<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered
+    where Registered.Payload == Payload {
         let made = registry.store(ObjectIdentifier(type), name: "\(type)") { type.init(dispatcher: self) }
         return unsafeDowncast(made, to: type)
     }
 
     /// The registered store of class `type`, or nil.
-    public func store<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered? where Registered.Payload == Payload {
+    public func store<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered?
+    where Registered.Payload == Payload {
         registry.store(ObjectIdentifier(type)).map { unsafeDowncast($0, to: type) }
     }
 

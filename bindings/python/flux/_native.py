@@ -112,10 +112,7 @@ def _open(path: str) -> tuple[ctypes.CDLL | None, str]:
     major, minor = number // 10000, number // 100 % 100
     if abi(major, minor) != BINDING_ABI:
         found = f"{major}.{minor}.{number % 100}"
-        return None, (
-            f"is libflux {found}, but this binding needs ABI version {BINDING_ABI} "
-            f"(libflux {BINDING_ABI}.x)"
-        )
+        return None, (f"is libflux {found}, but this binding needs ABI version {BINDING_ABI} (libflux {BINDING_ABI}.x)")
     return lib, ""
 
 
@@ -267,9 +264,7 @@ def declare(name: str, restype: Any, argtypes: tuple[Any, ...], errcheck: bool =
 
 flux_dispatcher_create = declare("flux_dispatcher_create", c_void_p, ())
 flux_dispatcher_destroy = declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
-flux_register = declare(
-    "flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)), True
-)
+flux_register = declare("flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)), True)
 flux_unregister = declare("flux_unregister", c_int, (c_void_p, c_uint64), True)
 # The payload is declared void* and passed as id(payload): in CPython that is
 # the object's address, and c_void_p's int conversion is the cheapest path
@@ -421,8 +416,9 @@ def _interrupted_before_body(fn: Callable[..., Any], tb: Any) -> bool:
     return tb is not None and tb.tb_frame.f_code is fn.__code__ and tb.tb_lasti < _unstarted[fn.__code__]
 
 
-def trampoline(on_escape: Callable[..., Any] | None = None, rerun: bool = False,
-               effect_is_last_call: bool = False) -> Callable[[Any], Any]:
+def trampoline(
+    on_escape: Callable[..., Any] | None = None, rerun: bool = False, effect_is_last_call: bool = False
+) -> Callable[[Any], Any]:
     """Marks a function handed to C as a callback, for the one rule every
     trampoline follows: an exception that escapes it is not printed but kept
     in :data:`escaped`, and comes out of the outermost call on that thread.

@@ -191,9 +191,15 @@ def _end_errors(erring: set[Any]) -> None:
 class _Enqueued:
     __slots__ = ("done", "erring", "locate", "on_error", "payload", "pending", "queued_errors")
 
-    def __init__(self, payload: object, on_error: Callable[[BaseException], object] | None,
-                 pending: dict[int, list[tuple[object, BaseException]]], queued_errors: dict[int, list[BaseException]],
-                 locate: Callable[[FluxError], FluxError], erring: set[Any]) -> None:
+    def __init__(
+        self,
+        payload: object,
+        on_error: Callable[[BaseException], object] | None,
+        pending: dict[int, list[tuple[object, BaseException]]],
+        queued_errors: dict[int, list[BaseException]],
+        locate: Callable[[FluxError], FluxError],
+        erring: set[Any],
+    ) -> None:
         self.payload = payload
         self.erring = erring  # the dispatcher's stores with an error emitted
         self.on_error = on_error
@@ -284,8 +290,6 @@ def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseExce
         raise first
     finally:
         first = None  # no cycle through this frame (see dispatch)
-
-
 
 
 _NO_DESTROY = _DESTROY.__class__()  # a NULL flux_destroy
@@ -655,6 +659,7 @@ class Dispatcher(Generic[P]):
                     del escaped  # no exception -> traceback -> frame cycle
         if self._queued_errors:
             _raise_queued(self._queued_errors, None)
+
     def enqueue(self, payload: P, on_error: Callable[[BaseException], object] | None = None) -> None:
         """Dispatches ``payload`` now when the dispatcher is idle; while a
         dispatch runs -- from a callback, or on another thread -- queues it
@@ -831,6 +836,7 @@ class Dispatcher(Generic[P]):
         if exc is None and _escaped:
             exc = _escaped.get(ident)
         return exc
+
     def _wait_for_foreign(self, tokens: list[Token | Store] | tuple[Token | Store, ...]) -> None:
         """wait_for with stores, or a token of another dispatcher, among
         ``tokens``. Stores are waited for by their tokens. A foreign token is
@@ -978,8 +984,7 @@ class Dispatcher(Generic[P]):
 
     def _foreign_error(self, token: Token) -> UnknownTokenError:
         return UnknownTokenError(
-            f"token {token._value} was issued by dispatcher #{token._dispatcher}, "
-            f"not by this one (#{self._serial})",
+            f"token {token._value} was issued by dispatcher #{token._dispatcher}, not by this one (#{self._serial})",
             token=token,
         )
 

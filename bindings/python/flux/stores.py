@@ -244,7 +244,9 @@ class Action:
 
     def __repr__(self) -> str:
         extra = "".join(
-            f", {name}={value!r}" for name, value in (("payload", self.payload), ("error", self.error)) if value is not None
+            f", {name}={value!r}"
+            for name, value in (("payload", self.payload), ("error", self.error))
+            if value is not None
         )
         return f"flux.Action({self.type!r}{extra})"
 
@@ -436,8 +438,9 @@ class Store:
         try:
             # Handed over: libflux releases the state and destroys the context
             # even when the create fails.
-            _flux_store_create(handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key,
-                               _destroy_trampoline, out_ref)
+            _flux_store_create(
+                handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key, _destroy_trampoline, out_ref
+            )
         finally:
             # Also when an interrupt is raised after libflux made the store:
             # it is then recorded, and closed with the dispatcher.

@@ -123,8 +123,13 @@ def _on_wait_for(context: int | None, waiter: int, tokens: Any, count: int) -> N
         values = tuple(int(tokens[i]) for i in range(count))
         t.events.append(
             TraceEvent(
-                "wait_for", _clock(), _thread(), token=waiter, name=t._name(waiter),
-                tokens=values, names=tuple(t._name(v) for v in values),
+                "wait_for",
+                _clock(),
+                _thread(),
+                token=waiter,
+                name=t._name(waiter),
+                tokens=values,
+                names=tuple(t._name(v) for v in values),
             )
         )
 
@@ -297,16 +302,31 @@ class Trace:
                 else:
                     name, cat = begin.name or f"token {begin.token}", "callback"
                     args = {"token": begin.token, "result": ev.result}
-                out.append({
-                    "name": name, "cat": cat, "ph": "X", "pid": pid, "tid": ev.thread,
-                    "ts": begin.time_ns / 1000, "dur": (ev.time_ns - begin.time_ns) / 1000, "args": args,
-                })
+                out.append(
+                    {
+                        "name": name,
+                        "cat": cat,
+                        "ph": "X",
+                        "pid": pid,
+                        "tid": ev.thread,
+                        "ts": begin.time_ns / 1000,
+                        "dur": (ev.time_ns - begin.time_ns) / 1000,
+                        "args": args,
+                    }
+                )
             elif ev.kind == "wait_for":
-                out.append({
-                    "name": f"wait_for {', '.join(ev.names)}", "cat": "wait_for", "ph": "i", "s": "t",
-                    "pid": pid, "tid": ev.thread, "ts": ev.time_ns / 1000,
-                    "args": {"waiter": ev.token, "tokens": list(ev.tokens)},
-                })
+                out.append(
+                    {
+                        "name": f"wait_for {', '.join(ev.names)}",
+                        "cat": "wait_for",
+                        "ph": "i",
+                        "s": "t",
+                        "pid": pid,
+                        "tid": ev.thread,
+                        "ts": ev.time_ns / 1000,
+                        "args": {"waiter": ev.token, "tokens": list(ev.tokens)},
+                    }
+                )
         # Parents before children at equal timestamps: viewers nest by order.
         out.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
         return {"traceEvents": out, "displayTimeUnit": "ms"}

@@ -45,9 +45,14 @@ _CTYPES: dict[str, Any] = {
     "d": ctypes.c_double,
     "p": ctypes.c_void_p,
 }
-_INTEGER_BITS = {"i": (True, 32), "I": (False, 32), "l": (True, 64), "L": (False, 64),
-                 "z": (False, 8 * ctypes.sizeof(ctypes.c_size_t)),
-                 "p": (False, 8 * ctypes.sizeof(ctypes.c_void_p))}
+_INTEGER_BITS = {
+    "i": (True, 32),
+    "I": (False, 32),
+    "l": (True, 64),
+    "L": (False, 64),
+    "z": (False, 8 * ctypes.sizeof(ctypes.c_size_t)),
+    "p": (False, 8 * ctypes.sizeof(ctypes.c_void_p)),
+}
 _WELL_FORMED = re.compile(r"([vilLIzfdp])\(([ilLIzfdp]*)\)")
 
 
@@ -61,7 +66,9 @@ class _Signature(NamedTuple):
 _HANDLER = CFUNCTYPE(None, c_void_p, c_void_p, POINTER(c_void_p))
 
 _closure_create = _native.declare(
-    "flux_closure_create", c_int, (c_char_p, _HANDLER, c_void_p, _native.DESTROY, POINTER(c_void_p)),
+    "flux_closure_create",
+    c_int,
+    (c_char_p, _HANDLER, c_void_p, _native.DESTROY, POINTER(c_void_p)),
     errcheck=True,
 )
 _closure_code = _native.declare("flux_closure_code", c_void_p, (c_void_p,))
@@ -134,9 +141,7 @@ def _on_call(userdata: int, ret: int | None, args: Any) -> None:
         return
     sig = entry.signature
     try:
-        values = [
-            _CTYPES[letter].from_address(args[k]).value for k, letter in enumerate(sig.args)
-        ]
+        values = [_CTYPES[letter].from_address(args[k]).value for k, letter in enumerate(sig.args)]
         result = entry.handler(*[0 if v is None else v for v in values])
         if sig.ret != "v" and ret:
             _CTYPES[sig.ret].from_address(ret).value = _check_value(sig.ret, result, "the result")
@@ -216,8 +221,9 @@ class Trampoline:
     def __enter__(self) -> Trampoline:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def __call__(self, *args: Any) -> Any:

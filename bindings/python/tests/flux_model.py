@@ -272,7 +272,7 @@ class StoreModel:
 
     def __init__(self) -> None:
         self.issued = 0
-        self.stores: dict[int, _Store] = {}            # store index -> store
+        self.stores: dict[int, _Store] = {}  # store index -> store
         self.groups: dict[int, tuple[int, tuple[int, ...], bool]] = {}  # index -> (token, stores, raises)
         self.store_count = 0
         self.group_count = 0

@@ -15,9 +15,7 @@ NOT_TOKENS = [None, 1, 1.0, "1", b"1", object(), [1], True]
 
 
 @pytest.mark.parametrize("callback", NOT_CALLABLE, ids=lambda c: type(c).__name__)
-def test_register_rejects_non_callables_before_touching_c(
-    d: flux.Dispatcher[Any], callback: Any
-) -> None:
+def test_register_rejects_non_callables_before_touching_c(d: flux.Dispatcher[Any], callback: Any) -> None:
     before = list(_native.callbacks)
     with pytest.raises(TypeError, match="callable"):
         d.register(callback)
@@ -35,9 +33,7 @@ def test_unregister_rejects_non_tokens(d: flux.Dispatcher[Any], token: Any) -> N
 
 
 @pytest.mark.parametrize("token", NOT_TOKENS, ids=lambda t: type(t).__name__)
-def test_wait_for_rejects_non_tokens_even_outside_a_dispatch(
-    d: flux.Dispatcher[Any], token: Any
-) -> None:
+def test_wait_for_rejects_non_tokens_even_outside_a_dispatch(d: flux.Dispatcher[Any], token: Any) -> None:
     with pytest.raises(TypeError, match="flux.Token"):
         d.wait_for([token])
 
@@ -95,9 +91,7 @@ def test_tokens_of_another_dispatcher_are_rejected(d: flux.Dispatcher[Any]) -> N
 
 
 @pytest.mark.parametrize("value", [0, 2, 999, 2**64 - 1])
-def test_unknown_token_values_are_reported_by_the_library(
-    d: flux.Dispatcher[Any], value: int
-) -> None:
+def test_unknown_token_values_are_reported_by_the_library(d: flux.Dispatcher[Any], value: int) -> None:
     d.register(lambda p: None)
     with pytest.raises(flux.UnknownTokenError) as info:
         d.unregister(flux.Token(d._serial, value))

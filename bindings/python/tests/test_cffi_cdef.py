@@ -15,9 +15,7 @@ import pytest
 
 import flux
 
-cffi = pytest.importorskip(
-    "cffi", reason="cffi is in support/requirements-dev.txt (make venv)"
-)
+cffi = pytest.importorskip("cffi", reason="cffi is in support/requirements-dev.txt (make venv)")
 
 REPO = Path(__file__).resolve().parents[3]
 CDEF = REPO / "build" / "include" / "flux_cdef.h"
@@ -38,9 +36,7 @@ def ffi_lib(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
             check=True,
         )
     ffi = cffi.FFI()
-    ffi.cdef(
-        path.read_text()
-    )  # verbatim: no directive, attribute or system header in it
+    ffi.cdef(path.read_text())  # verbatim: no directive, attribute or system header in it
     return ffi, ffi.dlopen(flux.library_path)
 
 
@@ -87,10 +83,7 @@ def test_flight_destination_through_cffi(ffi_lib: tuple[Any, Any]) -> None:
         for name, fn in (("price", price), ("city", city), ("country", country))
     }
     for name in ("price", "city", "country"):
-        assert (
-            lib.flux_register(d, native[name], ffi.NULL, ffi.NULL, tokens[name])
-            == lib.FLUX_OK
-        )
+        assert lib.flux_register(d, native[name], ffi.NULL, ffi.NULL, tokens[name]) == lib.FLUX_OK
     payload = ffi.new("char[]", b"australia")
     assert lib.flux_dispatch(d, payload) == lib.FLUX_OK
     assert log == ["country", "city", "price"]
@@ -121,10 +114,7 @@ def test_errors_as_values_through_cffi(ffi_lib: tuple[Any, Any]) -> None:
 
     callbacks = [make(i) for i in range(3)]
     for i in range(3):
-        assert (
-            lib.flux_register(d, callbacks[i], ffi.NULL, ffi.NULL, ring[i])
-            == lib.FLUX_OK
-        )
+        assert lib.flux_register(d, callbacks[i], ffi.NULL, ffi.NULL, ring[i]) == lib.FLUX_OK
     assert lib.flux_dispatch(d, ffi.NULL) == lib.FLUX_OK
     a, b, c = (t[0] for t in ring)
     assert seen == {"token": a, "cycle": [c, a, b, c]}
@@ -133,9 +123,7 @@ def test_errors_as_values_through_cffi(ffi_lib: tuple[Any, Any]) -> None:
 
 def test_the_cdef_tool_refuses_a_computed_integer_constant(tmp_path: Path) -> None:
     header = tmp_path / "computed.h"
-    header.write_text(
-        "#define FLUX_A 1\n#define FLUX_B (FLUX_A + 1)\nint flux_f(void);\n"
-    )
+    header.write_text("#define FLUX_A 1\n#define FLUX_B (FLUX_A + 1)\nint flux_f(void);\n")
     result = subprocess.run(
         [
             sys.executable,

@@ -41,6 +41,7 @@ def test_every_payload_goes_to_every_callback_in_registration_order(
 ) -> None:
     calls: list[tuple[int, Any]] = []
     for i in range(10):
+
         def record(p: Any, i: int = i) -> None:
             calls.append((i, p))
 
@@ -52,8 +53,18 @@ def test_every_payload_goes_to_every_callback_in_registration_order(
 
 @pytest.mark.parametrize(
     "payload",
-    [None, 0, "text", b"bytes", [1, 2], {"unhashable": []}, object(), ctypes.py_object(5),
-     ctypes.c_int(3), ctypes.c_void_p(0)],
+    [
+        None,
+        0,
+        "text",
+        b"bytes",
+        [1, 2],
+        {"unhashable": []},
+        object(),
+        ctypes.py_object(5),
+        ctypes.c_int(3),
+        ctypes.c_void_p(0),
+    ],
     ids=lambda p: type(p).__name__,
 )
 def test_the_payload_is_passed_by_identity(d: flux.Dispatcher[Any], payload: Any) -> None:
@@ -212,6 +223,7 @@ def test_wait_for_accepts_any_iterable(d: flux.Dispatcher[Any]) -> None:
 
     tokens.append(d.register(waiter))
     for i in range(1, 6):
+
         def record(p: Any, i: int = i) -> None:
             calls.append(str(i))
 

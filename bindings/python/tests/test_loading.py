@@ -154,9 +154,7 @@ def test_a_library_that_is_not_libflux_is_refused(fakes: dict[str, Path]) -> Non
     assert "not libflux" in result.stderr
 
 
-def test_an_unusable_package_copy_is_skipped_for_the_next_place(
-    tmp_path: Path, fakes: dict[str, Path]
-) -> None:
+def test_an_unusable_package_copy_is_skipped_for_the_next_place(tmp_path: Path, fakes: dict[str, Path]) -> None:
     root = copy_package(tmp_path, with_library=fakes["future"])
     result = run(PROBE, root)
     if result.returncode == 0:  # found further down (a system libflux)

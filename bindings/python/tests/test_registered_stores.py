@@ -753,8 +753,12 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardi
 def test_the_current_user_example_prints_what_the_swift_one_does() -> None:
     package = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
     result = subprocess.run(
-        [sys.executable, EXAMPLE], env=dict(os.environ, PYTHONPATH=package), capture_output=True, text=True,
-        check=False, timeout=120,
+        [sys.executable, EXAMPLE],
+        env=dict(os.environ, PYTHONPATH=package),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""

@@ -187,9 +187,7 @@ class DispatcherMachine(RuleBasedStateMachine):
             assert exc is real.last_escaped, "dispatch must re-raise the very exception"
             got = kind(exc)
         model_log, model_outcome = self.model.dispatch()
-        assert log_matches(real.log, model_log), (
-            f"call order differs\n  libflux: {real.log}\n  model:   {model_log}"
-        )
+        assert log_matches(real.log, model_log), f"call order differs\n  libflux: {real.log}\n  model:   {model_log}"
         if model_outcome is None:
             assert got is None, f"dispatch raised {got}, the model says it succeeds"
         else:
@@ -198,8 +196,11 @@ class DispatcherMachine(RuleBasedStateMachine):
         for entry in real.log:
             if entry[0] == "error":
                 event(f"error inside a callback: {str(entry[3]).split(':')[0]}")
-        event(f"dispatch: {'ok' if got is None else 'raised'}, {len(real.log)} log entries"
-              if len(real.log) < 8 else f"dispatch: {'ok' if got is None else 'raised'}, 8+ log entries")
+        event(
+            f"dispatch: {'ok' if got is None else 'raised'}, {len(real.log)} log entries"
+            if len(real.log) < 8
+            else f"dispatch: {'ok' if got is None else 'raised'}, 8+ log entries"
+        )
 
     @invariant()
     def idle_and_no_leaks(self) -> None:

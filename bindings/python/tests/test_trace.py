@@ -31,8 +31,7 @@ def flight(d: flux.Dispatcher[Any]) -> dict[str, flux.Token]:
 
 
 def kinds(trace: flux.Trace) -> list[str]:
-    short = {"dispatch_begin": "D", "dispatch_end": "E", "callback_begin": "b",
-             "callback_end": "e", "wait_for": "w"}
+    short = {"dispatch_begin": "D", "dispatch_end": "E", "callback_begin": "b", "callback_end": "e", "wait_for": "w"}
     out = []
     for ev in trace.events:
         text = short[ev.kind]
@@ -114,9 +113,7 @@ def test_render_nests_waited_for_callbacks_under_the_waiter(d: flux.Dispatcher[A
     assert all("µs" in line or "ms" in line for line in (lines[0], lines[1], lines[2], lines[4]))
 
 
-def test_chrome_trace_file_is_trace_event_format_with_nested_slices(
-    d: flux.Dispatcher[Any], tmp_path: Path
-) -> None:
+def test_chrome_trace_file_is_trace_event_format_with_nested_slices(d: flux.Dispatcher[Any], tmp_path: Path) -> None:
     flight(d)
     with flux.Trace(d) as trace:
         d.dispatch("one")

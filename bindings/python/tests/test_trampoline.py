@@ -84,8 +84,16 @@ def test_many_trampolines_share_one_native_handler_each_with_its_own_callable() 
 
 @pytest.mark.parametrize(
     "signature, position",
-    [("", "position 0"), ("i", "position 1"), ("x()", "position 0"), ("i(v)", "position 2"),
-     ("i()x", "position 3"), ("ii()", "position 1"), ("i(p", "position 3"), ("i(px)", "position 3")],
+    [
+        ("", "position 0"),
+        ("i", "position 1"),
+        ("x()", "position 0"),
+        ("i(v)", "position 2"),
+        ("i()x", "position 3"),
+        ("ii()", "position 1"),
+        ("i(p", "position 3"),
+        ("i(px)", "position 3"),
+    ],
 )
 def test_malformed_signatures_name_the_position(signature: str, position: str) -> None:
     before = dict(tr._closures)
@@ -228,8 +236,13 @@ def test_an_i_pp_trampoline_is_a_dispatcher_callback() -> None:
     lib = ctypes.CDLL(flux.library_path)
     lib.flux_dispatcher_create.restype = ctypes.c_void_p
     lib.flux_dispatcher_destroy.argtypes = (ctypes.c_void_p,)
-    lib.flux_register.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                  ctypes.POINTER(ctypes.c_uint64))
+    lib.flux_register.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_uint64),
+    )
     lib.flux_dispatch.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
     lib.flux_last_error.restype = ctypes.c_char_p
     order: list[tuple[int, int]] = []
@@ -240,8 +253,7 @@ def test_an_i_pp_trampoline_is_a_dispatcher_callback() -> None:
 
     d = lib.flux_dispatcher_create()
     try:
-        with flux.Trampoline("i(pp)", record) as a, \
-                flux.Trampoline("i(pp)", lambda ctx, payload: 7) as failing:
+        with flux.Trampoline("i(pp)", record) as a, flux.Trampoline("i(pp)", lambda ctx, payload: 7) as failing:
             token = ctypes.c_uint64()
             assert lib.flux_register(d, a.address, None, None, ctypes.byref(token)) == 0
             assert lib.flux_dispatch(d, 1234) == 0
@@ -263,8 +275,7 @@ def test_an_i_pp_trampoline_is_a_dispatcher_callback() -> None:
 # process) and leaves nothing behind.
 _WELL_FORMED_BYTES = re.compile(rb"[vilLIzfdp]\([ilLIzfdp]{0,16}\)")
 _raw_create = flux._native.lib["flux_closure_create"]
-_raw_create.argtypes = (ctypes.c_char_p, tr._HANDLER, ctypes.c_void_p, ctypes.c_void_p,
-                        ctypes.POINTER(ctypes.c_void_p))
+_raw_create.argtypes = (ctypes.c_char_p, tr._HANDLER, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
 _raw_create.restype = ctypes.c_int
 _raw_destroy = flux._native.lib["flux_closure_destroy"]
 _raw_destroy.argtypes = (ctypes.c_void_p,)
