@@ -13,6 +13,9 @@
 #   make check-thread-c  the C tests with threads under ThreadSanitizer
 #   make fuzz            libFuzzer targets, FUZZ_SECONDS (60) each, after their regressions
 #   make check-types     mypy --strict and ruff on the Python package and example
+#   make check-format    swift format lint and ruff format --check: the tree as
+#                        `make format` leaves it
+#   make format          swift format and ruff format, in place
 #   make check-abi       exported symbols == the header's functions; SONAME; no RPATH
 #   make check-install   install staged and to a scratch prefix; pkg-config and CMake users
 #   make check-pip       pip install ./bindings/python into a fresh venv
@@ -83,7 +86,7 @@ LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 V ?= 0
 Q := $(if $(filter-out 0,$(V)),,@)
 
-.PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-luajit check-python check-memory \
+.PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-luajit check-python format check-format check-memory \
         check-types check-abi check-install check-pip check-swift-client check-readme venv \
         check-address check-thread-c fuzz \
         bench bench-smoke install uninstall clean
@@ -202,6 +205,18 @@ check-luajit: $(LIB) $(B)/include/flux_cdef.h
 
 check-python: $(LIB) $(B)/include/flux_cdef.h $(call needs_venv,$(TEST_PYTHON))
 	@PYTHONPATH=bindings/python $(SUITE) python $(TEST_PYTHON) -m pytest -q bindings/python/tests
+
+# One layout for the whole tree: swift format (.swift-format) for Swift,
+# ruff format (line length 120) for Python. `make format` applies both;
+# CI fails on a file either would change.
+SWIFT_FORMATTED = Sources Tests Package.swift examples bench support/swift-client
+format: $(call needs_venv,$(TYPES_PYTHON))
+	$(SWIFT) format format -i -r $(SWIFT_FORMATTED)
+	$(TYPES_PYTHON) -m ruff format bindings/python examples
+
+check-format: $(call needs_venv,$(TYPES_PYTHON))
+	$(SWIFT) format lint --strict -r $(SWIFT_FORMATTED)
+	$(TYPES_PYTHON) -m ruff format --check bindings/python examples
 
 # mypy --strict and ruff on the Python package and its tests (configured in
 # bindings/python/pyproject.toml), on the README's Python example and on
