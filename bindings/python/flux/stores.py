@@ -690,17 +690,22 @@ class ReduceStore(Store, Generic[S]):
         that dispatch's reduce -- always a live object."""
         # Not the PyObject* itself (another thread's dispatch may release it
         # before we take a reference): the object this store keeps for it,
-        # in one dict lookup, atomic under the GIL. Every object there is a
-        # state the C store held while this ran (a new state enters before
-        # the C store takes it, and leaves once released). Gone meanwhile:
-        # read the newer pointer.
+        # in one dict lookup, atomic under the GIL. That object may be a
+        # newer state than the pointer's: the old one freed, a new one made
+        # at its address and entered here before the C store takes it (so
+        # a reader could see a state, then an older one). So the pointer is
+        # read again: unchanged, the C store holds the object at that
+        # address now, and the object found, alive (we hold it), is that one.
         held = self._held
         with self._lock:  # not closed meanwhile (see _create)
             handle = self._live_handle("state")
+            pointer = _flux_store_state(handle)
             while True:
-                state = held.get(_flux_store_state(handle), _MISSING)
-                if state is not _MISSING:
+                state = held.get(pointer, _MISSING)
+                again = _flux_store_state(handle)
+                if again == pointer and state is not _MISSING:
                     return state  # type: ignore[no-any-return]
+                pointer = again
 
     def get_state(self) -> S:
         """:attr:`state`, under Facebook's name."""
