@@ -27,3 +27,19 @@ def library_kept_its_contract() -> Iterator[None]:
     yield
     gc.collect()
     assert _native.stray == {"callback": 0, "destroy": 0}
+
+
+@pytest.fixture
+def native_destroys(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every native dispatcher destroyed from now on, by its handle."""
+    from flux import dispatcher as dispatcher_module
+
+    destroyed: list[int] = []
+    real = _native.flux_dispatcher_destroy
+
+    def destroy(handle: int) -> int:
+        destroyed.append(handle)
+        return int(real(handle))
+
+    monkeypatch.setattr(dispatcher_module, "_flux_dispatcher_destroy", destroy)
+    return destroyed

@@ -193,23 +193,8 @@ def no_gc() -> Iterator[None]:
         gc.enable()
 
 
-def native_destroys(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every native dispatcher destroyed from now on, by its handle."""
-    from flux import dispatcher as dispatcher_module
-
-    destroyed: list[int] = []
-    real = _native.flux_dispatcher_destroy
-
-    def destroy(handle: int) -> int:
-        destroyed.append(handle)
-        return int(real(handle))
-
-    monkeypatch.setattr(dispatcher_module, "_flux_dispatcher_destroy", destroy)
-    return destroyed
-
-
-def test_a_dispatcher_with_stores_never_closed_is_collected(monkeypatch: pytest.MonkeyPatch) -> None:
-    destroyed = native_destroys(monkeypatch)
+def test_a_dispatcher_with_stores_never_closed_is_collected(native_destroys: list[int]) -> None:
+    destroyed = native_destroys
     d: flux.Dispatcher[Any] = flux.Dispatcher()
     handle = d._handle
     holder = Holder(d)
@@ -245,9 +230,9 @@ def test_closing_a_store_frees_it_and_all_it_held_without_the_cycle_collector(
 
 
 def test_closing_a_dispatcher_frees_it_and_its_stores_without_the_cycle_collector(
-    monkeypatch: pytest.MonkeyPatch, no_gc: None
+    native_destroys: list[int], no_gc: None
 ) -> None:
-    destroyed = native_destroys(monkeypatch)
+    destroyed = native_destroys
     d: flux.Dispatcher[Any] = flux.Dispatcher()
     handle = d._handle
     holder = Holder(d)

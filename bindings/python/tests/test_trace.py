@@ -226,21 +226,9 @@ def test_a_store_is_named_by_its_class_and_an_unnamed_token_only_once(d: flux.Di
     assert d.name_of(token) is None
 
 
-def test_closing_the_dispatcher_inside_a_trace_leaks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_closing_the_dispatcher_inside_a_trace_leaks_nothing(native_destroys: list[int]) -> None:
     import gc
     import weakref
-
-    from flux import _native
-    from flux import dispatcher as dispatcher_module
-
-    destroyed: list[int] = []
-    real = _native.flux_dispatcher_destroy
-
-    def destroy(handle: int) -> int:
-        destroyed.append(handle)
-        return int(real(handle))
-
-    monkeypatch.setattr(dispatcher_module, "_flux_dispatcher_destroy", destroy)
 
     class Payload:
         pass
@@ -257,4 +245,4 @@ def test_closing_the_dispatcher_inside_a_trace_leaks_nothing(monkeypatch: pytest
     del trace, d, payload
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
-    assert handle in destroyed  # the native dispatcher too
+    assert handle in native_destroys  # the native dispatcher too
