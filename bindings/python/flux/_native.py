@@ -410,7 +410,7 @@ def _last_call(code: Any) -> int:
     return offset
 
 
-def _interrupted_before_body(fn: Callable[..., Any], tb: Any) -> bool:
+def _interrupted_before_work(fn: Callable[..., Any], tb: Any) -> bool:
     """Whether the traceback entry ``tb`` is ``fn``'s frame, stopped before
     its work began: nothing of ``fn`` that must not be done twice ran."""
     return tb is not None and tb.tb_frame.f_code is fn.__code__ and tb.tb_lasti < _unstarted[fn.__code__]
@@ -465,7 +465,7 @@ _RETRIES = 1000  # on_escape interrupted this often in a row: give up
 def _recover(fn: Callable[..., Any], on_escape: Callable[..., Any], tb: Any) -> None:
     # The trampoline's own frame is the traceback's first: the exception
     # began in it (ctypes called it from C). Its arguments are its locals.
-    if not _interrupted_before_body(fn, tb):
+    if not _interrupted_before_work(fn, tb):
         return  # its body had begun: what it did is not known, do not redo it
     code = fn.__code__
     local = tb.tb_frame.f_locals
@@ -478,7 +478,7 @@ def _recover(fn: Callable[..., Any], on_escape: Callable[..., Any], tb: Any) -> 
             # Interrupted again before its work began: it must still be done.
             # Midway: not redone (what it did is not known).
             inner = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-            if not _interrupted_before_body(on_escape, inner):
+            if not _interrupted_before_work(on_escape, inner):
                 return
 
 
