@@ -1754,6 +1754,182 @@ static void listener_rules_hold_across_many_removals(void)
     is_int(count_events(EV_LISTENER_DESTROY + last), 1, "the added one too");
 }
 
+/* ---- adders and removers on other threads against a stream of emits ---- */
+
+enum { RACE_THREADS = 2, RACE_PER_THREAD = 400, RACE_WINDOW = 3 };
+
+/* One listener of the race: the emits that called it, by number. */
+typedef struct racer {
+    _Atomic int destroyed;  /* destroy calls */
+    int bad;                /* calls after its destroy, or twice in one emit */
+    int calls;
+    int first, last;        /* the first and last emit that called it */
+    int added_before;       /* the reduce count before add was called: no earlier emit calls it */
+    int added_after;        /* the reduce count once add returned: later emits must call it */
+    int removed_after;      /* the dispatch count before remove was called: emits up to it too */
+    int gone_after;         /* the count of emits past their first listener once remove
+                             * returned: later emits reach it after that, so must not call it */
+    _Atomic int remove_returned;
+    int misplaced_destroy;  /* a destroy neither inside remove nor right after its own call */
+} racer;
+
+static struct {
+    _Atomic int reduced;    /* reduce calls so far: the number of the running dispatch */
+    _Atomic int done;       /* dispatches returned so far */
+    _Atomic int passed;     /* emits whose first listener has returned */
+    _Atomic int finished;   /* threads done */
+    pthread_t dispatching;  /* the main thread, the one that dispatches */
+    racer *last_returned;   /* the listener that returned last on it */
+    int tearing_down;       /* flux_store_destroy is releasing the rest */
+    flux_store *s;
+    racer r[RACE_THREADS][RACE_PER_THREAD];
+    flux_status status[RACE_THREADS];
+} R;
+
+static int race_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context, (void)payload;
+    atomic_fetch_add(&R.reduced, 1);
+    *next = (void *)((intptr_t)state + 1);
+    return 0;
+}
+
+static void race_listener(void *context)
+{
+    racer *r = context;
+    int emit = atomic_load(&R.reduced);  /* only the dispatching thread reduces */
+    if (atomic_load(&r->destroyed) != 0 || r->last == emit)
+        r->bad++;
+    if (r->calls++ == 0)
+        r->first = emit;
+    r->last = emit;
+    R.last_returned = r;
+}
+
+/* Always the first: takes its time, so that removals land mid-emit, and
+ * counts the emits it is done with. */
+static void race_first(void *context)
+{
+    (void)context;
+    for (int spin = 0; spin < 2000; spin++)
+        atomic_load_explicit(&R.done, memory_order_relaxed);
+    atomic_fetch_add(&R.passed, 1);
+}
+
+/* The contract: at once, inside the remove; or, the listener running then,
+ * on the dispatching thread right after it returns (before any other
+ * listener of the store runs). */
+static void race_destroy(void *context)
+{
+    racer *r = context;
+    if (!R.tearing_down) {
+        if (pthread_equal(pthread_self(), R.dispatching) ? R.last_returned != r
+                                                         : atomic_load(&r->remove_returned) != 0)
+            r->misplaced_destroy++;
+    }
+    atomic_fetch_add(&r->destroyed, 1);
+}
+
+static void *race_thread(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    flux_token ids[RACE_PER_THREAD];
+    for (int i = 0; i < RACE_PER_THREAD; i++) {
+        racer *r = &R.r[t][i];
+        r->added_before = atomic_load(&R.reduced);
+        flux_status st = flux_store_add_listener(R.s, race_listener, r, race_destroy, &ids[i]);
+        r->added_after = atomic_load(&R.reduced);
+        if (st != FLUX_OK) {
+            R.status[t] = st;
+            break;
+        }
+        if (i >= RACE_WINDOW) {
+            racer *old = &R.r[t][i - RACE_WINDOW];
+            old->removed_after = atomic_load(&R.done);
+            st = flux_store_remove_listener(R.s, ids[i - RACE_WINDOW]);
+            atomic_store(&old->remove_returned, 1);
+            old->gone_after = atomic_load(&R.passed);
+            if (st != FLUX_OK) {
+                R.status[t] = st;
+                break;
+            }
+        }
+        /* Let an emit or two go by now and then (the main thread
+         * dispatches all along), so the listeners come and go mid-stream. */
+        int until = atomic_load(&R.done) + i % 3;
+        while (atomic_load(&R.done) < until)
+            sched_yield();
+    }
+    atomic_fetch_add(&R.finished, 1);
+    return NULL;
+}
+
+static void listeners_added_and_removed_by_other_threads_during_emits(void)
+{
+    ledger_reset();
+    memset(&R, 0, sizeof R);
+    R.dispatching = pthread_self();
+    flux_dispatcher *d = new_dispatcher();
+    REQUIRE(flux_store_create(d, NULL, race_reduce, NULL, NULL, NULL, NULL, &R.s) == FLUX_OK);
+    flux_token first;
+    REQUIRE(flux_store_add_listener(R.s, race_first, NULL, NULL, &first) == FLUX_OK);
+    pthread_t th[RACE_THREADS];
+    for (int t = 0; t < RACE_THREADS; t++)
+        REQUIRE(pthread_create(&th[t], NULL, race_thread, (void *)(intptr_t)t) == 0);
+    int failed = 0;
+    /* Emits until both threads are done, and a few more. */
+    for (int extra = 0; extra < 3;) {
+        if (flux_dispatch(d, "inc") != FLUX_OK)
+            failed++;
+        atomic_fetch_add(&R.done, 1);
+        if (atomic_load(&R.finished) == RACE_THREADS)
+            extra++;
+    }
+    for (int t = 0; t < RACE_THREADS; t++)
+        pthread_join(th[t], NULL);
+    is_int(failed, 0, "every dispatch succeeded");
+    for (int t = 0; t < RACE_THREADS; t++)
+        is_int(R.status[t], FLUX_OK, "thread %d's adds and removes succeeded", t);
+    int bad = 0, missed = 0, late = 0, undestroyed = 0, removed = 0, misplaced = 0;
+    for (int t = 0; t < RACE_THREADS; t++)
+        for (int i = 0; i < RACE_PER_THREAD - RACE_WINDOW; i++) {
+            racer *r = &R.r[t][i];
+            removed++;
+            bad += r->bad;
+            /* Called in emits first..last, each once (else bad): none skipped
+             * between (it was present), none before it was added or after
+             * its removal returned, and every emit it was present for,
+             * whole -- from added_after + 1 to removed_after -- among them. */
+            if (r->calls > 0 && r->calls != r->last - r->first + 1)
+                missed++;
+            if (r->removed_after > r->added_after
+                && (r->calls == 0 || r->first > r->added_after + 1 || r->last < r->removed_after))
+                missed++;
+            if (r->calls > 0 && (r->first < r->added_before || r->last > r->gone_after))
+                late++;
+            undestroyed += atomic_load(&r->destroyed) != 1;
+            misplaced += r->misplaced_destroy;
+        }
+    int ran = 0;
+    for (int t = 0; t < RACE_THREADS; t++)
+        for (int i = 0; i < RACE_PER_THREAD; i++)
+            ran += R.r[t][i].calls > 0;
+    diag("%d dispatches; %d of %d listeners ran", atomic_load(&R.done), ran, RACE_THREADS * RACE_PER_THREAD);
+    is_int(bad, 0, "no listener ran twice in one emit, or after its destroy");
+    is_int(missed, 0, "each ran in every emit it was present for, whole");
+    is_int(late, 0, "none ran in an emit over before it was added, or reaching it after its removal returned");
+    is_int(undestroyed, 0, "each of the %d removed was destroyed exactly once", removed);
+    is_int(misplaced, 0, "each inside its remove, or right after its running call returned");
+    R.tearing_down = 1;
+    EXPECT_OK(flux_store_destroy(R.s));
+    int wrong = 0;
+    for (int t = 0; t < RACE_THREADS; t++)
+        for (int i = 0; i < RACE_PER_THREAD; i++)
+            wrong += atomic_load(&R.r[t][i].destroyed) != 1;
+    is_int(wrong, 0, "and the rest by flux_store_destroy");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 int main(void)
 {
     tap_init();
@@ -1808,5 +1984,6 @@ int main(void)
     RUN(unregister_of_a_store_or_group_token_is_refused);
     RUN(a_listener_whose_wait_meets_a_failure_stops_the_emit);
     RUN(listener_rules_hold_across_many_removals);
+    RUN(listeners_added_and_removed_by_other_threads_during_emits);
     return tap_done();
 }
