@@ -17,6 +17,11 @@ public typealias FluxDestroyFunction = flux_destroy
 /// `flux_done_fn`: `void (*)(void *context, void *payload, flux_status status)`,
 /// as the header declares it.
 public typealias FluxDoneFunction = flux_done_fn
+/// The store function types, as the header declares them.
+public typealias FluxReduceFunction = flux_reduce_fn
+public typealias FluxEqualFunction = flux_equal_fn
+public typealias FluxReleaseFunction = flux_release_fn
+public typealias FluxListenerFunction = flux_listener_fn
 
 /// What flux_enqueue keeps per call until its done runs: the caller's done
 /// function and its context, by value.

@@ -101,30 +101,25 @@ public func flux_closure_create(
     _ out: UnsafeMutablePointer<OpaquePointer?>?
 ) -> Int32 {
     out?.pointee = nil
-    // userdata was handed over: from here on every failure releases it.
-    func failed(_ status: FluxError.Code, _ message: String) -> Int32 {
-        return refuse(
-            "flux_closure_create", status, message,
-            handingOver: userdata, to: destroy)
-    }
-    guard let handler else { return failed(.invalidArgument, "handler is NULL") }
-    guard let out else { return failed(.invalidArgument, "out is NULL") }
+    let handedOver = HandedOver("flux_closure_create", userdata, destroy)
+    guard let handler else { return handedOver.refuse(.invalidArgument, "handler is NULL") }
+    guard let out else { return handedOver.refuse(.invalidArgument, "out is NULL") }
 
     return withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<ffi_type>?.self, capacity: maxSignatureArguments) {
         argumentTypes -> Int32 in
-        guard let types = argumentTypes.baseAddress else { return failed(.noMemory, "out of memory") }
+        guard let types = argumentTypes.baseAddress else { return handedOver.refuse(.noMemory, "out of memory") }
         let parsed: Signature
         do throws(SignatureError) {
             parsed = try parseSignature(signature, argumentTypes: types)
         } catch {
-            return failed(.invalidArgument, error.message(signature: signature))
+            return handedOver.refuse(.invalidArgument, error.message(signature: signature))
         }
 
         // One block: state, cif, argument types (at least one slot, so that a
         // zero-argument signature still gets a distinct, non-NULL array).
         let typeStride = MemoryLayout<UnsafeMutablePointer<ffi_type>?>.stride
         guard let block = malloc(typesOffset + max(parsed.argumentCount, 1) * typeStride) else {
-            return failed(.noMemory, "out of memory")
+            return handedOver.refuse(.noMemory, "out of memory")
         }
         let cif = (block + cifOffset).bindMemory(to: ffi_cif.self, capacity: 1)
         cif.initialize(to: ffi_cif())
@@ -139,12 +134,13 @@ public func flux_closure_create(
             parsed.returnKind.type, blockTypes)
         guard prepared == FFI_OK else {
             free(block)
-            return failed(.invalidArgument, "libffi rejected the signature (ffi_prep_cif status \(prepared.rawValue))")
+            return handedOver.refuse(
+                .invalidArgument, "libffi rejected the signature (ffi_prep_cif status \(prepared.rawValue))")
         }
         var code: UnsafeMutableRawPointer? = nil
         guard let closure = ffi_closure_alloc(cffi_closure_size(), &code), let code else {
             free(block)
-            return failed(.noMemory, "out of memory (ffi_closure_alloc failed)")
+            return handedOver.refuse(.noMemory, "out of memory (ffi_closure_alloc failed)")
         }
         let state = block.bindMemory(to: ClosureState.self, capacity: 1)
         state.initialize(
@@ -158,7 +154,7 @@ public func flux_closure_create(
             state.pointee.tag = deadTag
             ffi_closure_free(closure)
             free(block)
-            return failed(
+            return handedOver.refuse(
                 .invalidArgument,
                 "libffi could not make the trampoline (ffi_prep_closure_loc status \(linked.rawValue))")
         }

@@ -50,9 +50,8 @@ public func flux_register(
     let missing = handle == nil ? "the dispatcher" : function == nil ? "callback" : outToken == nil ? "out_token" : nil
     guard let handle, let function, let outToken, missing == nil else {
         // The context was handed over: release it on every path.
-        return refuse(
-            "flux_register", .invalidArgument, "\(missing ?? "an argument") is NULL",
-            handingOver: context, to: destroy)
+        return HandedOver("flux_register", context, destroy)
+            .refuse(.invalidArgument, "\(missing ?? "an argument") is NULL")
     }
     let callback = CCallback(function: function, context: context, destroy: destroy)
     return status("flux_register") { () throws(FluxError) in

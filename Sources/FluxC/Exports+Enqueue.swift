@@ -33,18 +33,14 @@ public func flux_dispatcher_set_observer(
     _ context: UnsafeMutableRawPointer?,
     _ destroy: FluxDestroyFunction?
 ) -> Int32 {
-    guard let handle else {
-        return refuse(
-            "flux_dispatcher_set_observer", .invalidArgument, "the dispatcher is NULL",
-            handingOver: context, to: destroy)
-    }
+    let handedOver = HandedOver("flux_dispatcher_set_observer", context, destroy)
+    guard let handle else { return handedOver.refuse(.invalidArgument, "the dispatcher is NULL") }
     var observer: CObserver?
     if let hooks {
         let h = hooks.pointee
         guard h.version == FLUX_OBSERVER_VERSION else {
-            destroy?(context)
-            return fail(
-                "flux_dispatcher_set_observer", .invalidArgument,
+            return handedOver.refuse(
+                .invalidArgument,
                 "hooks->version is \(h.version); this library knows FLUX_OBSERVER_VERSION \(FLUX_OBSERVER_VERSION)")
         }
         observer = CObserver(hooks: h, context: context, destroy: destroy)

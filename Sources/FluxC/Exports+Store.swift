@@ -17,12 +17,6 @@ import Synchronization
 // another thread -- the state, the listeners and the context are released
 // exactly once. Groups work the same way.
 
-/// The store function types, as the header declares them.
-public typealias FluxReduceFunction = flux_reduce_fn
-public typealias FluxEqualFunction = flux_equal_fn
-public typealias FluxReleaseFunction = flux_release_fn
-public typealias FluxListenerFunction = flux_listener_fn
-
 /// A C listener: the raw (function, context) pair and its destroy, and the
 /// dispatcher, whose flux_store_listener_fail cell says whether it failed.
 struct CListener: StoreListener {
@@ -149,17 +143,25 @@ private let storeCallback: FluxCallbackFunction = { context, payload in
 }
 
 /// The store registration's destroy: releases the listeners, then the
-/// state, then the context, and frees the store. The dispatcher's count
-/// drops last, so a destroy function cannot free the dispatcher under us.
+/// state, then the context, and frees the store.
 private let storeRelease: FluxDestroyFunction = { context in
     guard let context else { return }
     let store = context.assumingMemoryBound(to: CStore.self)
-    let handle = store.pointee.handle
     store.pointee.core.releaseListeners()
     store.pointee.releaseState?(store.pointee.context, CReducer(store: store).loadState())
-    store.pointee.destroy?(store.pointee.context)
-    store.deinitialize(count: 1)
-    free(store)
+    finishRelease(store, destroy: store.pointee.destroy, context: store.pointee.context, handle: store.pointee.handle)
+}
+
+/// The end of a store's or a group's registration destroy: the host's
+/// context, the block, and the dispatcher's count of them -- last, so that a
+/// destroy function cannot free the dispatcher under us.
+private func finishRelease<Block: ~Copyable>(
+    _ block: UnsafeMutablePointer<Block>, destroy: FluxDestroyFunction?, context: UnsafeMutableRawPointer?,
+    handle: OpaquePointer
+) {
+    destroy?(context)
+    block.deinitialize(count: 1)
+    free(block)
     handle.storeSide.pointee.count.subtract(1, ordering: .releasing)
 }
 
@@ -178,9 +180,7 @@ public func flux_store_create(
     /// Hands back what was handed over: the state, then the context.
     func refused(_ status: FluxError.Code, _ message: String) -> Int32 {
         releaseState?(context, initialState)
-        return refuse(
-            "flux_store_create", status, message,
-            handingOver: context, to: destroy)
+        return HandedOver("flux_store_create", context, destroy).refuse(status, message)
     }
     let missing = handle == nil ? "the dispatcher" : reduce == nil ? "reduce" : out == nil ? "out" : nil
     guard let handle, let reduce, let out, missing == nil else {
@@ -199,13 +199,10 @@ public func flux_store_create(
             releaseState: releaseState, context: context, destroy: destroy, core: core))
     // From here on the registration owns everything: when register fails it
     // runs storeRelease, which releases the state and the context.
-    do throws(FluxError) {
+    return status("flux_store_create") { () throws(FluxError) in
         store.pointee.token = try registerCounted(handle, storeCallback, raw, storeRelease)
-    } catch {
-        return fail("flux_store_create", error)
+        out.pointee = OpaquePointer(store)
     }
-    out.pointee = OpaquePointer(store)
-    return 0
 }
 
 extension CCallback {
@@ -284,9 +281,8 @@ public func flux_store_add_listener(
     out?.pointee = 0
     let missing = s == nil ? "the store" : function == nil ? "fn" : out == nil ? "out" : nil
     guard let s, let function, let out, missing == nil else {
-        return refuse(
-            "flux_store_add_listener", .invalidArgument, "\(missing ?? "an argument") is NULL",
-            handingOver: context, to: destroy)
+        return HandedOver("flux_store_add_listener", context, destroy)
+            .refuse(.invalidArgument, "\(missing ?? "an argument") is NULL")
     }
     return status("flux_store_add_listener") { () throws(FluxError) in
         out.pointee = try s.store.pointee.core.addListener(
@@ -370,18 +366,14 @@ private let groupCallback: FluxCallbackFunction = { context, _ in
 }
 
 /// The group registration's destroy: lets go of the stores, destroys the
-/// context, frees the group; the dispatcher's count drops last.
+/// context, frees the group.
 private let groupRelease: FluxDestroyFunction = { context in
     guard let context else { return }
     let group = context.assumingMemoryBound(to: CGroup.self)
-    let handle = group.pointee.handle
     for i in 0..<group.pointee.count {
         group.pointee.stores[i].store.pointee.groups.subtract(1, ordering: .releasing)
     }
-    group.pointee.destroy?(group.pointee.context)
-    group.deinitialize(count: 1)
-    free(group)
-    handle.storeSide.pointee.count.subtract(1, ordering: .releasing)
+    finishRelease(group, destroy: group.pointee.destroy, context: group.pointee.context, handle: group.pointee.handle)
 }
 
 @_cdecl("flux_store_group_create")
@@ -394,37 +386,33 @@ public func flux_store_group_create(
     _ out: UnsafeMutablePointer<OpaquePointer?>?
 ) -> Int32 {
     out?.pointee = nil
-    func refused(_ status: FluxError.Code, _ message: String) -> Int32 {
-        return refuse(
-            "flux_store_group_create", status, message,
-            handingOver: context, to: destroy)
-    }
+    let handedOver = HandedOver("flux_store_group_create", context, destroy)
     // size_t arrives as Int: a count above Int.max shows up negative.
     if count <= 0 {
-        return refused(
+        return handedOver.refuse(
             .invalidArgument,
             count == 0
                 ? "a group needs at least one store"
                 : "count \(UInt(bitPattern: count)) is too large")
     }
-    guard let stores else { return refused(.invalidArgument, "stores is NULL but count is \(count)") }
-    guard let function else { return refused(.invalidArgument, "fn is NULL") }
-    guard let out else { return refused(.invalidArgument, "out is NULL") }
-    guard let first = stores[0] else { return refused(.invalidArgument, "stores[0] is NULL") }
+    guard let stores else { return handedOver.refuse(.invalidArgument, "stores is NULL but count is \(count)") }
+    guard let function else { return handedOver.refuse(.invalidArgument, "fn is NULL") }
+    guard let out else { return handedOver.refuse(.invalidArgument, "out is NULL") }
+    guard let first = stores[0] else { return handedOver.refuse(.invalidArgument, "stores[0] is NULL") }
     let handle = first.store.pointee.handle
     for i in 0..<count {
-        guard let store = stores[i] else { return refused(.invalidArgument, "stores[\(i)] is NULL") }
+        guard let store = stores[i] else { return handedOver.refuse(.invalidArgument, "stores[\(i)] is NULL") }
         if store.store.pointee.handle != handle {
-            return refused(.invalidArgument, "stores[\(i)] is on another dispatcher than stores[0]")
+            return handedOver.refuse(.invalidArgument, "stores[\(i)] is on another dispatcher than stores[0]")
         }
     }
     // One block: the group, then the store pointers, then their tokens.
-    let storesOffset = (MemoryLayout<CGroup>.size + 7) / 8 * 8
+    let storesOffset = roundUp(MemoryLayout<CGroup>.size, MemoryLayout<OpaquePointer>.alignment)
     let (listBytes, o1) = count.multipliedReportingOverflow(
         by: MemoryLayout<OpaquePointer>.stride
             + MemoryLayout<DispatchToken>.stride)
     let (total, o2) = storesOffset.addingReportingOverflow(listBytes)
-    guard !o1, !o2, let raw = malloc(total) else { return refused(.noMemory, "out of memory") }
+    guard !o1, !o2, let raw = malloc(total) else { return handedOver.refuse(.noMemory, "out of memory") }
     let storeList = (raw + storesOffset).bindMemory(to: OpaquePointer.self, capacity: count)
     let tokens = (raw + storesOffset + count * MemoryLayout<OpaquePointer>.stride)
         .bindMemory(to: DispatchToken.self, capacity: count)
@@ -439,14 +427,11 @@ public func flux_store_group_create(
         to: CGroup(
             handle: handle, count: count, stores: storeList, tokens: tokens,
             function: function, context: context, destroy: destroy))
-    do throws(FluxError) {
-        // On failure, groupRelease has undone all of the above.
+    // On failure, groupRelease has undone all of the above.
+    return status("flux_store_group_create") { () throws(FluxError) in
         group.pointee.token = try registerCounted(handle, groupCallback, raw, groupRelease)
-    } catch {
-        return fail("flux_store_group_create", error)
+        out.pointee = OpaquePointer(group)
     }
-    out.pointee = OpaquePointer(group)
-    return 0
 }
 
 @_cdecl("flux_store_group_release")

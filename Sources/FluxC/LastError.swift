@@ -118,15 +118,26 @@ func status<Failure: RecordedError>(_ function: StaticString, _ body: () throws(
     }
 }
 
-/// Refuses a call that was handed a context: the context is the library's
-/// whatever the outcome (flux.h, "Ownership"), so `destroy(context)` runs
-/// now, then the failure is recorded for `function`.
-func refuse(
-    _ function: StaticString, _ code: FluxError.Code, _ message: String,
-    handingOver context: UnsafeMutableRawPointer?, to destroy: FluxDestroyFunction?
-) -> Int32 {
-    destroy?(context)
-    return fail(function, code, message)
+/// A context handed to a call: the library's whatever the outcome (flux.h,
+/// "Ownership"), so each way the call refuses destroys it, once, before the
+/// failure is recorded for `function`. One per entry point that takes a
+/// context, made before its first check.
+struct HandedOver {
+    let function: StaticString
+    let context: UnsafeMutableRawPointer?
+    let destroy: FluxDestroyFunction?
+
+    init(_ function: StaticString, _ context: UnsafeMutableRawPointer?, _ destroy: FluxDestroyFunction?) {
+        self.function = function
+        self.context = context
+        self.destroy = destroy
+    }
+
+    /// Destroys the context, records the failure; returns its status.
+    func refuse(_ code: FluxError.Code, _ message: String) -> Int32 {
+        destroy?(context)
+        return fail(function, code, message)
+    }
 }
 
 extension StaticString {
