@@ -960,12 +960,15 @@ import Synchronization
         // Before the run has its payload: a wait from the hook is refused.
         choice.observer?.dispatchBegin(payload)
         let run = self.run
-        let (table, pending) = startRun(payload)
+        let table = startRun(payload)
         var i = 0
         // `end` drops to 0 when a callback fails, here or in a waitFor.
+        // It and the pending mark are read through `run` each time (after an
+        // opaque call they would be anyway): kept in registers, they left none
+        // for the payload, which was then spilled and reloaded per callback.
         while i < run.pointee.end {
             // The cursor stands in for this callback's pending mark.
-            if table.mark(i) < pending {
+            if table.mark(i) < run.pointee.epoch &* 2 {
                 run.pointee.cursor = i
                 if let observer = choice.observer {
                     hook { observer.callbackBegin(DispatchToken(rawValue: table.tokens[i])) }
@@ -985,9 +988,9 @@ import Synchronization
 
     /// Sets the run state up for a dispatch of `payload`: a new
     /// epoch, no callback running yet, the stack limit to look up again, and
-    /// the loop's end. Returns the frozen table and this epoch's pending mark.
+    /// the loop's end. Returns the frozen table.
     @inlinable @inline(__always)
-    func startRun(_ payload: Callback.Payload) -> (table: SlotTable<Callback>, pending: UInt64) {
+    func startRun(_ payload: Callback.Payload) -> SlotTable<Callback> {
         let run = self.run
         run.pointee.epoch &+= 1
         run.pointee.payload = payload
@@ -995,7 +998,7 @@ import Synchronization
         run.pointee.stackLimit = .max
         let table = slots.pointee
         run.pointee.end = table.count
-        return (table, run.pointee.epoch &* 2)
+        return table
     }
 
     /// Runs an observer hook with the run's payload put aside. A callback
