@@ -108,6 +108,38 @@ final class ConcurrencyTests: XCTestCase {
         XCTAssertEqual(b.value, seenByB.last)
     }
 
+    // A store's mutation sets a Variable while, on another thread, an
+    // observer of that Variable dispatches to the store. The store's dispatch
+    // holds its lock while mutations run, and waited for the Variable's
+    // turn, which the other thread held while it waited for that lock: a
+    // deadlock within a few sets. A thread inside a store's dispatch now
+    // hands its set over as a thread inside a delivery does.
+    func testStoreMutationSettingAVariableWhoseObserverDispatchesElsewhereDoesNotDeadlock() {
+        let sets = 5_000
+        let store = Store<MirrorState>(state: MirrorState(), mutations: MirrorMutations(), executor: .immediate)
+        let mirror = store.computed.state.mirror
+        // Observers of one variable never run concurrently: a plain array.
+        nonisolated(unsafe) var seen = [Int]()
+        let observation = mirror.signal.observe { value in
+            seen.append(value)
+            if value > 0 { store.actions.dispatch(action: 0) }
+        }
+        guard
+            onThreads([
+                { for value in 1...sets { mirror.value = value } },
+                { for value in 1...sets { store.actions.dispatch(action: -value) } },
+            ])
+        else {
+            return XCTFail("a store's mutation and a Variable's observer on two threads: deadlock")
+        }
+        // Every value of each thread reached the observer once, in its order.
+        XCTAssertEqual(seen.filter { $0 > 0 }, Array(1...sets))
+        XCTAssertEqual(seen.filter { $0 < 0 }, Array(1...sets).map { -$0 })
+        // Every dispatch ran its mutation: the store's and the observer's.
+        XCTAssertEqual(store.computed.state.mutations, 2 * sets)
+        observation.dispose()
+    }
+
     // A binding as UI code writes it: each side sets the other when they
     // differ. Both threads' sets return, and the two sides end up equal.
     // (Were a set handed to the other thread stored before its delivery, the
@@ -227,6 +259,23 @@ private func assertRing(
                 seen[node].values.filter { $0.thread == thread }.map(\.index), Array(0..<sends),
                 "node \(node), values of thread \(thread)", file: file, line: line)
         }
+    }
+}
+
+/// Holds a Variable its mutations set (negative actions) and counts them.
+private final class MirrorState: State, @unchecked Sendable {
+    typealias Action = Int
+    typealias Mutations = MirrorMutations
+    let mirror = Variable(0)
+    // Mutations run one at a time (the store's dispatch is serialized).
+    var mutations = 0
+}
+
+private struct MirrorMutations: Mutations {
+    typealias State = MirrorState
+    func commit(action: Int, state: MirrorState) {
+        state.mutations += 1
+        if action < 0 { state.mirror.value = action }
     }
 }
 

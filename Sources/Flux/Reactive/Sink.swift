@@ -6,14 +6,16 @@ import Synchronization
 /// A send is delivered synchronously, on the sending thread, before `send`
 /// returns, waiting for a delivery in progress on another thread to end;
 /// except where waiting could deadlock, that is, when the sending thread is
-/// itself inside a delivery (of this sink or of another). Then the value is
-/// queued and delivered by the thread delivering this sink before that
-/// thread lets it go:
+/// itself inside a delivery (of this sink or of another) or inside a store's
+/// dispatch (whose lock a delivering thread may be waiting for). Then the
+/// value is queued and delivered by the thread delivering this sink before
+/// that thread lets it go:
 /// - a send from inside an observer of this sink is delivered when the
 ///   current delivery ends (VueFlux deadlocks there);
-/// - a send from inside an observer of another sink, while a second thread
-///   delivers this one (two-way bindings set from two threads), is delivered
-///   by that thread.
+/// - a send from inside an observer of another sink, or from a store's
+///   mutation, while a second thread delivers this one (two-way bindings set
+///   from two threads; an observer of this sink dispatching to that store),
+///   is delivered by that thread.
 /// Either way every observer gets the values of one sender in the order it
 /// sent them. Each value goes to the observers present when its delivery
 /// starts: one added during a delivery misses that value and gets the ones

@@ -36,7 +36,16 @@ final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
     @inlinable
     func dispatch(action: State.Action) {
         dispatchLock.lock()
-        defer { dispatchLock.unlock() }
+        // Mutations run under the lock, which another thread may be waiting
+        // for from inside a Sink's delivery: here counts as inside one, so a
+        // send or Variable set from a mutation is handed over instead of
+        // waiting for that Sink's turn (see Sink).
+        let thread = currentThreadRecord()
+        thread.pointee += 1
+        defer {
+            thread.pointee -= 1
+            dispatchLock.unlock()
+        }
         let current = observersLock.withLock { observers.elements }
         for observer in current {
             observer(action)
