@@ -87,6 +87,11 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///   too, by this call whatever its own outcome (see
     ///   `enqueue(_:onError:)`).
     public func dispatch(_ payload: Payload) throws {
+        // Counted so that a Sink's send from a callback is handed over rather
+        // than wait for a delivery that may be waiting for this dispatch.
+        let depth = currentDispatchDepth()
+        depth.pointee += 1
+        defer { depth.pointee -= 1 }
         do {
             try core.dispatch(payload)
         } catch {
@@ -115,6 +120,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///
     /// - Throws: as above; `FluxError` `.noMemory` when the queue cannot grow.
     public func enqueue(_ payload: Payload, onError: (@Sendable (any Error) -> Void)? = nil) throws {
+        let depth = currentDispatchDepth()  // as in dispatch
+        depth.pointee += 1
+        defer { depth.pointee -= 1 }
         switch core.enqueue(payload, EnqueueCompletion(onError: onError, failures: queuedFailures)) {
         case .queued:
             return

@@ -140,6 +140,37 @@ final class ConcurrencyTests: XCTestCase {
         observation.dispose()
     }
 
+    // The same with Flux's Dispatcher: a callback sets a Variable while, on
+    // another thread, an observer of that Variable dispatches (and so waits
+    // for the running dispatch to end).
+    func testDispatcherCallbackSettingAVariableWhoseObserverDispatchesElsewhereDoesNotDeadlock() {
+        let sets = 5_000
+        let dispatcher = Dispatcher<Int>()
+        let mirror = Variable(0)
+        let ran = Atomic<Int>(0)
+        dispatcher.register { action in
+            ran.add(1, ordering: .relaxed)
+            if action < 0 { mirror.value = action }
+        }
+        nonisolated(unsafe) var seen = [Int]()
+        let observation = mirror.signal.observe { value in
+            seen.append(value)
+            if value > 0 { try? dispatcher.dispatch(0) }
+        }
+        guard
+            onThreads([
+                { for value in 1...sets { mirror.value = value } },
+                { for value in 1...sets { try? dispatcher.dispatch(-value) } },
+            ])
+        else {
+            return XCTFail("a dispatcher's callback and a Variable's observer on two threads: deadlock")
+        }
+        XCTAssertEqual(seen.filter { $0 > 0 }, Array(1...sets))
+        XCTAssertEqual(seen.filter { $0 < 0 }, Array(1...sets).map { -$0 })
+        XCTAssertEqual(ran.load(ordering: .relaxed), 2 * sets)
+        observation.dispose()
+    }
+
     // A binding as UI code writes it: each side sets the other when they
     // differ. Both threads' sets return, and the two sides end up equal.
     // (Were a set handed to the other thread stored before its delivery, the

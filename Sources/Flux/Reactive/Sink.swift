@@ -1,3 +1,4 @@
+@_spi(Engine) import FluxCore
 import Synchronization
 
 /// Sends values to the observers of its `signal`, in subscription order.
@@ -6,16 +7,16 @@ import Synchronization
 /// A send is delivered synchronously, on the sending thread, before `send`
 /// returns, waiting for a delivery in progress on another thread to end;
 /// except where waiting could deadlock, that is, when the sending thread is
-/// itself inside a delivery (of this sink or of another) or inside a store's
-/// dispatch (whose lock a delivering thread may be waiting for). Then the
-/// value is queued and delivered by the thread delivering this sink before
-/// that thread lets it go:
+/// itself inside a delivery (of this sink or of another) or inside a
+/// dispatch (a `Dispatcher`'s or a store's, which a delivering thread may be
+/// waiting for). Then the value is queued and delivered by the thread
+/// delivering this sink before that thread lets it go:
 /// - a send from inside an observer of this sink is delivered when the
 ///   current delivery ends (VueFlux deadlocks there);
-/// - a send from inside an observer of another sink, or from a store's
-///   mutation, while a second thread delivers this one (two-way bindings set
-///   from two threads; an observer of this sink dispatching to that store),
-///   is delivered by that thread.
+/// - a send from inside an observer of another sink, or from a dispatch's
+///   callback or a store's mutation, while a second thread delivers this one
+///   (two-way bindings set from two threads; an observer of this sink
+///   dispatching to that dispatcher or store), is delivered by that thread.
 /// Either way every observer gets the values of one sender in the order it
 /// sent them. Each value goes to the observers present when its delivery
 /// starts: one added during a delivery misses that value and gets the ones
@@ -89,7 +90,7 @@ public final class Sink<Value>: @unchecked Sendable {
 
     @usableFromInline
     func waitForTurn(_ thread: ThreadRecord) -> Bool {
-        guard thread.pointee == 0 else { return false }
+        guard thread.pointee == 0 && !isInsideDispatch() else { return false }
         waiting += 1
         repeat {
             turnEnded.wait(lock)

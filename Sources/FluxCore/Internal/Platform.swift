@@ -19,6 +19,32 @@ internal func currentThreadID() -> UInt {
     #endif
 }
 
+/// How many `Dispatcher` dispatches the calling thread is inside (running
+/// callbacks, or waiting for another thread's dispatch to end). Flux's Sink
+/// asks it before a send waits for a delivery on another thread: that
+/// thread may be waiting for this one's dispatch, so the send is handed
+/// over instead. Per thread, allocated on first use, freed at thread exit.
+@usableFromInline
+func currentDispatchDepth() -> UnsafeMutablePointer<Int> {
+    if let depth = pthread_getspecific(dispatchDepthKey) { return depth.assumingMemoryBound(to: Int.self) }
+    let depth = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+    depth.initialize(to: 0)
+    pthread_setspecific(dispatchDepthKey, depth)
+    return depth
+}
+
+private let dispatchDepthKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key) { depth in depth?.deallocate() }
+    return key
+}()
+
+/// True when the calling thread is inside a `Dispatcher`'s dispatch.
+@_spi(Engine) public func isInsideDispatch() -> Bool {
+    guard let depth = pthread_getspecific(dispatchDepthKey) else { return false }
+    return depth.load(as: Int.self) > 0
+}
+
 /// A pthread mutex and condition variable at fixed heap addresses (they must
 /// never move, so they cannot live inline in a Swift value), in one malloc'd
 /// block: creating one fails with nil, instead of trapping, when memory runs
