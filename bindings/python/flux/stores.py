@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -33,12 +32,9 @@ from contextlib import ExitStack
 from ctypes import byref, c_int, c_uint64, c_void_p
 from threading import get_ident as _get_ident
 from types import TracebackType
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from . import _native
-from ._native import (
-    DESTROY as _DESTROY_TYPE,
-)
 from ._native import (
     LISTENER as _LISTENER_TYPE,
 )
@@ -49,7 +45,16 @@ from ._native import (
     RELEASE as _RELEASE_TYPE,
 )
 from ._native import (
+    add as _add,
+)
+from ._native import (
+    destroy_trampoline as _destroy_trampoline,
+)
+from ._native import (
     escaped as _escaped,
+)
+from ._native import (
+    extras as _extras,
 )
 from ._native import (
     flux_store_add_listener as _flux_store_add_listener,
@@ -88,6 +93,9 @@ from ._native import (
     flux_store_token as _flux_store_token,
 )
 from ._native import (
+    objects as _objects,
+)
+from ._native import (
     trampoline as _trampoline,
 )
 from .dispatcher import Dispatcher, Token
@@ -106,22 +114,21 @@ _write_pointer = c_void_p.from_address
 # Contexts: what each C store, listener and group hands its trampolines
 # --------------------------------------------------------------------------
 
-#: context -> a store's (weak reference to it, its _held); or a listener's or group's
-#: (function, pending-exception table, native dispatcher). libflux runs each
-#: one's destroy exactly once, which takes the entry out. Nothing here refers
-#: to a store or a dispatcher: the dispatcher keeps its stores alive, so a
-#: dispatcher never closed is collected with its stores (its finalizer
-#: destroys their native side first, see flux/dispatcher.py).
-_objects: dict[int, Any] = {}
-_keys = itertools.count(1).__next__
+# Each is a context in the one registry (_native.objects and extras), ended
+# by its one destroy. A store's entry is a weak reference to it, with its
+# _held; a listener's or a group's, its function, with an _Owner. Nothing
+# there refers to a store or a dispatcher: the dispatcher keeps its stores
+# alive, so a dispatcher never closed is collected with its stores (its
+# finalizer destroys their native side first, see flux/dispatcher.py).
 
 
-def _add(obj: Any) -> int:
-    # No call after the entry is in (an interrupt is raised at a call): the
-    # caller always gets the key of an entry it made. count() is atomic.
-    key = _keys()
-    _objects[key] = obj
-    return key
+class _Owner(NamedTuple):
+    """What a listener's or group's trampoline needs beside its function."""
+
+    #: The dispatcher's pending-exception table (see _native.park_exception).
+    pending: dict[int, list[tuple[object, BaseException]]]
+    #: The native dispatcher, for flux_store_listener_fail().
+    dispatcher: int | None
 
 
 # Every function below is a trampoline (see _native.trampoline): what
@@ -130,19 +137,13 @@ def _add(obj: Any) -> int:
 # again, a listener is failed.
 
 
-@_trampoline(rerun=True)
-def _on_destroy(context: int) -> None:
-    # One step: the last reference may go here, and run any code.
-    _objects.pop(context, None)
-
-
 @_trampoline()
 def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     # The hot path: one dict lookup, the store's reduce, and -- only when
     # the state changed -- a reference for the store and a write of *next.
     if _escaped and _get_ident() in _escaped:
         return 1  # this dispatch already failed (see _native.escaped)
-    store = _objects[context][0]()
+    store = _objects[context]()
     if store is None:  # collected with its dispatcher, whose finalizer destroys it
         return 0
     try:
@@ -175,15 +176,15 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
 def _on_release(context: int, state: int) -> None:
     # The C store lets go of a state: drop the reference it held (the pop;
     # interrupted before it, this runs again).
-    entry = _objects.get(context)
-    if entry is not None:
-        entry[1].pop(state, None)
+    held = _extras[context]
+    if held is not None:
+        held.pop(state, None)
 
 
 def _fail_listener(context: int) -> None:
-    entry = _objects.get(context)
-    if entry is not None:
-        _flux_store_listener_fail_raw(entry[2], 1)
+    owner = _extras[context]
+    if owner is not None:
+        _flux_store_listener_fail_raw(owner.dispatcher, 1)
 
 
 @_trampoline(on_escape=_fail_listener)
@@ -193,18 +194,17 @@ def _on_listener(context: int) -> None:
     if _escaped and _get_ident() in _escaped:
         _fail_listener(context)  # this dispatch already failed
         return
-    entry = _objects[context]
     try:
-        entry[0]()
+        _objects[context]()
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
-        _native.park_exception(entry[1], _native.UNKNOWN_PAYLOAD, exc)
-        _flux_store_listener_fail_raw(entry[2], 1)
+        owner = _extras[context]
+        _native.park_exception(owner.pending, _native.UNKNOWN_PAYLOAD, exc)
+        _flux_store_listener_fail_raw(owner.dispatcher, 1)
 
 
 _reduce_trampoline = _REDUCE_TYPE(_on_reduce)
 _release_trampoline = _RELEASE_TYPE(_on_release)
 _listener_trampoline = _LISTENER_TYPE(_on_listener)
-_destroy_trampoline = _DESTROY_TYPE(_on_destroy)
 
 
 # --------------------------------------------------------------------------
@@ -309,7 +309,7 @@ class _OwnerBound:
     """What an owner-bound listener (``add_listener(fn, owner=obj)``) hands
     the store to call: ``obj`` held weakly, and the listener removed once
     ``obj`` is collected. Refers to its store weakly too: the store's
-    listener entry holds this (see _objects)."""
+    listener entry holds this (see _native.objects)."""
 
     __slots__ = ("__weakref__", "cell", "fn", "ref", "store")
 
@@ -381,7 +381,25 @@ def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
     return state
 
 
-class Store:
+_Closing = TypeVar("_Closing", bound="_ClosesOnExit")
+
+
+class _ClosesOnExit:
+    """A context manager that closes what it manages on exit."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Closing) -> _Closing:  # noqa: PYI019 -- no typing.Self before Python 3.11
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Store(_ClosesOnExit):
     """Facebook's FluxStore: override :meth:`on_dispatch` to handle every
     payload, and call :meth:`emit_change` there when something changed;
     listeners then run once, after ``on_dispatch``, still in the dispatch.
@@ -434,7 +452,8 @@ class Store:
         self._next_cell: Any = None
         out = c_void_p()
         out_ref = byref(out)
-        key = _add((weakref.ref(self), self._held))
+        me = weakref.ref(self)
+        key = _add(me, self._held)
         try:
             # Handed over: libflux releases the state and destroys the context
             # even when the create fails.
@@ -456,7 +475,7 @@ class Store:
                 # Its name in traces and circular-dependency messages.
                 dispatcher._names[self._token.value] = type(self).__name__
             else:  # libflux never took the key (or destroyed it)
-                _objects.pop(key, None)
+                _native.drop(key, me)
 
     def on_dispatch(self, payload: Any) -> None:
         """Handles a payload. Subclasses must override it."""
@@ -563,13 +582,13 @@ class Store:
         with self._lock:
             handle = self._live_handle("add_listener")
             dispatcher = self._dispatcher
-            entry = (fn, dispatcher._pending, dispatcher._handle)
-            key = _add(entry)
+            owner = _Owner(dispatcher._pending, dispatcher._handle)
+            key = _add(fn, owner)
             try:
                 _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
             except BaseException:
                 if not out.value:  # libflux never took the key (or destroyed it)
-                    _objects.pop(key, None)
+                    _native.drop(key, fn)
                 raise
 
     def _remove_quietly(self, cell: c_uint64) -> None:
@@ -620,14 +639,6 @@ class Store:
                     token = getattr(self, "_token", None)  # None: creation was interrupted
                     if token is not None:
                         dispatcher._names.pop(token.value, None)
-
-    def __enter__(self) -> Store:  # noqa: PYI034 -- no typing.Self before Python 3.11
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def _live_handle(self, operation: str) -> int:
         handle = self._handle
@@ -752,7 +763,7 @@ def _reducer(cls: type[ReduceStore[Any]]) -> Callable[..., Any]:
 ReduceStore._flux_reduce = _reducer(ReduceStore)
 
 
-class StoreGroup:
+class StoreGroup(_ClosesOnExit):
     """Facebook's FluxStoreGroup: ``fn()`` runs once per dispatch, after
     every store of the group. Needs at least one store, all on one
     dispatcher. While the group lives its stores cannot be closed.
@@ -785,7 +796,8 @@ class StoreGroup:
                 held.enter_context(store._lock)
             handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
             out_ref = byref(out)
-            key = _add((fn, dispatcher._pending, dispatcher._handle))
+            owner = _Owner(dispatcher._pending, dispatcher._handle)
+            key = _add(fn, owner)
             self._handle: int | None = None
             try:
                 _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, out_ref)
@@ -796,7 +808,7 @@ class StoreGroup:
                     dispatcher._natives[native] = True
                     dispatcher._children[self] = None
                 else:
-                    _objects.pop(key, None)
+                    _native.drop(key, fn)
 
     def release(self) -> None:
         """Unregisters the group: no later dispatch runs ``fn``. Idempotent."""
@@ -815,16 +827,8 @@ class StoreGroup:
 
     close = release
 
-    def __enter__(self) -> StoreGroup:  # noqa: PYI034 -- no typing.Self before Python 3.11
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
-
 
 def live_objects() -> int:
     """How many stores, listeners and groups libflux still holds a Python
     object for. For tests."""
-    return len(_objects)
+    return _native.live(lambda obj, extra: type(obj) is weakref.ref or type(extra) is _Owner)

@@ -220,7 +220,7 @@ ran = []
 def clean():
     gc.collect()
     assert not _native.escaped, _native.escaped
-    assert stores.live_objects() == 0, stores._objects
+    assert stores.live_objects() == 0, _native.objects
     assert _native.stray == {"callback": 0, "destroy": 0}, _native.stray
 """
 
@@ -368,7 +368,7 @@ def test_sigint_before_an_enqueue_done_raises_from_enqueue_and_keeps_no_record()
             # The dispatch itself succeeded: on_error has nothing; the
             # interrupt came out of enqueue, and done's bookkeeping was done.
             assert handled == []
-            assert not dispatcher_module._in_flight
+            assert not dispatcher_module.live_enqueued()
             d.close()
             clean()
         """
@@ -471,7 +471,7 @@ def test_sigalrm_at_any_moment_comes_out_as_that_exception_and_leaks_nothing() -
             clean()
             assert [r for r in states if r() is not None] == []
             states.clear()
-            assert all(c is None for c in _native.callbacks), _native.callbacks
+            assert all(c is None for c in _native.objects), _native.objects
         assert interrupted_rounds > 0
         """
     )
@@ -534,7 +534,7 @@ def test_sigalrm_inside_a_destroy_never_leaves_its_slot_filled() -> None:
             d.close()
             del d
             clean()
-            assert all(c is None for c in _native.callbacks), _native.callbacks
+            assert all(c is None for c in _native.objects), _native.objects
         assert interrupted_rounds > 100, interrupted_rounds
         """
         )
