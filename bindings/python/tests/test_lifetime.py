@@ -148,7 +148,14 @@ def test_every_kind_of_context_lives_in_the_one_registry_and_its_slots_are_reuse
         before = live_kinds()
         d: flux.Dispatcher[Any] = flux.Dispatcher()
         seen: list[int] = []
-        d.register(lambda p: seen.append(live_kinds()) if p == "queued" else d.enqueue("queued"))
+
+        def callback(p: Any, d: flux.Dispatcher[Any] = d, seen: list[int] = seen) -> None:
+            if p == "queued":
+                seen.append(live_kinds())
+            else:
+                d.enqueue("queued")
+
+        d.register(callback)
         store = Holder(d)
         store.add_listener(Listener())
         flux.StoreGroup([store], Listener())
