@@ -246,8 +246,8 @@ def status_error(status: int) -> FluxError:
 
 def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
     """errcheck for every function returning flux_status but the hot two.
-    First raises what escaped a trampoline this call ran (a destroy or a
-    release: see :func:`trampoline`): this call is the outermost one."""
+    First raises what escaped a trampoline this call ran (a destroy: see
+    :func:`trampoline`): this call is the outermost one."""
     if escaped:
         raise_escaped()
     if status:
@@ -445,8 +445,8 @@ def trampoline(
     a function that only computes until its last call, which is all it does
     -- a signal anywhere before that call), ``on_escape`` is then called with
     the same arguments, still inside the C call -- with ``rerun``, the
-    function itself: for bookkeeping that must happen (a release, a destroy,
-    a trace event); C got no result from the call. An exception that
+    function itself: for bookkeeping that must happen (a destroy, a trace
+    event); C got no result from the call. An exception that
     interrupts ``on_escape`` before its work began makes it run again;
     anything else it raises is dropped (the first exception is the one the
     outermost call raises).

@@ -615,7 +615,7 @@ class Dispatcher(Generic[P]):
             KeyboardInterrupt from a SIGINT that arrived while the thread was
             in C) -- and likewise for any Python code the library calls
             (a store's reduce, are_equal or listener, a group function, a
-            state release, a destroy, a Trace hook: see
+            destroy, a Trace hook: see
             ``_native.trampoline``) -- as long as ``sys.unraisablehook`` is
             the one this package chained in at import, or calls it.
         :raises AlreadyDispatchingError: called from inside a callback of this

@@ -541,6 +541,67 @@ def test_sigalrm_inside_a_destroy_never_leaves_its_slot_filled() -> None:
     )
 
 
+def test_sigalrm_inside_a_store_change_keeps_its_state_and_lets_the_replaced_ones_go() -> None:
+    # The alarm lands inside a reduce, a listener or the store's own
+    # listener as they settle a change (see "held states" in flux/stores.py):
+    # the store always holds the C store's state (reading it never hangs, and
+    # never goes back), and once the stores close every state is gone.
+    run_with_preamble(
+        FAST_ALARMS
+        + textwrap.dedent(
+            """
+        states = []
+        class Tracked(Counter):
+            def reduce(self, state, action):
+                if action == "swallow":
+                    try:
+                        self.dispatcher.wait_for([failing[0]])
+                    except RuntimeError:
+                        pass
+                new = State(state.n + 1)
+                states.append(weakref.ref(new))
+                return new
+        failing = []
+        def fail(p):
+            if p == "swallow":
+                raise RuntimeError("fail")
+
+        interrupted_rounds = 0
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            d = flux.Dispatcher()
+            quiet, heard = Tracked(d), Tracked(d)  # no listener, one
+            heard.add_listener(lambda: None)
+            failing.append(d.register(fail))
+            seen = {quiet: 0, heard: 0}
+            def change():
+                for payload in ("inc", "swallow", "inc"):
+                    try:
+                        d.dispatch(payload)
+                    except RuntimeError:
+                        pass
+            for _ in range(20):
+                interrupted_rounds += under_alarms(change, rounds=10)
+                for store in (quiet, heard):
+                    n = store.state.n
+                    assert n >= seen[store], (n, seen[store])
+                    seen[store] = n
+            quiet.close()
+            heard.close()
+            d.close()
+            del d, quiet, heard, seen, store
+            failing.clear()
+            ran.clear()
+            clean()
+            assert [r for r in states if r() is not None] == []
+            states.clear()
+            assert all(c is None for c in _native.objects), _native.objects
+        assert interrupted_rounds > 100, interrupted_rounds
+        """
+        )
+    )
+
+
 def test_sigalrm_inside_a_trace_hook_loses_no_event() -> None:
     run_with_preamble(
         FAST_ALARMS
