@@ -646,7 +646,8 @@ class Dispatcher(Generic[P]):
                 # would make a cycle (exception -> traceback -> frame -> exception)
                 # that only the cycle collector frees, with every frame in it.
                 del error
-        self._raise_left_over()
+        if _escaped or self._queued_errors:  # tested here: no call on the hot path
+            self._raise_left_over()
 
     def _raise_left_over(self) -> None:
         """Raises what the dispatches this call ran left to its outermost
