@@ -904,7 +904,7 @@ class Dispatcher(Generic[P]):
             return
         if _flux_is_dispatching(handle):
             raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
-        # What escaped a release or destroy (see _native.trampoline) is raised
+        # What escaped a destroy (see _native.trampoline) is raised
         # once everything is released.
         escaped: BaseException | None = None
         for child in reversed(list(self._children)):

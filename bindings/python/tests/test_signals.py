@@ -299,16 +299,16 @@ def test_sigint_before_a_group_function_raises_keyboard_interrupt_from_dispatch(
     )
 
 
-def test_sigint_before_a_state_release_or_a_destroy_raises_from_close_and_frees_all() -> None:
+def test_sigint_before_a_listener_or_store_destroy_raises_from_close_and_frees_all() -> None:
     run_with_preamble(
         f"""
         for python_listener in [False, True] * ({ROUNDS} // 2):
             d = flux.Dispatcher()
             store = Counter(d)
             d.dispatch("inc")
-            # Destroys run in the order added, then the state's release: the
-            # first Python code after raise() is the listener's destroy, or
-            # the release.
+            # Destroys run in the order added, the store's last (its states
+            # are held in Python: no release): the first Python code after
+            # raise() is the listener's destroy, or the store's.
             native_listener(store, fn=False, destroy=True)
             class Listener:
                 def __call__(self):
