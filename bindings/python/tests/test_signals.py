@@ -399,7 +399,7 @@ def test_sigint_before_a_trace_hook_raises_from_dispatch_and_the_event_is_kept()
 def test_sigalrm_at_any_moment_comes_out_as_that_exception_and_leaks_nothing() -> None:
     # One SIGALRM per round, 50-450 µs in: it lands anywhere -- in Python
     # code, or in C right before any trampoline (a reduce, are_equal, a
-    # listener, a group function, a release, a destroy, a trace hook).
+    # listener, a group function, a destroy, a trace hook).
     run_with_preamble(
         """
         import random, time
