@@ -13,7 +13,10 @@ Both with the same ``reduce``, for a payload it ignores (no change) and one
 that changes the state and runs one listener. Timed in rounds with
 time.perf_counter_ns, each round timing every variant back to back; the
 figures are the best round, the ratio the median of the per-round ratios
-(this host drifts between fast and slow spells). Target: flux <= 1.2 x python.
+(this host drifts between fast and slow spells). Targets (issue 20): no
+change <= 1.1 x python, change + 1 listener <= 1.25 x python -- a change
+crosses into Python twice (the reduce, the listener) where the port's
+dispatch crosses once.
 A measurement, not a test: exits 0 unless something could not be measured.
 
     make bench     (or: PYTHONPATH=bindings/python python3 bench/stores.py)
@@ -105,7 +108,7 @@ def main() -> int:
     print(f"  {'':24}  {'flux':>9}  {'python':>9}  {'ratio':>7}")
     gc.disable()
     try:
-        for label, payload in (("no change", 0), ("change + 1 listener", 1)):
+        for label, payload, target in (("no change", 0, 1.1), ("change + 1 listener", 1, 1.25)):
             best = {"flux": float("inf"), "python": float("inf")}
             ratios = []
             for _ in range(rounds):
@@ -115,10 +118,10 @@ def main() -> int:
                 best["python"] = min(best["python"], p)
                 ratios.append(f / p)
             ratio = statistics.median(ratios)
-            verdict = "ok" if ratio <= 1.2 else "MISSED"
+            verdict = "ok" if ratio <= target else "MISSED"
             spread = f"({min(ratios):.2f}-{max(ratios):.2f})"
             print(f"  {label:24}  {best['flux']:9.0f}  {best['python']:9.0f}  {ratio:7.2f} {spread:11}  "
-                  f"target ≤ 1.2: {verdict}")
+                  f"target ≤ {target}: {verdict}")
     finally:
         gc.enable()
     if store.state != port._state:

@@ -13,13 +13,15 @@ Nothing here is public API. Three things live in this module:
   only on failure: ctypes calls an errcheck on every call, successful or not,
   and that Python call cost ~100 ns, a sixth of a whole dispatch to one
   callback (measured beside ``make bench``'s figures).
-* ONE ``flux_callback`` trampoline and ONE ``flux_destroy`` trampoline, both
-  module-level CFUNCTYPE objects that live as long as the process. What a
-  registration hands to C as its ``context`` is a small integer keyed into
-  :data:`callbacks`; libflux's destroy callback -- run exactly once per
-  registration, whatever happens -- removes the entry. So a callback with no
-  other reference stays alive exactly as long as its registration, and
-  nothing leaks after ``unregister`` or ``close``.
+* ONE registry of live contexts and ONE ``flux_destroy`` trampoline, for
+  every context this package hands libflux (a registration's, a store's, a
+  listener's, a flux.Trampoline's, a trace's, an enqueued call's), and ONE
+  ``flux_callback`` trampoline, all module-level and living as long as the
+  process. A ``context`` is a small integer keyed into :data:`objects`;
+  libflux's destroy callback -- run exactly once per context, whatever
+  happens -- removes the entry. So a callback with no other reference stays
+  alive exactly as long as its registration, and nothing leaks after
+  ``unregister`` or ``close``.
 
 ``ctypes.CDLL`` releases the GIL for the duration of each C call, and the
 trampolines take it again, so a thread blocked in ``flux_dispatch`` (waiting
@@ -244,8 +246,8 @@ def status_error(status: int) -> FluxError:
 
 def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
     """errcheck for every function returning flux_status but the hot two.
-    First raises what escaped a trampoline this call ran (a destroy or a
-    release: see :func:`trampoline`): this call is the outermost one."""
+    First raises what escaped a trampoline this call ran (a destroy: see
+    :func:`trampoline`): this call is the outermost one."""
     if escaped:
         raise_escaped()
     if status:
@@ -277,10 +279,9 @@ flux_dispatch = declare("flux_dispatch", c_int, (c_void_p, c_void_p))
 flux_wait_for = declare("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
 flux_is_dispatching = declare("flux_is_dispatching", c_int, (c_void_p,))
 #: flux_done_fn: void (*)(void *context, void *payload, flux_status status).
-#: Dispatcher.enqueue's context is the call's record, a PyObject* that
-#: _in_flight keeps alive until done runs, so the trampoline receives the
-#: record itself.
-DONE = CFUNCTYPE(None, ctypes.py_object, c_void_p, c_int)
+#: Dispatcher.enqueue's context is the call's record's slot in the registry
+#: (see objects), which done frees.
+DONE = CFUNCTYPE(None, c_void_p, c_void_p, c_int)
 # No errcheck: Dispatcher.enqueue tests the status (a failed own dispatch
 # re-raises the callback's exception, as dispatch does).
 flux_enqueue = declare("flux_enqueue", c_int, (c_void_p, c_void_p, DONE, c_void_p))
@@ -314,55 +315,71 @@ library_version_string: str = (flux_version_string() or b"").decode("ascii", "re
 
 
 # --------------------------------------------------------------------------
-# The trampolines and the callback table
+# The registry of live contexts
 # --------------------------------------------------------------------------
 
-# The table: a registration's context is a slot index into two parallel
-# lists, the callable and the owning dispatcher's pending-exception table
-# (thread ident -> the exception a callback raised on that thread). A list
-# indexed by a small int is the cheapest keyed lookup CPython has (cheaper
-# than a dict lookup by the same int), and it stays small: slots whose
-# registration ended (destroy ran) are reused, newest first -- which also
-# keeps the context a small cached int, so converting it costs no allocation.
-#: context -> the Python callable of that registration (None: a free slot).
-callbacks: list[Callable[[Any], object] | None] = [None]  # slot 0 unused: context 0 is NULL
-#: context -> the owning dispatcher's pending-exception table.
-pending_tables: list[dict[int, list[tuple[object, BaseException]]] | None] = [None]
-_free_contexts: list[int] = []
+# Every context this package hands libflux -- a registration's, a store's, a
+# listener's or group's, a flux.Trampoline's, a trace's, an enqueued call's
+# -- is a slot index into two parallel lists: the object the context stands
+# for, and a companion its trampolines need beside it. A list indexed by a
+# small int is the cheapest keyed lookup CPython has (cheaper than a dict
+# lookup by the same int), and it stays small: slots whose context ended are
+# reused, newest first -- which also keeps a context a small cached int, so
+# converting it costs no allocation. A context ends exactly once: libflux
+# runs its destroy (the one :func:`_on_destroy` below), or an enqueued
+# call's done, which frees its slot the same way.
+#: context -> what it stands for (None: a free slot): a registration's
+#: callable, a store's weak reference, a listener's or group's function, a
+#: flux.Trampoline's entry, a flux.Trace, an enqueued call's record.
+objects: list[Any] = [None]  # slot 0 unused: context 0 is NULL
+#: context -> its companion: a registration's pending-exception table (of
+#: its dispatcher: thread ident -> the exceptions its callbacks raised on
+#: that thread), a store's held states, a listener's or group's pending
+#: table and native dispatcher; None for the others.
+extras: list[Any] = [None]
+free_contexts: list[int] = []
 # No lock: CPython runs a signal handler, and switches threads, only at a
 # call, a backward jump or a function's entry. The steps below that must be
 # one step -- taking a slot and filling it, freeing one -- make no call, so
-# neither an interrupt nor another thread can come between them.
+# neither an interrupt nor another thread can come between them (nor a
+# collection: they allocate no object the cycle collector tracks).
 #: Calls of a trampoline with a context that is not registered: never happens
 #: unless the library breaks its contract (tests assert these stay 0).
 stray = {"callback": 0, "destroy": 0}
 
 
-def add_registration(callback: Callable[[Any], object], pending: dict[int, list[tuple[object, BaseException]]]) -> int:
-    """Puts a callable in the table; returns its context (never 0).
+def add(obj: object, extra: object = None) -> int:
+    """Puts ``obj`` (and its companion) in the registry; returns its context
+    (never 0), for a call that hands it to libflux with the destroy below.
 
     From taking the slot to the return there is no call, so no interrupt:
     one cannot leave a filled slot that no caller knows of, nor a slot taken
-    and never filled."""
-    while not _free_contexts:  # another thread may take the slot made
+    and never filled. The caller makes no call between this and handing the
+    context over, or records it first."""
+    while not free_contexts:  # another thread may take the slot made
         # An interrupt here can leave a slot made but not yet free: an unused
-        # None, or a pending_tables entry past the end of callbacks, which
-        # nothing reads (pending_tables grows first, so it is never shorter).
-        pending_tables.append(None)
-        callbacks.append(None)
-        _free_contexts.append(len(callbacks) - 1)
-    context = _free_contexts[-1]
-    del _free_contexts[-1]
-    pending_tables[context] = pending
-    callbacks[context] = callback
+        # None, or an extras entry past the end of objects, which nothing
+        # reads (extras grows first, so it is never shorter).
+        extras.append(None)
+        objects.append(None)
+        free_contexts.append(len(objects) - 1)
+    context = free_contexts[-1]
+    del free_contexts[-1]
+    extras[context] = extra
+    objects[context] = obj
     return context
 
 
-def drop_registration(context: int, callback: Callable[[Any], object]) -> None:
-    """Empties the slot add_registration filled for ``callback`` when libflux
-    never took it (flux_register interrupted before the call)."""
-    if callbacks[context] is callback:
+def drop(context: int, obj: object) -> None:
+    """Empties the slot :func:`add` filled for ``obj`` when libflux never took
+    it (the call that hands it over was interrupted before it ran)."""
+    if objects[context] is obj:
         _on_destroy(context)
+
+
+def live(test: Callable[[Any, Any], bool]) -> int:
+    """How many live contexts pass ``test(object, extra)``. For tests."""
+    return sum(1 for obj, extra in zip(list(objects), list(extras)) if obj is not None and test(obj, extra))
 
 
 # --------------------------------------------------------------------------
@@ -428,8 +445,8 @@ def trampoline(
     a function that only computes until its last call, which is all it does
     -- a signal anywhere before that call), ``on_escape`` is then called with
     the same arguments, still inside the C call -- with ``rerun``, the
-    function itself: for bookkeeping that must happen (a release, a destroy,
-    a trace event); C got no result from the call. An exception that
+    function itself: for bookkeeping that must happen (a destroy, a trace
+    event); C got no result from the call. An exception that
     interrupts ``on_escape`` before its work began makes it run again;
     anything else it raises is dropped (the first exception is the one the
     outermost call raises).
@@ -492,13 +509,13 @@ def _on_callback(context: int, payload: object) -> int:
         # say so (its C result may have read as success): stop here.
         return 1
     try:
-        callbacks[context](payload)  # type: ignore[misc]
+        objects[context](payload)
     except BaseException as exc:  # noqa: BLE001 -- every exception aborts the dispatch
         try:
-            table = pending_tables[context]
+            table = extras[context]
         except (IndexError, TypeError):  # not a context of ours (NULL: None)
             table = None
-        if table is None or callbacks[context] is None:
+        if type(table) is not dict or objects[context] is None:
             stray["callback"] += 1
         else:
             park_exception(table, payload, exc)
@@ -525,23 +542,26 @@ def park_exception(table: dict[int, list[tuple[object, BaseException]]], payload
 
 
 @trampoline(rerun=True)
-def _on_destroy(context: int) -> None:
-    # libflux runs this exactly once per registration: on unregister (at the
-    # end of the running dispatch if there is one), on dispatcher destroy, or
-    # at once when flux_register fails. No call until the slot is free (see
-    # _free_contexts; an interrupt before the body makes this run again).
+def _on_destroy(context: int | None) -> None:
+    # The one destroy of every context in the registry. libflux runs it
+    # exactly once per context: for a registration on unregister (at the end
+    # of the running dispatch if there is one) or dispatcher destroy, for a
+    # listener on its removal, and so on -- or at once when the call that
+    # was handed the context fails. No call until the slot is free (see
+    # free_contexts; an interrupt before the body makes this run again).
     try:
-        callback = callbacks[context]
+        obj = objects[context]  # type: ignore[index]
     except (IndexError, TypeError):  # not a context of ours (NULL: None)
-        callback = None
-    if callback is None:
+        obj = None
+    if obj is None:
         stray["destroy"] += 1
         return
-    callbacks[context] = None
-    pending_tables[context] = None
-    _free_contexts.append(context)
-    # The last reference may go here: its finalizers may call back into flux.
-    del callback
+    extra = extras[context]  # type: ignore[index]
+    objects[context] = None  # type: ignore[index]
+    extras[context] = None  # type: ignore[index]
+    free_contexts.append(context)  # type: ignore[arg-type]
+    # The last references may go here: their finalizers may call back into flux.
+    del obj, extra
 
 
 _previous_unraisable_hook = sys.unraisablehook
@@ -566,10 +586,12 @@ def _unraisable_hook(unraisable: Any) -> None:
 # and a dispatch then fails as described only when the C side saw a failure.
 sys.unraisablehook = _unraisable_hook
 
-#: The two native function pointers every registration uses; module-level, so
-#: they outlive every registration.
+#: The native function pointers every registration uses; module-level, so
+#: they outlive every registration. destroy_trampoline is every context's.
 callback_trampoline = CALLBACK(_on_callback)
 destroy_trampoline = DESTROY(_on_destroy)
+#: A NULL flux_destroy, for calls that hand libflux no context.
+NO_DESTROY = DESTROY()
 
 
 # --------------------------------------------------------------------------

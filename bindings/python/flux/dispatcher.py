@@ -16,7 +16,7 @@ from ._native import (
     DONE as _DONE_TYPE,
 )
 from ._native import (
-    add_registration as _add_registration,
+    add as _add,
 )
 from ._native import (
     callback_trampoline as _CALLBACK,
@@ -61,7 +61,13 @@ from ._native import (
     flux_wait_for as _flux_wait_for,
 )
 from ._native import (
+    free_contexts as _free_contexts,
+)
+from ._native import (
     last_error_values as _last_error_values,
+)
+from ._native import (
+    objects as _objects,
 )
 from ._native import (
     status_error as _status_error,
@@ -180,12 +186,13 @@ def _end_errors(erring: set[Any]) -> None:
 # -- enqueue's done --------------------------------------------------------
 #
 # flux_enqueue hands libflux the payload's PyObject* (callbacks must receive
-# that very object), one module-level done trampoline, and the call's own
-# record as done's context (a PyObject* too): done gets the record of the
-# very call it reports, whatever other calls, on this dispatcher or another,
-# enqueued the same payload. _in_flight keeps each record (and through it
-# the payload) alive from the call until its done has run: libflux runs
-# done exactly once per call, so nothing is left behind.
+# that very object), one module-level done trampoline, and as done's context
+# the call's own record in the registry (see _native.objects): done gets the
+# record of the very call it reports, whatever other calls, on this
+# dispatcher or another, enqueued the same payload. The registry keeps each
+# record (and through it the payload) alive from the call until its done has
+# run, which frees the record's slot: libflux runs done exactly once per
+# call, so nothing is left behind.
 
 
 class _Enqueued:
@@ -211,11 +218,6 @@ class _Enqueued:
         self.done = False
 
 
-#: The records of calls whose done has not run yet (a set: adding and
-#: discarding are atomic under the GIL, no lock needed).
-_in_flight: set[_Enqueued] = set()
-
-
 def _continues(later: BaseException, earlier: BaseException) -> bool:
     """Whether ``later`` is ``earlier`` again, or was raised while handling
     (or from) it: the same failure unwinding one dispatch."""
@@ -230,15 +232,21 @@ def _continues(later: BaseException, earlier: BaseException) -> bool:
 
 
 @_native.trampoline(rerun=True)
-def _on_done(record: object, address: int | None, status: int) -> None:
-    # The bookkeeping comes first and makes no call until the record leaves
-    # _in_flight, so an interrupt cannot split it (see _native.trampoline).
-    if record.__class__ is not _Enqueued or record not in _in_flight:
+def _on_done(context: int | None, address: int | None, status: int) -> None:
+    # The bookkeeping comes first and makes no call until the record's slot
+    # is free, so an interrupt cannot split it (see _native.trampoline). Its
+    # context ends here, freed as the one destroy frees a context.
+    try:
+        record = _objects[context]  # type: ignore[index]
+    except (IndexError, TypeError):  # not a context of ours (NULL: None)
+        record = None
+    if record.__class__ is not _Enqueued:
         _native.stray["done"] = _native.stray.get("done", 0) + 1
         return
     record.done = True
     locate, record.locate = record.locate, None
-    _in_flight.discard(record)
+    _objects[context] = None  # type: ignore[index]
+    _free_contexts.append(context)  # type: ignore[arg-type]
     if status != _CALLBACK_FAILED and status != _TOO_DEEP:
         return  # success, or a refusal that enqueue raises itself
     if record.erring:
@@ -290,9 +298,6 @@ def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseExce
         raise first
     finally:
         first = None  # no cycle through this frame (see dispatch)
-
-
-_NO_DESTROY = _DESTROY.__class__()  # a NULL flux_destroy
 
 
 def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
@@ -429,14 +434,14 @@ class Dispatcher(Generic[P]):
             raise _closed("register")
         out = c_uint64()
         out_ref = byref(out)
-        context = _add_registration(callback, self._pending)
+        context = _add(callback, self._pending)
         try:
             # On failure libflux has already run the destroy trampoline, which
             # took the entries out again: one leak-free path.
             _flux_register(handle, _CALLBACK, context, _DESTROY, out_ref)
         except BaseException:
             if not out.value:  # an interrupt before libflux took the context
-                _native.drop_registration(context, callback)
+                _native.drop(context, callback)
             raise
         value = out.value
         self._tokens.add(value)
@@ -610,7 +615,7 @@ class Dispatcher(Generic[P]):
             KeyboardInterrupt from a SIGINT that arrived while the thread was
             in C) -- and likewise for any Python code the library calls
             (a store's reduce, are_equal or listener, a group function, a
-            state release, a destroy, a Trace hook: see
+            destroy, a Trace hook: see
             ``_native.trampoline``) -- as long as ``sys.unraisablehook`` is
             the one this package chained in at import, or calls it.
         :raises AlreadyDispatchingError: called from inside a callback of this
@@ -641,7 +646,8 @@ class Dispatcher(Generic[P]):
                 # would make a cycle (exception -> traceback -> frame -> exception)
                 # that only the cycle collector frees, with every frame in it.
                 del error
-        self._raise_left_over()
+        if _escaped or self._queued_errors:  # tested here: no call on the hot path
+            self._raise_left_over()
 
     def _raise_left_over(self) -> None:
         """Raises what the dispatches this call ran left to its outermost
@@ -685,8 +691,8 @@ class Dispatcher(Generic[P]):
         if handle is None:
             raise _closed("enqueue")
         record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located, self._erring)
-        address, context = _id(payload), _id(record)
-        _in_flight.add(record)
+        address = _id(payload)
+        context = _add(record)
         try:
             status = _flux_enqueue(handle, address, _DONE, context)
         except (ArgumentError, RecursionError) as exc:
@@ -694,7 +700,7 @@ class Dispatcher(Generic[P]):
             # calling it or converting its arguments): no done will let the
             # record go. Any other exception came after libflux returned,
             # and a queued record must stay alive for its done.
-            _in_flight.discard(record)
+            _native.drop(context, record)
             if isinstance(exc, ArgumentError):
                 raise _argument_error(exc) from None
             raise
@@ -780,15 +786,7 @@ class Dispatcher(Generic[P]):
             except ArgumentError as exc:
                 raise _argument_error(exc) from None
         if status:
-            # Not popped: dispatch() re-raises it when the abort reaches it,
-            # whether or not this callback lets it propagate.
-            aborting = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
-            if aborting is not None:
-                try:
-                    raise aborting
-                finally:
-                    del aborting  # no cycle through this frame (see dispatch)
-            raise self._error(status)
+            raise self._wait_error(status)
         if _escaped:
             # A callback run by this wait failed where C could not see it.
             escaped = _escaped.get(get_ident())
@@ -827,15 +825,21 @@ class Dispatcher(Generic[P]):
         name = self._names.get(value)
         return f"{value} ({name})" if name else str(value)
 
-    def _aborting_error(self) -> BaseException | None:
-        """The exception of the callback that is aborting this thread's
-        dispatch, if a Python callback's."""
-        ident = get_ident()
-        entries = self._pending.get(ident)
-        exc = entries[-1][1] if entries else None
-        if exc is None and _escaped:
-            exc = _escaped.get(ident)
-        return exc
+    def _wait_error(self, status: int) -> BaseException:
+        """What a wait that failed with ``status`` raises: the exception of
+        the Python callback aborting this thread's dispatch, if there is one
+        (not popped: dispatch() re-raises it when the abort reaches it,
+        whether or not the waiting callback lets it propagate); else the
+        libflux error. Returned, not raised: no frame holding it is in its
+        traceback (see dispatch)."""
+        if status == _CALLBACK_FAILED or status == _TOO_DEEP:
+            ident = get_ident()
+            entries = self._pending.get(ident)
+            if entries:
+                return entries[-1][1]
+            if _escaped and ident in _escaped:
+                return _escaped[ident]
+        return self._error(status)
 
     def _wait_for_foreign(self, tokens: list[Token | Store] | tuple[Token | Store, ...]) -> None:
         """wait_for with stores, or a token of another dispatcher, among
@@ -866,13 +870,7 @@ class Dispatcher(Generic[P]):
             # The first token libflux rejected is a 0: a foreign one.
             first = next(token for token in checked if token._dispatcher != serial)
             raise self._foreign_error(first)
-        exc = self._aborting_error() if status == _CALLBACK_FAILED or status == _TOO_DEEP else None
-        if exc is not None:
-            try:
-                raise exc
-            finally:
-                del exc  # no cycle through this frame (see dispatch)
-        raise self._error(status)
+        raise self._wait_error(status)
 
     @property
     def is_dispatching(self) -> bool:
@@ -906,7 +904,7 @@ class Dispatcher(Generic[P]):
             return
         if _flux_is_dispatching(handle):
             raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
-        # What escaped a release or destroy (see _native.trampoline) is raised
+        # What escaped a destroy (see _native.trampoline) is raised
         # once everything is released.
         escaped: BaseException | None = None
         for child in reversed(list(self._children)):
@@ -930,7 +928,7 @@ class Dispatcher(Generic[P]):
         # Clearing the observer runs its destroy now: a flux.Trace started on
         # this dispatcher is let go, with its events and payloads.
         try:
-            _flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
+            _flux_dispatcher_set_observer(handle, None, None, _native.NO_DESTROY)
         except BaseException as exc:  # noqa: BLE001 -- raised below
             escaped = escaped or exc
         if escaped is not None:
@@ -994,4 +992,9 @@ def live_callbacks(dispatcher: Dispatcher[Any]) -> int:
     (registered, or unregistered during a dispatch that has not finished).
     For tests and debugging."""
     pending = dispatcher._pending
-    return sum(1 for table in list(_native.pending_tables) if table is pending)
+    return _native.live(lambda obj, extra: extra is pending)
+
+
+def live_enqueued() -> int:
+    """How many enqueued calls' records wait for their done. For tests."""
+    return _native.live(lambda obj, extra: type(obj) is _Enqueued)

@@ -16,9 +16,11 @@ JBFlux's actions routed by name -- over libflux's ``flux_store_*``.
 
 The rules (when a store counts as changed, when listeners run, what a
 failure does) are libflux's; this module only hands it Python objects. A
-store's state is a ``PyObject*`` the C store holds: the Python store keeps
-a reference for each state handed over, and the C store's ``release_state``
-drops it, so a state lives exactly as long as the C store holds it.
+store's state is a ``PyObject*`` the C store holds, and the Python store
+keeps the references for it: the state a change replaced is let go inside
+that dispatch, once the C store has taken the new one (before the store's
+listeners run); a new state the C store discarded because its dispatch
+failed, at the store's next handling of a payload (or ``close()``).
 """
 
 from __future__ import annotations
@@ -33,12 +35,9 @@ from contextlib import ExitStack
 from ctypes import byref, c_int, c_uint64, c_void_p
 from threading import get_ident as _get_ident
 from types import TracebackType
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from . import _native
-from ._native import (
-    DESTROY as _DESTROY_TYPE,
-)
 from ._native import (
     LISTENER as _LISTENER_TYPE,
 )
@@ -49,7 +48,16 @@ from ._native import (
     RELEASE as _RELEASE_TYPE,
 )
 from ._native import (
+    add as _add,
+)
+from ._native import (
+    destroy_trampoline as _destroy_trampoline,
+)
+from ._native import (
     escaped as _escaped,
+)
+from ._native import (
+    extras as _extras,
 )
 from ._native import (
     flux_store_add_listener as _flux_store_add_listener,
@@ -88,6 +96,9 @@ from ._native import (
     flux_store_token as _flux_store_token,
 )
 from ._native import (
+    objects as _objects,
+)
+from ._native import (
     trampoline as _trampoline,
 )
 from .dispatcher import Dispatcher, Token
@@ -106,43 +117,68 @@ _write_pointer = c_void_p.from_address
 # Contexts: what each C store, listener and group hands its trampolines
 # --------------------------------------------------------------------------
 
-#: context -> a store's (weak reference to it, its _held); or a listener's or group's
-#: (function, pending-exception table, native dispatcher). libflux runs each
-#: one's destroy exactly once, which takes the entry out. Nothing here refers
-#: to a store or a dispatcher: the dispatcher keeps its stores alive, so a
-#: dispatcher never closed is collected with its stores (its finalizer
-#: destroys their native side first, see flux/dispatcher.py).
-_objects: dict[int, Any] = {}
-_keys = itertools.count(1).__next__
+# Each is a context in the one registry (_native.objects and extras), ended
+# by its one destroy. A store's entry is a weak reference to it, with its
+# held states; a listener's or a group's, its function, with an _Owner.
+# Nothing there refers to a store or a dispatcher: the dispatcher keeps its
+# stores alive, so a dispatcher never closed is collected with its stores
+# (its finalizer destroys their native side first, see flux/dispatcher.py).
+#
+# A store's states are PyObject*s the C store holds, created with no
+# release_state: the references are kept here, in the store's two-slot list
+# of held states, so that a change crosses into Python only for its reduce
+# and its listeners. [0] is the state the C store holds; [1] the new state
+# the running (or last) change handed it, None once settled. Only the
+# dispatching thread writes them, one slot at a time, each write leaving the
+# C store's state in one of the slots (so a reader on another thread always
+# finds it there, see ReduceStore.state):
+#
+# - a reduce that changes the state writes [0] = state (the C store's, which
+#   settles any earlier change) and [1] = new;
+# - the C store takes new unless the dispatch is failing, and then runs its
+#   listeners: the first to run, which sees [1] set, moves it to [0] -- the
+#   replaced state goes then, inside the dispatch. A store with no listener
+#   of yours has one that only does that (see Store._settle);
+# - a new state the C store discarded (its dispatch failed, so no listener
+#   ran) goes at the store's next reduce, which knows the C store's state,
+#   or at close().
+_NO_HELD: list[Any] = [None, None]  # a group's: it holds no state
 
 
-def _add(obj: Any) -> int:
-    # No call after the entry is in (an interrupt is raised at a call): the
-    # caller always gets the key of an entry it made. count() is atomic.
-    key = _keys()
-    _objects[key] = obj
-    return key
+class _Owner(NamedTuple):
+    """What a listener's or group's trampoline needs beside its function."""
+
+    #: The dispatcher's pending-exception table (see _native.park_exception).
+    pending: dict[int, list[tuple[object, BaseException]]]
+    #: The native dispatcher, for flux_store_listener_fail().
+    dispatcher: int | None
+    #: The store's held states (see above).
+    held: list[Any]
+
+
+class _Settler:
+    """The listener of a store with no other: it runs only to settle a
+    change (see above)."""
+
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        pass
 
 
 # Every function below is a trampoline (see _native.trampoline): what
 # escapes one is raised by the outermost call, and one that was interrupted
-# before its work began is made up for -- a release or a destroy is run
-# again, a listener is failed.
-
-
-@_trampoline(rerun=True)
-def _on_destroy(context: int) -> None:
-    # One step: the last reference may go here, and run any code.
-    _objects.pop(context, None)
+# before its work began is made up for -- a destroy is run again, a
+# listener is failed.
 
 
 @_trampoline()
 def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
-    # The hot path: one dict lookup, the store's reduce, and -- only when
-    # the state changed -- a reference for the store and a write of *next.
+    # The hot path: one list lookup, the store's reduce, and -- only when
+    # the state changed -- the held states and a write of *next.
     if _escaped and _get_ident() in _escaped:
         return 1  # this dispatch already failed (see _native.escaped)
-    store = _objects[context][0]()
+    store = _objects[context]()
     if store is None:  # collected with its dispatcher, whose finalizer destroys it
         return 0
     try:
@@ -151,39 +187,29 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
         # Re-raised by Dispatcher.dispatch, the very object.
         _native.park_exception(store._pending, payload, exc)
         return 1
+    held = _extras[context]
     if new is not state:
-        key = _id(new)
-        held = store._held
-        if len(held) > 1:
-            # A release that an interrupt cut short left its state here: the
-            # C store holds only `state` now.
-            for stale in [k for k in held if k != _id(state)]:
-                held.pop(stale, None)
-        # The C store's reference, until it releases the state (the store
-        # holds one state, and new is not it: no key is ever taken twice).
-        held[key] = new
+        held[0] = state
+        held[1] = new
         # *next: a cell kept for the address, which is the same from one
-        # dispatch to the next as long as the C stack is.
+        # dispatch to the next as long as the C stack is. An interrupt
+        # before the write: the C store keeps state, and [1] goes later.
         if next_ != store._next_address:
             store._next_cell = _write_pointer(next_)
             store._next_address = next_
-        store._next_cell.value = key
+        store._next_cell.value = _id(new)
+    elif held[1] is not None:
+        # A new state the C store never took (its dispatch failed, no
+        # listener settled it) goes now: the C store holds `state`.
+        held[0] = state
+        held[1] = None
     return 0
 
 
-@_trampoline(rerun=True, effect_is_last_call=True)
-def _on_release(context: int, state: int) -> None:
-    # The C store lets go of a state: drop the reference it held (the pop;
-    # interrupted before it, this runs again).
-    entry = _objects.get(context)
-    if entry is not None:
-        entry[1].pop(state, None)
-
-
 def _fail_listener(context: int) -> None:
-    entry = _objects.get(context)
-    if entry is not None:
-        _flux_store_listener_fail_raw(entry[2], 1)
+    owner = _extras[context]
+    if owner is not None:
+        _flux_store_listener_fail_raw(owner.dispatcher, 1)
 
 
 @_trampoline(on_escape=_fail_listener)
@@ -191,20 +217,27 @@ def _on_listener(context: int) -> None:
     # A listener or a group's function. An exception is parked for the
     # dispatching thread and fails the listener, which aborts the dispatch.
     if _escaped and _get_ident() in _escaped:
-        _fail_listener(context)  # this dispatch already failed
+        # This dispatch already failed (maybe before the C store took
+        # [1]: that one goes at the next reduce).
+        _fail_listener(context)
         return
-    entry = _objects[context]
+    held = _extras[context][2]  # owner.held, by index: the hot path
+    taken = held[1]
+    if taken is not None:
+        # The first listener after a change: the C store took [1].
+        held[0] = taken
+        held[1] = None
     try:
-        entry[0]()
+        _objects[context]()
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
-        _native.park_exception(entry[1], _native.UNKNOWN_PAYLOAD, exc)
-        _flux_store_listener_fail_raw(entry[2], 1)
+        owner = _extras[context]
+        _native.park_exception(owner.pending, _native.UNKNOWN_PAYLOAD, exc)
+        _flux_store_listener_fail_raw(owner.dispatcher, 1)
 
 
 _reduce_trampoline = _REDUCE_TYPE(_on_reduce)
-_release_trampoline = _RELEASE_TYPE(_on_release)
+_NO_RELEASE = _RELEASE_TYPE()  # the store's states are held here (see above)
 _listener_trampoline = _LISTENER_TYPE(_on_listener)
-_destroy_trampoline = _DESTROY_TYPE(_on_destroy)
 
 
 # --------------------------------------------------------------------------
@@ -281,14 +314,15 @@ def _action_type(action: Any) -> Any:
 
 
 class Subscription:
-    """A listener's handle: :meth:`remove` ends it. ``id`` is the listener's
-    id in its store (they count up from 1)."""
+    """A listener's handle: :meth:`remove` ends it. ``id`` numbers the
+    store's listeners in the order they were added, from 1."""
 
-    __slots__ = ("_store", "id")
+    __slots__ = ("_native_id", "_store", "id")
 
-    def __init__(self, store: Store, id: int) -> None:
+    def __init__(self, store: Store, id: int, native_id: int) -> None:
         self._store = store
         self.id = id
+        self._native_id = native_id  # flux_store_add_listener's
 
     def remove(self) -> None:
         """Removes the listener: no later emit calls it; when it is running,
@@ -297,9 +331,7 @@ class Subscription:
         :raises UnknownTokenError: already removed.
         :raises InvalidArgumentError: the store is closed.
         """
-        store = self._store
-        with store._lock:
-            _flux_store_remove_listener(store._live_handle("remove"), self.id)
+        self._store._unlisten(self._native_id, quiet=False)
 
     def __repr__(self) -> str:
         return f"<flux.Subscription {self.id}>"
@@ -309,7 +341,7 @@ class _OwnerBound:
     """What an owner-bound listener (``add_listener(fn, owner=obj)``) hands
     the store to call: ``obj`` held weakly, and the listener removed once
     ``obj`` is collected. Refers to its store weakly too: the store's
-    listener entry holds this (see _objects)."""
+    listener entry holds this (see _native.objects)."""
 
     __slots__ = ("__weakref__", "cell", "fn", "ref", "store")
 
@@ -381,7 +413,25 @@ def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
     return state
 
 
-class Store:
+_Closing = TypeVar("_Closing", bound="_ClosesOnExit")
+
+
+class _ClosesOnExit:
+    """A context manager that closes what it manages on exit."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Closing) -> _Closing:  # noqa: PYI019 -- no typing.Self before Python 3.11
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Store(_ClosesOnExit):
     """Facebook's FluxStore: override :meth:`on_dispatch` to handle every
     payload, and call :meth:`emit_change` there when something changed;
     listeners then run once, after ``on_dispatch``, still in the dispatch.
@@ -402,7 +452,7 @@ class Store:
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
         self._create(dispatcher, None)
 
-    def _create(self, dispatcher: Dispatcher[Any], initial: Any) -> None:
+    def _create(self, dispatcher: Dispatcher[Any], initial: Any, settles: bool = False) -> None:
         if not isinstance(dispatcher, Dispatcher):
             raise TypeError(f"expected a flux.Dispatcher, not {type(dispatcher).__name__}")
         handle = dispatcher._handle
@@ -424,22 +474,27 @@ class Store:
         # to garbage collection instead, but a C store is freed by the same
         # flux_store_destroy that unregisters it: close() cannot wait for GC.)
         self._lock = threading.RLock()
-        # id(state) -> state, for each state the C store holds (one, and a
-        # new one for the moment between its reduce and the release of
-        # either): these references keep them alive exactly that long (one
-        # whose release an interrupt cut short: until the next change, or
-        # close()).
-        self._held: dict[int, Any] = {_id(initial): initial}
+        # The states the C store holds (see "held states" at the top of
+        # this module), and what keeps them alive.
+        self._held: list[Any] = [initial, None]
         self._next_address = 0
         self._next_cell: Any = None
+        # The listeners added and not removed (error ends included), the
+        # store's own listener's id while it has one (see _settle), whether
+        # it has one when it has no other, and the next Subscription.id.
+        self._listeners = 0
+        self._settler: c_uint64 | None = None
+        self._settles = settles
+        self._ids = itertools.count(1).__next__
         out = c_void_p()
         out_ref = byref(out)
-        key = _add((weakref.ref(self), self._held))
+        me = weakref.ref(self)
+        key = _add(me, self._held)
         try:
-            # Handed over: libflux releases the state and destroys the context
-            # even when the create fails.
+            # Handed over: libflux destroys the context even when the create
+            # fails (the states are held here: no release_state).
             _flux_store_create(
-                handle, _id(initial), _reduce_trampoline, None, _release_trampoline, key, _destroy_trampoline, out_ref
+                handle, _id(initial), _reduce_trampoline, None, _NO_RELEASE, key, _destroy_trampoline, out_ref
             )
         finally:
             # Also when an interrupt is raised after libflux made the store:
@@ -456,7 +511,8 @@ class Store:
                 # Its name in traces and circular-dependency messages.
                 dispatcher._names[self._token.value] = type(self).__name__
             else:  # libflux never took the key (or destroyed it)
-                _objects.pop(key, None)
+                _native.drop(key, me)
+        self._settle()
 
     def on_dispatch(self, payload: Any) -> None:
         """Handles a payload. Subclasses must override it."""
@@ -506,7 +562,7 @@ class Store:
             # one, added last, runs after every listener of this emit.
             stale, self._error_end = self._error_end, None
             if stale is not None:
-                _flux_store_remove_listener_raw(handle, stale.value)
+                self._unlisten(stale.value, quiet=True)
             end = c_uint64()
             self._listen(functools.partial(_error_emitted, weakref.ref(self)), end)
             self._error_end = end
@@ -531,8 +587,8 @@ class Store:
             self._error_state = None
             self._dispatcher._erring.discard(self)
             end, self._error_end = self._error_end, None
-            if end is not None and self._handle is not None:
-                _flux_store_remove_listener_raw(self._handle, end.value)
+            if end is not None:
+                self._unlisten(end.value, quiet=True)
 
     def add_listener(self, listener: Callable[[], object], *, owner: object = None) -> Subscription:
         """Runs ``listener()`` once per dispatch that changed the store (from
@@ -554,31 +610,69 @@ class Store:
         if not callable(listener):
             raise TypeError(f"listener must be callable, not {type(listener).__name__}")
         out = c_uint64()
-        self._listen(listener if owner is None else _OwnerBound(self, listener, owner, out), out)
-        return Subscription(self, out.value)
+        fn = listener if owner is None else _OwnerBound(self, listener, owner, out)
+        with self._lock:
+            self._listen(fn, out)
+            return Subscription(self, self._ids(), out.value)
 
     def _listen(self, fn: Callable[[], object], out: c_uint64) -> None:
-        """Adds ``fn`` as a listener; its id goes to ``out``."""
-        out_ref = byref(out)
+        """Adds ``fn`` as a listener; its id goes to ``out``. The store's
+        own listener goes once it has another (see _settle)."""
         with self._lock:
             handle = self._live_handle("add_listener")
-            dispatcher = self._dispatcher
-            entry = (fn, dispatcher._pending, dispatcher._handle)
-            key = _add(entry)
-            try:
-                _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
-            except BaseException:
-                if not out.value:  # libflux never took the key (or destroyed it)
-                    _objects.pop(key, None)
-                raise
+            self._add_listener(fn, out, handle)
+            self._listeners += 1
+            settler, self._settler = self._settler, None
+            if settler is not None:
+                _flux_store_remove_listener_raw(handle, settler.value)
 
-    def _remove_quietly(self, cell: c_uint64) -> None:
-        """Removes a listener no caller asked to remove (its owner went):
-        silently, as the store may be closed or the listener removed."""
+    def _add_listener(self, fn: Callable[[], object], out: c_uint64, handle: int) -> None:
+        out_ref = byref(out)
+        owner = _Owner(self._pending, self._dispatcher._handle, self._held)
+        key = _add(fn, owner)
+        try:
+            _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
+        except BaseException:
+            if not out.value:  # libflux never took the key (or destroyed it)
+                _native.drop(key, fn)
+            raise
+
+    def _settle(self) -> None:
+        """Gives a ReduceStore with no listener one of its own, which only
+        lets a replaced state go (see "held states" at the top of this
+        module): then that happens inside the dispatch, as for a store with
+        listeners. Out of memory, the store goes without: a replaced state
+        then waits for the store's next reduce."""
         with self._lock:
             handle = self._handle
-            if handle is not None:
-                _flux_store_remove_listener_raw(handle, cell.value)
+            if handle is None or not self._settles or self._listeners or self._settler is not None:
+                return
+            out = c_uint64()
+            try:
+                self._add_listener(_Settler(), out, handle)
+            except FluxError:
+                return
+            finally:
+                if out.value:  # also when an interrupt came after libflux took it
+                    self._settler = out
+
+    def _unlisten(self, native_id: int, *, quiet: bool) -> None:
+        """Removes a listener: ``quiet``, one no caller asked to remove (its
+        owner went, an emit's error ended), silently, as the store may be
+        closed or the listener removed; otherwise as Subscription.remove."""
+        with self._lock:
+            if quiet:
+                handle = self._handle
+                if handle is None or _flux_store_remove_listener_raw(handle, native_id):
+                    return
+            else:
+                _flux_store_remove_listener(self._live_handle("remove"), native_id)
+            self._listeners -= 1
+            self._settle()
+
+    def _remove_quietly(self, cell: c_uint64) -> None:
+        """Removes a listener whose owner went."""
+        self._unlisten(cell.value, quiet=True)
 
     # -- lifetime ----------------------------------------------------------
 
@@ -602,7 +696,7 @@ class Store:
             if handle is None:
                 return
             # Cleared first: an exception raised after libflux freed the
-            # store (one that escaped its release, say) must not leave the
+            # store (one that escaped a listener's destroy, say) must not leave the
             # freed handle behind.
             self._handle = None
             try:
@@ -612,7 +706,8 @@ class Store:
                 raise
             finally:
                 if self._handle is None:
-                    self._held.clear()  # what a release cut short left
+                    self._held[0] = self._held[1] = None  # the C store's states go
+                    self._settler = None
                     self._error_state = self._error_end = None  # its listener went with the store
                     dispatcher._natives.pop(handle, None)
                     dispatcher._children.pop(self, None)
@@ -620,14 +715,6 @@ class Store:
                     token = getattr(self, "_token", None)  # None: creation was interrupted
                     if token is not None:
                         dispatcher._names.pop(token.value, None)
-
-    def __enter__(self) -> Store:  # noqa: PYI034 -- no typing.Self before Python 3.11
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def _live_handle(self, operation: str) -> int:
         handle = self._handle
@@ -663,7 +750,7 @@ class ReduceStore(Store, Generic[S]):
         cls._flux_reduce = _reducer(cls)
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
-        self._create(dispatcher, self.get_initial_state())
+        self._create(dispatcher, self.get_initial_state(), settles=True)
 
     def get_initial_state(self) -> S:
         """Override: the state the store starts with (called once, by the
@@ -688,20 +775,25 @@ class ReduceStore(Store, Generic[S]):
         """The current state (Facebook's ``getState()``). Any thread may read
         it: while another thread dispatches, it is the state before or after
         that dispatch's reduce -- always a live object."""
-        # Not the PyObject* itself (another thread's dispatch may release it
-        # before we take a reference): the object this store keeps for it,
-        # in one dict lookup, atomic under the GIL. That object may be a
-        # newer state than the pointer's: the old one freed, a new one made
-        # at its address and entered here before the C store takes it (so
-        # a reader could see a state, then an older one). So the pointer is
-        # read again: unchanged, the C store holds the object at that
-        # address now, and the object found, alive (we hold it), is that one.
+        # Not the PyObject* itself (another thread's dispatch may let it go
+        # before we take a reference): the one of the held states (see the
+        # top of this module) at that address, and the C store's state is
+        # always one of them. That one may be a newer state than the
+        # pointer's: the old one let go, a new one made at its address and
+        # held before the C store takes it (so a reader could see a state,
+        # then an older one). So the pointer is read again: unchanged, the C
+        # store holds the object at that address now, and the object found,
+        # alive (we hold it), is that one.
         held = self._held
         with self._lock:  # not closed meanwhile (see _create)
             handle = self._live_handle("state")
             pointer = _flux_store_state(handle)
             while True:
-                state = held.get(pointer, _MISSING)
+                state = held[0]
+                if _id(state) != pointer:
+                    state = held[1]
+                    if _id(state) != pointer:
+                        state = _MISSING
                 again = _flux_store_state(handle)
                 if again == pointer and state is not _MISSING:
                     return state  # type: ignore[no-any-return]
@@ -752,7 +844,7 @@ def _reducer(cls: type[ReduceStore[Any]]) -> Callable[..., Any]:
 ReduceStore._flux_reduce = _reducer(ReduceStore)
 
 
-class StoreGroup:
+class StoreGroup(_ClosesOnExit):
     """Facebook's FluxStoreGroup: ``fn()`` runs once per dispatch, after
     every store of the group. Needs at least one store, all on one
     dispatcher. While the group lives its stores cannot be closed.
@@ -785,7 +877,8 @@ class StoreGroup:
                 held.enter_context(store._lock)
             handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
             out_ref = byref(out)
-            key = _add((fn, dispatcher._pending, dispatcher._handle))
+            owner = _Owner(dispatcher._pending, dispatcher._handle, _NO_HELD)
+            key = _add(fn, owner)
             self._handle: int | None = None
             try:
                 _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, out_ref)
@@ -796,7 +889,7 @@ class StoreGroup:
                     dispatcher._natives[native] = True
                     dispatcher._children[self] = None
                 else:
-                    _objects.pop(key, None)
+                    _native.drop(key, fn)
 
     def release(self) -> None:
         """Unregisters the group: no later dispatch runs ``fn``. Idempotent."""
@@ -815,16 +908,10 @@ class StoreGroup:
 
     close = release
 
-    def __enter__(self) -> StoreGroup:  # noqa: PYI034 -- no typing.Self before Python 3.11
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
-
 
 def live_objects() -> int:
     """How many stores, listeners and groups libflux still holds a Python
     object for. For tests."""
-    return len(_objects)
+    return _native.live(
+        lambda obj, extra: type(obj) is weakref.ref or (type(extra) is _Owner and type(obj) is not _Settler)
+    )

@@ -15,7 +15,6 @@ event arrives on the dispatching thread, in order, and is stamped with
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import threading
@@ -58,19 +57,17 @@ class TraceEvent:
     names: tuple[str, ...] = ()
 
 
-# Live traces by the small integer each hands libflux as its context. The
-# destroy hook removes the entry once libflux is done with the observer, so
-# the hooks never see a trace that is gone, even when the trace is closed
-# during a dispatch (libflux keeps the old observer to the end of it).
-_traces: dict[int, Trace] = {}
+# A trace's context is its slot in the one registry (_native.objects). The
+# one destroy removes it once libflux is done with the observer, so the hooks
+# never see a trace that is gone, even when the trace is closed during a
+# dispatch (libflux keeps the old observer to the end of it).
 # Dispatcher -> the context of the trace that is its observer now: stop()
 # clears the observer only when it is still this trace's (replaced during a
-# dispatch, an old trace stays in _traces until that dispatch ends). The
+# dispatch, an old trace stays registered until that dispatch ends). The
 # lock makes each start/stop's check and set one step (reentrant: setting the
 # observer may let go of a trace, whose payloads' finalizers may run anything).
 _observing: weakref.WeakKeyDictionary[Dispatcher[Any], int] = weakref.WeakKeyDictionary()
 _observer_lock = threading.RLock()
-_contexts = itertools.count(1).__next__
 _clock = time.perf_counter_ns
 _thread = threading.get_native_id
 
@@ -83,7 +80,8 @@ _thread = threading.get_native_id
 
 
 def _trace(context: int | None) -> Trace | None:
-    return _traces.get(context or 0)
+    t = _native.objects[context or 0]
+    return t if isinstance(t, Trace) else None
 
 
 @_native.trampoline(rerun=True, effect_is_last_call=True)
@@ -134,11 +132,6 @@ def _on_wait_for(context: int | None, waiter: int, tokens: Any, count: int) -> N
         )
 
 
-@_native.trampoline(rerun=True)
-def _on_destroy(context: int | None) -> None:
-    _traces.pop(context or 0, None)
-
-
 _HOOKS = _native.Observer(
     1,
     _native.Observer._fields_[1][1](_on_dispatch_begin),
@@ -147,8 +140,6 @@ _HOOKS = _native.Observer(
     _native.Observer._fields_[4][1](_on_callback_end),
     _native.Observer._fields_[5][1](_on_wait_for),
 )
-_DESTROY = _native.DESTROY(_on_destroy)
-_NO_DESTROY = _native.DESTROY()  # NULL
 
 
 @dataclass
@@ -188,10 +179,10 @@ class Trace:
             handle = dispatcher._handle
             if handle is None:
                 raise InvalidArgumentError("Trace: the dispatcher is closed")
-            context = _contexts()
-            _traces[context] = self
-            # On failure libflux runs _DESTROY at once, which forgets the trace.
-            _native.flux_dispatcher_set_observer(handle, byref(_HOOKS), context, _DESTROY)
+            hooks = byref(_HOOKS)
+            context = _native.add(self)
+            # On failure libflux runs the destroy at once, which forgets the trace.
+            _native.flux_dispatcher_set_observer(handle, hooks, context, _native.destroy_trampoline)
             self._context = context
             _observing[dispatcher] = context
         return self
@@ -199,7 +190,7 @@ class Trace:
     def stop(self) -> None:
         """Clears the dispatcher's observer if it is still this trace; a
         trace another one replaced just stops recording. Once the dispatcher
-        is closed (which clears its observer), only forgets the trace."""
+        is closed (which cleared its observer), only forgets the trace."""
         context = self._context
         if not context:
             return
@@ -210,10 +201,10 @@ class Trace:
                 return
             del _observing[dispatcher]
             handle = dispatcher._handle
+            # Closed, the dispatcher cleared its observer: the trace is gone
+            # from the registry already.
             if handle is not None:
-                _native.flux_dispatcher_set_observer(handle, None, None, _NO_DESTROY)
-            else:
-                _traces.pop(context, None)
+                _native.flux_dispatcher_set_observer(handle, None, None, _native.NO_DESTROY)
 
     def __enter__(self) -> Trace:  # noqa: PYI034 -- no typing.Self before Python 3.11
         return self.start()

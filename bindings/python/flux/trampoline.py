@@ -20,7 +20,6 @@ naming the handler -- and the C caller gets 0 (0.0, NULL); the process goes on.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import re
 import threading
 import weakref
@@ -94,7 +93,7 @@ def _parse(signature: str) -> _Signature:
         # Let the library name the offending position: it refuses the same
         # signatures, and flux_closure_create releases what it was handed.
         out = c_void_p()
-        _closure_create(text, _handler_trampoline, None, _NO_DESTROY, byref(out))
+        _closure_create(text, _handler_trampoline, None, _native.NO_DESTROY, byref(out))
         # Not reached (the two parsers agree; the tests hold them to it). If
         # it were, free what libflux made, and still refuse.
         _closure_destroy(out.value)
@@ -130,14 +129,21 @@ class _Entry(NamedTuple):
     signature: _Signature
 
 
-#: userdata -> the handler of a live closure; its destroy callback removes it.
-_closures: dict[int, _Entry] = {}
-_keys = itertools.count(1)
+# A live closure's userdata is its context in the one registry
+# (_native.objects), holding its _Entry; the one destroy removes it.
 
 
-def _on_call(userdata: int, ret: int | None, args: Any) -> None:
-    entry = _closures.get(userdata)
-    if entry is None:  # only a call racing close() could get here
+def live_closures() -> int:
+    """How many closures libflux still holds a handler for. For tests."""
+    return _native.live(lambda obj, extra: type(obj) is _Entry)
+
+
+def _on_call(userdata: int | None, ret: int | None, args: Any) -> None:
+    try:
+        entry = _native.objects[userdata]  # type: ignore[index]
+    except (IndexError, TypeError):  # not a context of ours (NULL: None)
+        entry = None
+    if type(entry) is not _Entry:  # only a call racing close() could get here
         return
     sig = entry.signature
     try:
@@ -154,13 +160,7 @@ def _on_call(userdata: int, ret: int | None, args: Any) -> None:
         raise
 
 
-def _on_destroy(userdata: int) -> None:
-    _closures.pop(userdata, None)
-
-
 _handler_trampoline = _HANDLER(_on_call)
-_destroy_trampoline = _native.DESTROY(_on_destroy)
-_NO_DESTROY = _native.DESTROY()  # a NULL flux_destroy
 _destroy_lock = threading.Lock()
 
 
@@ -190,11 +190,17 @@ class Trampoline:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         sig = _parse(signature)
-        key = next(_keys)
-        _closures[key] = _Entry(handler, sig)
         out = c_void_p()
+        out_ref = byref(out)
+        entry = _Entry(handler, sig)
+        key = _native.add(entry)
         # On failure libflux runs the destroy callback, which drops the entry.
-        _closure_create(sig.text, _handler_trampoline, key, _destroy_trampoline, byref(out))
+        try:
+            _closure_create(sig.text, _handler_trampoline, key, _native.destroy_trampoline, out_ref)
+        except BaseException:
+            if not out.value:  # an interrupt before libflux took the key
+                _native.drop(key, entry)
+            raise
         self._handle: list[int | None] = [out.value]
         self._address: int = _closure_code(out.value) or 0
         self.signature: str = signature

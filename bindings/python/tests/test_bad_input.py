@@ -16,10 +16,10 @@ NOT_TOKENS = [None, 1, 1.0, "1", b"1", object(), [1], True]
 
 @pytest.mark.parametrize("callback", NOT_CALLABLE, ids=lambda c: type(c).__name__)
 def test_register_rejects_non_callables_before_touching_c(d: flux.Dispatcher[Any], callback: Any) -> None:
-    before = list(_native.callbacks)
+    before = list(_native.objects)
     with pytest.raises(TypeError, match="callable"):
         d.register(callback)
-    assert _native.callbacks == before
+    assert _native.objects == before
     # libflux was not called: no token was used up.
     assert d.register(lambda p: None).value == 1
 

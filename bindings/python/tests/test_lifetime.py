@@ -122,7 +122,7 @@ def test_a_forgotten_dispatcher_is_closed_when_collected() -> None:
 
 
 def live_contexts() -> set[int]:
-    return {i for i, callback in enumerate(_native.callbacks) if callback is not None}
+    return {i for i, obj in enumerate(_native.objects) if obj is not None}
 
 
 def test_contexts_are_recycled(d: flux.Dispatcher[Any]) -> None:
@@ -134,6 +134,43 @@ def test_contexts_are_recycled(d: flux.Dispatcher[Any]) -> None:
         d.unregister(token)
     assert live_contexts() == before
     assert len(used) == 1  # the same small int every time, not 1000 of them
+
+
+def test_every_kind_of_context_lives_in_the_one_registry_and_its_slots_are_reused() -> None:
+    # A registration, a store, a listener, a group, a flux.Trampoline, a
+    # trace and an enqueued call: each holds a slot while libflux holds its
+    # context, and the one destroy (or the call's done) frees it for the next.
+    def live_kinds() -> int:
+        return sum(obj is not None for obj in _native.objects)
+
+    size = len(_native.objects)
+    for _ in range(3):
+        before = live_kinds()
+        d: flux.Dispatcher[Any] = flux.Dispatcher()
+        seen: list[int] = []
+
+        def callback(p: Any, d: flux.Dispatcher[Any] = d, seen: list[int] = seen) -> None:
+            if p == "queued":
+                seen.append(live_kinds())
+            else:
+                d.enqueue("queued")
+
+        d.register(callback)
+        store = Holder(d)
+        store.add_listener(Listener())
+        flux.StoreGroup([store], Listener())
+        trampoline = flux.Trampoline("i()", lambda: 0)
+        trace = flux.Trace(d).start()
+        assert live_kinds() == before + 6
+        d.dispatch("go")
+        assert seen == [before + 7], "the queued call's record lives until its done"
+        assert live_kinds() == before + 6, "its done let it go"
+        trampoline.close()
+        trace.stop()
+        d.close()
+        assert live_kinds() == before
+    assert len(_native.objects) <= size + 7, "the slots are reused"
+    assert _native.stray == {"callback": 0, "destroy": 0}
 
 
 def test_registrations_end_with_the_dispatcher_even_mid_failure(

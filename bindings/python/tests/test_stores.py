@@ -399,6 +399,94 @@ def test_states_are_held_exactly_as_long_as_the_store_holds_them(d: flux.Dispatc
     assert current() is None, "the last state is released on close"
 
 
+class Box:
+    """A state that can be weakly referenced."""
+
+
+class Boxes(flux.ReduceStore[Box]):
+    """A new Box for "new"; for "swallow", a new Box after a wait for
+    ``failing``, which fails (so the dispatch fails, and the store keeps its
+    state). ``made`` watches every new Box."""
+
+    def get_initial_state(self) -> Box:
+        self.failing: flux.Token | None = None
+        self.made: list[weakref.ref[Box]] = []
+        return Box()
+
+    def reduce(self, state: Box, action: Any) -> Box:
+        if action == "swallow":
+            assert self.failing is not None
+            try:
+                self.dispatcher.wait_for([self.failing])
+            except Boom:
+                pass
+        elif action != "new":
+            return state
+        box = Box()
+        self.made.append(weakref.ref(box))
+        return box
+
+
+def test_a_replaced_state_is_let_go_before_the_listeners_run(d: flux.Dispatcher[Any]) -> None:
+    store = Boxes(d)
+    old = weakref.ref(store.state)
+    seen: list[bool] = []
+    store.add_listener(lambda: seen.append(gc.collect() >= 0 and old() is None))
+    store.add_listener(lambda: seen.append(old() is None))
+    d.dispatch("new")
+    assert seen == [True, True]
+    store.close()
+
+
+@pytest.mark.parametrize("listeners", ["never", "removed", "owner collected"])
+def test_a_store_with_no_listener_lets_a_replaced_state_go_in_its_dispatch(
+    d: flux.Dispatcher[Any], listeners: str
+) -> None:
+    class Owner:
+        def changed(self) -> None:
+            pass
+
+    store = Boxes(d)
+    if listeners == "removed":
+        store.add_listener(Spy()).remove()
+    elif listeners == "owner collected":
+        owner = Owner()
+        store.add_listener(owner.changed, owner=owner)
+        del owner
+        gc.collect()
+    for _ in range(3):
+        old = weakref.ref(store.state)
+        d.dispatch("new")
+        assert old() is None, "the replaced state is let go"
+    assert [s.id for s in (store.add_listener(Spy()), store.add_listener(Spy()))] == (
+        [1, 2] if listeners == "never" else [2, 3]
+    ), "Subscription ids count up from 1"
+    store.close()
+
+
+def test_a_new_state_of_a_failed_dispatch_is_let_go_at_the_next_handling(d: flux.Dispatcher[Any]) -> None:
+    store = Boxes(d)
+
+    def fail(p: Any) -> None:
+        if p == "swallow":
+            raise Boom("fail")
+
+    store.failing = d.register(fail)  # after the store: its reduce waits for it
+    spy = Spy()
+    store.add_listener(spy)
+    kept = store.state
+    with pytest.raises(Boom):
+        d.dispatch("swallow")
+    assert store.state is kept and spy.calls == 0, "the store kept its state"
+    d.dispatch("same")
+    gc.collect()
+    assert store.made[0]() is None, "and goes then"
+    assert store.state is kept
+    d.dispatch("new")
+    assert store.state is not kept and spy.calls == 1
+    store.close()
+
+
 def test_refcounts_balance_over_many_dispatches(d: flux.Dispatcher[Any]) -> None:
     token = object()
 

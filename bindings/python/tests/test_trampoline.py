@@ -96,12 +96,12 @@ def test_many_trampolines_share_one_native_handler_each_with_its_own_callable() 
     ],
 )
 def test_malformed_signatures_name_the_position(signature: str, position: str) -> None:
-    before = dict(tr._closures)
+    before = tr.live_closures()
     with pytest.raises(flux.InvalidArgumentError, match=position):
         flux.Trampoline(signature, lambda *a: 0)
     with pytest.raises(flux.InvalidArgumentError, match=position):
         flux.call(1, signature)
-    assert tr._closures == before  # nothing left behind
+    assert tr.live_closures() == before  # nothing left behind
 
 
 @pytest.mark.parametrize("signature", ["i(p)\x00", "i(p)\x00junk", "\x00", "v()\x00v()"])
@@ -124,22 +124,22 @@ def test_an_embedded_nul_is_refused_and_nothing_leaks(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(tr, "_closure_create", create)
     monkeypatch.setattr(tr, "_closure_destroy", destroy)
-    before = dict(tr._closures)
+    before = tr.live_closures()
     with pytest.raises(flux.InvalidArgumentError, match="embedded NUL at position"):
         flux.Trampoline(signature, lambda *a: 0)
     with pytest.raises(flux.InvalidArgumentError, match="embedded NUL at position"):
         flux.call(1, signature)
-    assert tr._closures == before
+    assert tr.live_closures() == before
     assert set(created) <= set(destroyed)
 
 
 def test_more_than_sixteen_arguments_is_refused() -> None:
-    before = dict(tr._closures)
+    before = tr.live_closures()
     with pytest.raises(flux.InvalidArgumentError, match="too many arguments"):
         flux.Trampoline("v(" + "i" * 17 + ")", lambda *a: None)
     with pytest.raises(flux.InvalidArgumentError, match="too many arguments"):
         flux.call(1, "v(" + "i" * 17 + ")", *range(17))
-    assert tr._closures == before
+    assert tr.live_closures() == before
 
 
 def test_bad_arguments_are_refused_before_reaching_c() -> None:
@@ -186,22 +186,22 @@ def test_a_result_that_does_not_fit_is_reported_and_c_gets_zero(monkeypatch: pyt
 
 
 def test_close_is_idempotent_and_releases_the_handler() -> None:
-    before = len(tr._closures)
+    before = tr.live_closures()
     t = flux.Trampoline("i()", lambda: 1)
-    assert len(tr._closures) == before + 1
+    assert tr.live_closures() == before + 1
     t.close()
     t.close()
     assert t.closed
-    assert len(tr._closures) == before
+    assert tr.live_closures() == before
     with pytest.raises(ValueError, match="closed"):
         _ = t.address
 
 
 def test_an_unclosed_trampoline_is_freed_when_collected() -> None:
-    before = len(tr._closures)
+    before = tr.live_closures()
     flux.Trampoline("i()", lambda: 1)
     gc.collect()
-    assert len(tr._closures) == before
+    assert tr.live_closures() == before
 
 
 def test_handlers_run_on_the_calling_thread_from_many_threads_at_once() -> None:
