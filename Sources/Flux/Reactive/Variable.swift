@@ -56,9 +56,9 @@ public final class Variable<Value>: @unchecked Sendable {
     /// Entered with the sink's lock held, during the turn: stores `newValue`,
     /// lets go of the lock, and returns the observers to deliver it to.
     @inlinable
-    func store(_ newValue: Value) -> ContiguousArray<Sink<Value>.Observer> {
+    func store(_ newValue: Value) -> Sink<Value>.Snapshot {
         storage = newValue
-        let current = changes.observers.elements
+        let current = changes.snapshot()
         changes.lock.unlock()
         return current
     }
@@ -68,7 +68,7 @@ public final class Variable<Value>: @unchecked Sendable {
     /// held, queues the set's delivery.
     @usableFromInline
     func queue(_ newValue: Value, from thread: ThreadRecord) {
-        if changes.deliverer == thread {
+        if changes.isDelivering(thread) {
             // Set inside an observer of this variable: this thread's sets are
             // the only ones until its turn ends, so storing now keeps `value`
             // in set order.
