@@ -30,7 +30,7 @@ public struct Signal<Value> {
         let procedure = CancelableProcedure<Value>(observer)
         switch source {
         case .sink(let sink):
-            return SinkSubscription(procedure, key: sink.subscribe(procedure), sink: sink)
+            return SinkSubscription(procedure, key: sink.core.subscribe(procedure), sink: sink.core)
         case .producer(let producer):
             let disposable = producer { value in
                 procedure.execute(with: value)

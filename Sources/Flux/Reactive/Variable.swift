@@ -42,7 +42,7 @@ public final class Variable<Value>: @unchecked Sendable {
     // Its lock also guards `storage` (so no dynamic exclusivity checks, as
     // in Sink). A value replaced in `storage` is never released there, under
     // the lock: `delivered` or a queued delivery still holds it.
-    @usableFromInline let changes = Sink<Value>()
+    @usableFromInline let changes = SinkCore<Value>()
     @usableFromInline @exclusivity(unchecked) var storage: Value
     // The last value delivered to observers: what a new observer starts from.
     // Only touched during the sink's turn.
@@ -53,10 +53,15 @@ public final class Variable<Value>: @unchecked Sendable {
         delivered = value
     }
 
+    // The observers go with the variable, not with its subscriptions.
+    deinit {
+        changes.close()
+    }
+
     /// Entered with the sink's lock held, during the turn: stores `newValue`,
     /// lets go of the lock, and returns the observers to deliver it to.
     @inlinable
-    func store(_ newValue: Value) -> Sink<Value>.Snapshot {
+    func store(_ newValue: Value) -> SinkCore<Value>.Snapshot {
         storage = newValue
         let current = changes.snapshot()
         changes.lock.unlock()
@@ -115,9 +120,9 @@ public final class Variable<Value>: @unchecked Sendable {
         return AnyDisposable { registration.cancel() }
     }
 
-    private func subscription(_ key: Sink<Value>.Key) -> any Disposable {
-        AnyDisposable { [weak changes] in
-            changes?.unsubscribe(key)
+    private func subscription(_ key: SinkCore<Value>.Key) -> any Disposable {
+        AnyDisposable { [changes] in
+            changes.unsubscribe(key)
         }
     }
 }
@@ -127,14 +132,14 @@ public final class Variable<Value>: @unchecked Sendable {
 private final class DeferredRegistration<Value>: @unchecked Sendable {
     private let lock = PosixLock()
     private var canceled = false
-    private var key: Sink<Value>.Key?
-    private weak var sink: Sink<Value>?
+    private var key: SinkCore<Value>.Key?
+    private var sink: SinkCore<Value>?
 
     func begin() -> Bool {
         lock.withLock { !canceled }
     }
 
-    func finish(key: Sink<Value>.Key, sink: Sink<Value>) {
+    func finish(key: SinkCore<Value>.Key, sink: SinkCore<Value>) {
         let canceledMeanwhile: Bool = lock.withLock {
             if !canceled {
                 self.key = key
@@ -148,7 +153,7 @@ private final class DeferredRegistration<Value>: @unchecked Sendable {
     }
 
     func cancel() {
-        let registered: (Sink<Value>.Key, Sink<Value>?)? = lock.withLock {
+        let registered: (SinkCore<Value>.Key, SinkCore<Value>?)? = lock.withLock {
             canceled = true
             return key.map { ($0, sink) }
         }
