@@ -14,10 +14,9 @@ public final class Variable<Value>: @unchecked Sendable {
         .init(variable: self)
     }
 
+    @inlinable
     public var signal: Signal<Value> {
-        .init { send in
-            self.observeChanges(send)
-        }
+        .init(variable: self)
     }
 
     // @inlinable, as are the members it uses: so that a client's release
@@ -97,32 +96,38 @@ public final class Variable<Value>: @unchecked Sendable {
         }
     }
 
-    private func observeChanges(_ send: @escaping (Value) -> Void) -> any Disposable {
+    /// Signal.observe of `signal`: sends the value last delivered, then
+    /// subscribes, both within one turn, so that nothing is lost or sent
+    /// twice. The procedure itself is the observer (as a sink's are), and the
+    /// subscription the one a sink's observation returns.
+    @inlinable
+    func observe(_ procedure: CancelableProcedure<Value>) -> any Disposable {
         let thread = currentThreadRecord()
         changes.lock.lock()
-        if changes.takeTurn(thread) {
-            changes.lock.unlock()
-            send(delivered)
-            let key = changes.subscribe(CancelableProcedure(send))
-            changes.endTurn(thread)
-            return subscription(key)
-        }
-        // Observed during a delivery in progress: join after the deliveries
-        // queued, so the first value is the one delivered last before joining.
+        guard changes.takeTurn(thread) else { return observeAfterDeliveries(procedure) }
+        changes.lock.unlock()
+        procedure.execute(with: delivered)
+        let key = changes.subscribe(procedure)
+        changes.endTurn(thread)
+        return SinkSubscription(procedure, key: key, sink: changes)
+    }
+
+    /// Observed during a delivery in progress (entered with the lock held):
+    /// joins after the deliveries queued, so the first value is the one
+    /// delivered last before joining.
+    @usableFromInline
+    func observeAfterDeliveries(_ procedure: CancelableProcedure<Value>) -> any Disposable {
         let registration = DeferredRegistration<Value>()
         changes.pending.append(
             .action { [self] in
                 guard registration.begin() else { return }
-                send(delivered)
-                registration.finish(key: changes.subscribe(CancelableProcedure(send)), sink: changes)
+                procedure.execute(with: delivered)
+                registration.finish(key: changes.subscribe(procedure), sink: changes)
             })
         changes.lock.unlock()
-        return AnyDisposable { registration.cancel() }
-    }
-
-    private func subscription(_ key: SinkCore<Value>.Key) -> any Disposable {
-        AnyDisposable { [changes] in
-            changes.unsubscribe(key)
+        return AnyDisposable {
+            procedure.cancel()
+            registration.cancel()
         }
     }
 }
