@@ -24,7 +24,8 @@
 #   make bench           benchmarks, ratios against baselines measured in the same run;
 #                        with VUEFLUX_SRC=/path/to/VueFlux (a checkout of ra1028/VueFlux),
 #                        also the Swift layer side by side with VueFlux's own sources
-#   make bench-vueflux   that side-by-side run alone (without VUEFLUX_SRC: a one-line note)
+#   make bench-vueflux   that side-by-side run alone (without VUEFLUX_SRC: a one-line note;
+#                        VUEFLUX_CMO=1: VueFlux built with -cross-module-optimization)
 #   make bench-smoke     every bench built and run once, briefly
 #   make cdef            build/include/flux_cdef.h: the header's declarations for cffi, LuaJIT
 #   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc, CMake package,
@@ -390,13 +391,15 @@ bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/stores $(B)/bench/pydep
 # VueFlux/, VueFluxReactive/ and VueFluxInternalCore/), never part of this
 # repository, are copied with the Linux shims of bench/vueflux/shims into a
 # scratch package under build/ (bench/vueflux/prepare.py) and built in release
-# as their own modules, as a client's build has them, beside Flux.
+# as their own modules, as a client's build has them, beside Flux;
+# VUEFLUX_CMO=1 builds them with -cross-module-optimization.
 VUEFLUX_SRC ?=
+VUEFLUX_CMO ?=
 bench-vueflux:
 	@if [ -z "$(VUEFLUX_SRC)" ]; then \
 	    echo "bench-vueflux: skipped (set VUEFLUX_SRC to a checkout of github.com/ra1028/VueFlux to run the Swift layer beside it)"; \
 	else \
-	    $(PYTHON) bench/vueflux/prepare.py "$(VUEFLUX_SRC)" "$(CURDIR)" $(B)/bench/vueflux && \
+	    $(PYTHON) bench/vueflux/prepare.py $(if $(VUEFLUX_CMO),--cmo) "$(VUEFLUX_SRC)" "$(CURDIR)" $(B)/bench/vueflux && \
 	    $(SWIFT) run -c release --quiet --package-path $(B)/bench/vueflux vueflux-bench; \
 	fi
 

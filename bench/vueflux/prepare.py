@@ -1,6 +1,6 @@
 """Lay out the side-by-side bench of the Swift layer and VueFlux (make bench-vueflux).
 
-Usage: prepare.py VUEFLUX_SRC REPO_ROOT OUT_DIR
+Usage: prepare.py [--cmo] VUEFLUX_SRC REPO_ROOT OUT_DIR
 
 Copies VueFlux's own Swift sources (a checkout of github.com/ra1028/VueFlux:
 its root, or a directory holding VueFlux/, VueFluxReactive/ and
@@ -10,6 +10,9 @@ path dependency. Nothing of VueFlux is ever written into the repository.
 VueFlux's sources are changed in one place only: Lock.swift's Darwin-only
 os_unfair_lock branch is compiled out on Linux, leaving VueFlux's own
 pthread-mutex lock, which is what it uses where os_unfair_lock is missing.
+VueFlux is built as its own modules, in release, as a client's package gets
+it; --cmo adds -cross-module-optimization to them, which lets its generic code
+be specialized in the bench as Flux's @inlinable hot paths always are.
 """
 
 import re
@@ -24,7 +27,7 @@ PACKAGE = """// swift-tools-version: 6.0
 // as VueFlux is, beside this repository's Flux.
 import PackageDescription
 
-let upstream: [SwiftSetting] = [.unsafeFlags(["-suppress-warnings"])]
+let upstream: [SwiftSetting] = [.unsafeFlags(["-suppress-warnings"{cmo}])]
 let package = Package(
     name: "vueflux-bench",
     dependencies: [.package(path: "{root}")],
@@ -72,7 +75,9 @@ def patch_lock(path: Path) -> None:
 
 
 def main() -> None:
-    given, root, out = (Path(arg).resolve() for arg in sys.argv[1:4])
+    args = sys.argv[1:]
+    cmo = args[:1] == ["--cmo"]
+    given, root, out = (Path(arg).resolve() for arg in (args[1:] if cmo else args))
     base = find_sources(given)
     here = Path(__file__).resolve().parent
     sources = out / "Sources"
@@ -94,7 +99,8 @@ def main() -> None:
     bench.mkdir(parents=True)
     shutil.copyfile(here / "main.swift", bench / "main.swift")
     shutil.copyfile(here.parent / "swift" / "Compare.swift", bench / "Compare.swift")
-    (out / "Package.swift").write_text(PACKAGE.format(root=root, identity=root.name.lower()))
+    flag = ', "-cross-module-optimization"' if cmo else ""
+    (out / "Package.swift").write_text(PACKAGE.format(root=root, identity=root.name.lower(), cmo=flag))
 
 
 if __name__ == "__main__":
