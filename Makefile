@@ -21,7 +21,11 @@
 #   make check-pip       pip install ./bindings/python into a fresh venv
 #   make check-swift-client  a SwiftPM package depending on this checkout by path
 #   make check-readme    the README's examples are the files CI builds and runs
-#   make bench           benchmarks, ratios against baselines measured in the same run
+#   make bench           benchmarks, ratios against baselines measured in the same run;
+#                        with VUEFLUX_SRC=/path/to/VueFlux (a checkout of ra1028/VueFlux),
+#                        also the Swift layer side by side with VueFlux's own sources
+#   make bench-vueflux   that side-by-side run alone (without VUEFLUX_SRC: a one-line note;
+#                        VUEFLUX_CMO=1: VueFlux built with -cross-module-optimization)
 #   make bench-smoke     every bench built and run once, briefly
 #   make cdef            build/include/flux_cdef.h: the header's declarations for cffi, LuaJIT
 #   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc, CMake package,
@@ -89,7 +93,7 @@ Q := $(if $(filter-out 0,$(V)),,@)
 .PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-luajit check-python format check-format check-memory \
         check-types check-abi check-install check-pip check-swift-client check-readme venv \
         check-address check-thread-c fuzz \
-        bench bench-smoke install uninstall clean
+        bench bench-vueflux bench-smoke install uninstall clean
 
 all: lib
 lib: $(LIB)
@@ -372,13 +376,32 @@ bench: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/stores $(B)/bench/pydep
 	@echo "  load average $$(cut -d' ' -f1-3 /proc/loadavg) at start, $$(date -u '+%Y-%m-%d %H:%M UTC')."
 	@echo "  Each ratio is the median of interleaved rounds, (lowest-highest) beside it: rerun on an idle machine"
 	@echo "  when the spread is wide. blinker (the Python yardstick) is fetched from PyPI into $(B)/bench/pydeps"
-	@echo "  once; offline, its column is left out."
+	@echo "  once; offline, its column is left out. VUEFLUX_SRC=/path/to/VueFlux (a checkout of"
+	@echo "  github.com/ra1028/VueFlux) adds the Swift layer side by side with VueFlux's own sources."
 	$(B)/bench/bench
 	$(B)/bench/trampoline
 	PYTHONPATH=bindings/python:$(B)/bench/pydeps $(PYTHON) bench/bench.py
 	$(SWIFT) run -c release --quiet flux-bench-swift
 	$(B)/bench/stores
 	PYTHONPATH=bindings/python $(PYTHON) bench/stores.py
+	@$(MAKE) --no-print-directory bench-vueflux
+
+# The Swift layer side by side with VueFlux itself, in one process: VueFlux's
+# own sources (VUEFLUX_SRC: a checkout's root, or the directory holding its
+# VueFlux/, VueFluxReactive/ and VueFluxInternalCore/), never part of this
+# repository, are copied with the Linux shims of bench/vueflux/shims into a
+# scratch package under build/ (bench/vueflux/prepare.py) and built in release
+# as their own modules, as a client's build has them, beside Flux;
+# VUEFLUX_CMO=1 builds them with -cross-module-optimization.
+VUEFLUX_SRC ?=
+VUEFLUX_CMO ?=
+bench-vueflux:
+	@if [ -z "$(VUEFLUX_SRC)" ]; then \
+	    echo "bench-vueflux: skipped (set VUEFLUX_SRC to a checkout of github.com/ra1028/VueFlux to run the Swift layer beside it)"; \
+	else \
+	    $(PYTHON) bench/vueflux/prepare.py $(if $(VUEFLUX_CMO),--cmo) "$(VUEFLUX_SRC)" "$(CURDIR)" $(B)/bench/vueflux && \
+	    $(SWIFT) run -c release --quiet --package-path $(B)/bench/vueflux vueflux-bench; \
+	fi
 
 # Every bench built and run once, briefly (CI): a broken bench cannot land.
 # The figures are meaningless; the output goes to build/bench/smoke.log.
@@ -387,9 +410,11 @@ bench-smoke: $(B)/bench/bench $(B)/bench/trampoline $(B)/bench/stores
 	   $(B)/bench/trampoline 20000 && \
 	   FLUX_BENCH_REPEATS=1 FLUX_BENCH_CALLBACKS=2000 PYTHONPATH=bindings/python $(PYTHON) bench/bench.py && \
 	   FLUX_BENCH_SECONDS=0.002 FLUX_BENCH_REPEATS=1 $(B)/bench/stores && \
-	   FLUX_BENCH_REPEATS=1 FLUX_BENCH_DISPATCHES=200 PYTHONPATH=bindings/python $(PYTHON) bench/stores.py; \
+	   FLUX_BENCH_REPEATS=1 FLUX_BENCH_DISPATCHES=200 PYTHONPATH=bindings/python $(PYTHON) bench/stores.py && \
+	   $(MAKE) --no-print-directory bench-vueflux VUEFLUX_SRC= | grep '^bench-vueflux: skipped'; \
 	 } > $(B)/bench/smoke.log 2>&1 || { cat $(B)/bench/smoke.log; echo "bench-smoke: FAILED"; exit 1; }
-	@echo "bench-smoke: bench, trampoline, stores, bench.py and stores.py ran (build/bench/smoke.log)"
+	@echo "bench-smoke: bench, trampoline, stores, bench.py and stores.py ran; bench-vueflux skips"
+	@echo "  without VUEFLUX_SRC (build/bench/smoke.log)"
 
 # blinker, the Python bench's signal-library yardstick, installed for the
 # bench only (never imported by the package or its tests). Offline, the bench

@@ -29,6 +29,47 @@ final class ConcurrencyTests: XCTestCase {
         XCTAssertEqual(received, before)
     }
 
+    // A delivery reads the observer list in place, without the lock: a
+    // change made during it must copy the list (and keep a removed observer
+    // alive) rather than shift the entries the delivery is walking.
+    func testObserversPresentForWholeSendsGetEachOnceWhileOthersComeAndGo() {
+        let sink = Sink<Int>()
+        let sends = 20_000
+        // Observers ahead of the steady ones, removed during the sends: each
+        // removal moves the steady ones down the list.
+        let leading = (0..<2_000).map { _ in sink.signal.observe { _ in } }
+        nonisolated(unsafe) var steadySeen = [[Int]](repeating: [], count: 4)
+        let steady = steadySeen.indices.map { index in
+            sink.signal.observe { value in steadySeen[index].append(value) }
+        }
+        nonisolated(unsafe) var transientRuns = [[Int]]()
+
+        DispatchQueue.concurrentPerform(iterations: 2) { thread in
+            if thread == 0 {
+                for value in 0..<sends {
+                    sink.send(value: value)
+                }
+            } else {
+                for disposable in leading {
+                    disposable.dispose()
+                    // And one added at the end and removed (the list grows).
+                    let seen = Mutex([Int]())
+                    let transient = sink.signal.observe { value in seen.withLock { $0.append(value) } }
+                    transient.dispose()
+                    transientRuns.append(seen.withLock { $0 })
+                }
+            }
+        }
+
+        for (index, seen) in steadySeen.enumerated() {
+            XCTAssert(seen == Array(0..<sends), "steady observer \(index): \(seen.count) values, not 0..<\(sends)")
+        }
+        for seen in transientRuns {
+            XCTAssertEqual(seen, Array(seen.first.map { $0..<($0 + seen.count) } ?? 0..<0))
+        }
+        steady.forEach { $0.dispose() }
+    }
+
     func testVariableObserversSeeEveryChangeOnceWhileSetElsewhere() {
         let variable = Variable(0)
         let last = 20_000

@@ -391,4 +391,33 @@ final class SinkSignalTests: XCTestCase {
         XCTAssertNil(weakOwner)
         withExtendedLifetime(disposable) {}
     }
+
+    // A subscription holds the sink's state, not the sink: when the sink
+    // (or a variable) goes, the observers whose disposables were dropped go
+    // with it, though another observer's disposable is still held.
+    func testObserversGoWithTheirSinkWhileAnotherSubscriptionIsHeld() {
+        final class Owner {}
+        var sink: Sink<Int>? = Sink<Int>()
+        var variable: Variable<Int>? = Variable(0)
+        var sinkOwner: Owner? = Owner()
+        var variableOwner: Owner? = Owner()
+        weak let weakSinkOwner = sinkOwner
+        weak let weakVariableOwner = variableOwner
+        sink!.signal.observe { [sinkOwner] _ in _ = sinkOwner }
+        variable!.signal.observe { [variableOwner] _ in _ = variableOwner }
+        let held = [sink!.signal.observe { _ in }, variable!.signal.observe { _ in }]
+        sinkOwner = nil
+        variableOwner = nil
+        XCTAssertNotNil(weakSinkOwner)
+        XCTAssertNotNil(weakVariableOwner)
+
+        sink = nil
+        variable = nil
+
+        XCTAssertNil(weakSinkOwner)
+        XCTAssertNil(weakVariableOwner)
+        // Disposing after the owners are gone does nothing more.
+        held.forEach { $0.dispose() }
+        XCTAssertTrue(held.allSatisfy(\.isDisposed))
+    }
 }

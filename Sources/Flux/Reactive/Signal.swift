@@ -8,6 +8,8 @@ public struct Signal<Value> {
         case producer(Producer)
         // A sink's signal: observing registers with the sink directly.
         case sink(Sink<Value>)
+        // A variable's signal: the current value, then registered as a sink's.
+        case variable(Variable<Value>)
     }
 
     @usableFromInline let source: Source
@@ -21,6 +23,11 @@ public struct Signal<Value> {
         source = .sink(sink)
     }
 
+    @inlinable
+    init(variable: Variable<Value>) {
+        source = .variable(variable)
+    }
+
     /// Calls `observer` with every value until the result is disposed. Once
     /// `dispose()` has returned, the observer is not called again, even for
     /// values an executor had already queued (a call that another thread had
@@ -30,7 +37,9 @@ public struct Signal<Value> {
         let procedure = CancelableProcedure<Value>(observer)
         switch source {
         case .sink(let sink):
-            return SinkSubscription(procedure, key: sink.subscribe(procedure), sink: sink)
+            return SinkSubscription(procedure, key: sink.core.subscribe(procedure), sink: sink.core)
+        case .variable(let variable):
+            return variable.observe(procedure)
         case .producer(let producer):
             let disposable = producer { value in
                 procedure.execute(with: value)

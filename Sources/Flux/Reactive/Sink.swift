@@ -28,6 +28,29 @@ public final class Sink<Value>: @unchecked Sendable {
         .init(sink: self)
     }
 
+    @usableFromInline let core = SinkCore<Value>()
+
+    public init() {}
+
+    // The observers go with the sink, not with its subscriptions (which hold
+    // the core).
+    deinit {
+        core.close()
+    }
+
+    @inlinable
+    public func send(value: Value) {
+        core.send(value: value)
+    }
+}
+
+/// A sink's state and deliveries, and a Variable's. Subscriptions hold it
+/// strongly, so that disposing needs no weak reference to the sink (a weak
+/// reference gives the sink a side table, which makes every retain and
+/// release of it slower, and costs four more atomic operations per
+/// observation); the owner closes it when it goes, letting the observers go.
+@usableFromInline
+final class SinkCore<Value>: @unchecked Sendable {
     // Observers are the procedures Signal.observe makes, stored as they are:
     // a delivery then calls each through one final-class method, not through
     // a chain of closures.
@@ -40,15 +63,63 @@ public final class Sink<Value>: @unchecked Sendable {
         case action(() -> Void)
     }
 
+    /// An observer in the sink's list: held by one retain taken at subscribe
+    /// and given back at unsubscribe, so that a delivery can call it without
+    /// a reference-count operation of its own.
+    @usableFromInline
+    struct Entry {
+        @usableFromInline let key: UInt64
+        @usableFromInline let observer: Unmanaged<Observer>
+
+        @inlinable
+        init(key: UInt64, observer: Unmanaged<Observer>) {
+            self.key = key
+            self.observer = observer
+        }
+    }
+
+    /// The observers a delivery calls: the list as it was when the delivery
+    /// began, read in place (see `snapshot()` for why it stays valid).
+    @usableFromInline
+    struct Snapshot {
+        @usableFromInline let entries: UnsafeMutablePointer<Entry>?
+        @usableFromInline let count: Int
+
+        @inlinable
+        init(entries: UnsafeMutablePointer<Entry>?, count: Int) {
+            self.entries = entries
+            self.count = count
+        }
+    }
+
+    // The turn: the address of the delivering thread's record, or 0 when
+    // nobody delivers; deliveries happen outside the lock, one thread at a
+    // time. Taken only with `lock` held; given back without it by one
+    // compare-and-swap, unless `slow` is set: someone queued a delivery,
+    // waits for the turn, or retired what the deliverer may still read
+    // (set with `lock` held, see `markSlow`), and the end of the turn must
+    // take the lock. A send thus costs one lock, one unlock and one
+    // compare-and-swap, and no reference counting.
+    @usableFromInline let turn = Atomic<UInt>(0)
+    @inlinable static var slow: UInt { 1 }
+
     // Guards the properties below (and a Variable's stored value). Never held
     // while user code runs, so it cannot be part of a deadlock. The lock (or
     // the turn) already makes accesses exclusive: no dynamic exclusivity
     // checks, which cost a runtime call per access in a client's build.
     @usableFromInline let lock = PosixLock()
-    @usableFromInline @exclusivity(unchecked) var observers = ObserverList<Observer>()
-    // The turn: the thread delivering now, or nil. Deliveries happen outside
-    // the lock, one thread at a time.
-    @usableFromInline @exclusivity(unchecked) var deliverer: ThreadRecord?
+    // The observers, in subscription order, in a buffer of our own: a
+    // delivery reads it without the lock and without retaining it. While a
+    // delivery may be reading it (`snapshotTaken` during a turn), a change
+    // copies it first and retires the old one; an observer removed during a
+    // turn is retired too. What is retired is let go when the turn ends.
+    @usableFromInline @exclusivity(unchecked) var entries: UnsafeMutablePointer<Entry>?
+    @usableFromInline @exclusivity(unchecked) var count = 0
+    @usableFromInline @exclusivity(unchecked) var capacity = 0
+    @usableFromInline @exclusivity(unchecked) var nextKey: UInt64 = 0
+    @usableFromInline @exclusivity(unchecked) var snapshotTaken = false
+    @usableFromInline @exclusivity(unchecked) var retiredBuffers: [UnsafeMutablePointer<Entry>] = []
+    @usableFromInline @exclusivity(unchecked) var retiredObservers: [Unmanaged<Observer>] = []
     // Deliveries handed to the deliverer, in the order queued. Empty whenever
     // nobody delivers: the deliverer runs them all before it lets go.
     @usableFromInline @exclusivity(unchecked) var pending: [Pending] = []
@@ -56,10 +127,34 @@ public final class Sink<Value>: @unchecked Sendable {
     @usableFromInline @exclusivity(unchecked) var waiting = 0
     @usableFromInline let turnEnded = PosixCondition()
 
-    public init() {}
+    // Set by close(): observers subscribed later are not kept.
+    @usableFromInline @exclusivity(unchecked) var closed = false
+
+    @usableFromInline init() {}
+
+    deinit {
+        for index in 0..<count {
+            entries![index].observer.release()
+        }
+        entries?.deallocate()
+    }
+
+    /// Lets every observer go: the owner (sink or variable) is gone. No turn
+    /// can be in progress, as a delivery holds the owner.
+    func close() {
+        lock.lock()
+        closed = true
+        let observers = (0..<count).map { entries![$0].observer }
+        count = 0
+        lock.unlock()
+        // Released outside the lock: an observer's deinit may come back here.
+        for observer in observers {
+            observer.release()
+        }
+    }
 
     @inlinable
-    public func send(value: Value) {
+    func send(value: Value) {
         let thread = currentThreadRecord()
         lock.lock()
         guard takeTurn(thread) else {
@@ -67,7 +162,7 @@ public final class Sink<Value>: @unchecked Sendable {
             lock.unlock()
             return
         }
-        let current = observers.elements
+        let current = snapshot()
         lock.unlock()
         call(current, with: value)
         endTurn(thread)
@@ -76,43 +171,81 @@ public final class Sink<Value>: @unchecked Sendable {
     // MARK: Internal, for Variable
 
     /// With `lock` held: takes the turn, waiting for it when the thread is
-    /// inside no delivery, and returns true; or returns false when another
-    /// delivery is in progress and the thread is inside one, which must not
-    /// wait (two such threads could wait for each other): the caller queues
-    /// in `pending` instead. Returns with `lock` held either way.
+    /// inside no delivery or dispatch, and returns true; or returns false
+    /// when another delivery is in progress and the thread is inside one,
+    /// which must not wait (two such threads could wait for each other): the
+    /// caller queues in `pending` instead. Returns with `lock` held either way.
     @inlinable
     func takeTurn(_ thread: ThreadRecord) -> Bool {
-        guard deliverer == nil else { return waitForTurn(thread) }
-        deliverer = thread
+        guard turn.load(ordering: .acquiring) == 0 && waiting == 0 else { return waitForTurn(thread) }
+        turn.store(UInt(bitPattern: thread), ordering: .relaxed)
+        snapshotTaken = false
         thread.pointee += 1
         return true
     }
 
     @usableFromInline
     func waitForTurn(_ thread: ThreadRecord) -> Bool {
-        guard thread.pointee == 0 && !isInsideDispatch() else { return false }
-        waiting += 1
-        repeat {
-            turnEnded.wait(lock)
-        } while deliverer != nil
-        waiting -= 1
-        deliverer = thread
+        if thread.pointee != 0 || isInsideDispatch() {
+            // Inside a delivery or a dispatch: queue rather than wait,
+            // unless the turn has been given back meanwhile.
+            if markSlow() { return false }
+        } else {
+            waiting += 1
+            while markSlow() {
+                turnEnded.wait(lock)
+            }
+            waiting -= 1
+        }
+        // Others still waiting: the end of this turn must wake one.
+        turn.store(UInt(bitPattern: thread) | (waiting > 0 ? Self.slow : 0), ordering: .relaxed)
+        snapshotTaken = false
         thread.pointee += 1
         return true
+    }
+
+    /// Whether `thread` holds the turn.
+    func isDelivering(_ thread: ThreadRecord) -> Bool {
+        turn.load(ordering: .relaxed) & ~Self.slow == UInt(bitPattern: thread)
+    }
+
+    /// With `lock` held: when a turn is in progress, makes its end take the
+    /// slow path (which takes the lock) and returns true; returns false when
+    /// nobody holds the turn.
+    @usableFromInline
+    func markSlow() -> Bool {
+        var current = turn.load(ordering: .acquiring)
+        while current != 0 && current & Self.slow == 0 {
+            let (exchanged, original) = turn.compareExchange(
+                expected: current, desired: current | Self.slow, ordering: .acquiringAndReleasing)
+            if exchanged { return true }
+            current = original
+        }
+        return current != 0
+    }
+
+    /// With `lock` held, during the turn: the observers to deliver to now.
+    /// Valid until the turn ends: a change made meanwhile copies the list
+    /// (see `prepareChange`), and a removed observer is retired.
+    @inlinable
+    func snapshot() -> Snapshot {
+        snapshotTaken = true
+        return Snapshot(entries: entries, count: count)
     }
 
     /// Runs what was queued during the turn, then lets the turn go. Without
     /// `lock`, after `takeTurn`.
     @inlinable
     func endTurn(_ thread: ThreadRecord) {
-        lock.lock()
-        guard pending.isEmpty && waiting == 0 else { return drainAndEndTurn(thread) }
-        deliverer = nil
-        lock.unlock()
+        guard turn.compareExchange(expected: UInt(bitPattern: thread), desired: 0, ordering: .releasing).exchanged
+        else {
+            lock.lock()
+            return drainAndEndTurn(thread)
+        }
         thread.pointee -= 1
     }
 
-    /// `endTurn`, entered with `lock` held.
+    /// `endTurn`'s slow path, entered with `lock` held.
     @usableFromInline
     func drainAndEndTurn(_ thread: ThreadRecord) {
         var batch: [Pending] = []
@@ -130,41 +263,114 @@ public final class Sink<Value>: @unchecked Sendable {
             batch.removeAll(keepingCapacity: true)
             lock.lock()
         }
-        deliverer = nil
+        snapshotTaken = false
+        let buffers = retiredBuffers
+        let observers = retiredObservers
+        if !buffers.isEmpty { retiredBuffers = [] }
+        if !observers.isEmpty { retiredObservers = [] }
+        turn.store(0, ordering: .releasing)
         if waiting > 0 {
             turnEnded.signal()
         }
         lock.unlock()
         thread.pointee -= 1
+        for buffer in buffers {
+            buffer.deallocate()
+        }
+        // Released outside the lock: an observer's deinit may come back here.
+        for observer in observers {
+            observer.release()
+        }
     }
 
     /// Calls the current observers with `value`. Only during the turn, without `lock`.
     @inlinable
     func deliver(_ value: Value) {
         lock.lock()
-        let current = observers.elements
+        let current = snapshot()
         lock.unlock()
         call(current, with: value)
     }
 
     @inlinable
-    func call(_ observers: ContiguousArray<Observer>, with value: Value) {
-        for observer in observers {
-            observer.execute(with: value)
+    func call(_ observers: Snapshot, with value: Value) {
+        guard let entries = observers.entries else { return }
+        for index in 0..<observers.count {
+            // Held by the list's retain (or, once removed, the retired one).
+            entries[index].observer._withUnsafeGuaranteedRef { $0.execute(with: value) }
         }
+    }
+
+    /// With `lock` held, before changing the list: copies it when a delivery
+    /// may be reading it, and makes room for `extra` more entries.
+    @inlinable
+    func prepareChange(extra: Int) {
+        if snapshotTaken {
+            snapshotTaken = false
+            if markSlow() {
+                return replaceBuffer(capacity: Swift.max(capacity, count + extra), retiring: true)
+            }
+        }
+        if count + extra > capacity {
+            replaceBuffer(capacity: Swift.max(4, capacity * 2), retiring: false)
+        }
+    }
+
+    @usableFromInline
+    func replaceBuffer(capacity newCapacity: Int, retiring: Bool) {
+        let buffer = UnsafeMutablePointer<Entry>.allocate(capacity: newCapacity)
+        if let entries {
+            buffer.initialize(from: entries, count: count)
+            if retiring {
+                retiredBuffers.append(entries)
+            } else {
+                entries.deallocate()
+            }
+        }
+        entries = buffer
+        capacity = newCapacity
     }
 
     // @inlinable, like send: observe specializes in the client.
     @inlinable
     func subscribe(_ observer: Observer) -> Key {
-        lock.withLock { observers.add(observer) }
+        lock.lock()
+        let key = nextKey
+        nextKey &+= 1
+        guard !closed else {
+            lock.unlock()
+            return Key(rawValue: key)
+        }
+        prepareChange(extra: 1)
+        (entries! + count).initialize(to: Entry(key: key, observer: .passRetained(observer)))
+        count += 1
+        lock.unlock()
+        return Key(rawValue: key)
     }
 
     @inlinable
     func unsubscribe(_ key: Key) {
+        lock.lock()
+        var index = 0
+        while index < count && entries![index].key != key.rawValue {
+            index += 1
+        }
+        guard index < count else { return lock.unlock() }
+        prepareChange(extra: 0)
+        let removed = entries![index].observer
+        (entries! + index).moveInitialize(from: entries! + index + 1, count: count - index - 1)
+        count -= 1
+        // During a turn a delivery may still be calling it: retired, and
+        // released when the turn ends.
+        let retired = markSlow()
+        if retired {
+            retiredObservers.append(removed)
+        }
+        lock.unlock()
         // Released outside the lock: the closure's deinit may come back here.
-        let removed = lock.withLock { observers.remove(for: key) }
-        _ = removed
+        if !retired {
+            removed.release()
+        }
     }
 }
 
@@ -176,13 +382,13 @@ final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
     @usableFromInline let disposed = Atomic<Bool>(false)
     // Written by init and by the one caller that wins the exchange in dispose().
     @usableFromInline @exclusivity(unchecked) var procedure: CancelableProcedure<Value>?
-    // Weak: a subscription does not keep its sink, and what the sink's
-    // observers hold, alive.
-    @usableFromInline weak var sink: Sink<Value>?
-    @usableFromInline let key: Sink<Value>.Key
+    // The core, not the sink: a subscription does not keep its sink, and
+    // what the sink's observers hold, alive.
+    @usableFromInline let sink: SinkCore<Value>
+    @usableFromInline let key: SinkCore<Value>.Key
 
     @inlinable
-    init(_ procedure: CancelableProcedure<Value>, key: Sink<Value>.Key, sink: Sink<Value>) {
+    init(_ procedure: CancelableProcedure<Value>, key: SinkCore<Value>.Key, sink: SinkCore<Value>) {
         self.procedure = procedure
         self.key = key
         self.sink = sink
@@ -201,6 +407,6 @@ final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
         }
         procedure?.cancel()
         procedure = nil
-        sink?.unsubscribe(key)
+        sink.unsubscribe(key)
     }
 }

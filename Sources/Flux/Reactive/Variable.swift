@@ -14,10 +14,9 @@ public final class Variable<Value>: @unchecked Sendable {
         .init(variable: self)
     }
 
+    @inlinable
     public var signal: Signal<Value> {
-        .init { send in
-            self.observeChanges(send)
-        }
+        .init(variable: self)
     }
 
     // @inlinable, as are the members it uses: so that a client's release
@@ -42,7 +41,7 @@ public final class Variable<Value>: @unchecked Sendable {
     // Its lock also guards `storage` (so no dynamic exclusivity checks, as
     // in Sink). A value replaced in `storage` is never released there, under
     // the lock: `delivered` or a queued delivery still holds it.
-    @usableFromInline let changes = Sink<Value>()
+    @usableFromInline let changes = SinkCore<Value>()
     @usableFromInline @exclusivity(unchecked) var storage: Value
     // The last value delivered to observers: what a new observer starts from.
     // Only touched during the sink's turn.
@@ -53,12 +52,17 @@ public final class Variable<Value>: @unchecked Sendable {
         delivered = value
     }
 
+    // The observers go with the variable, not with its subscriptions.
+    deinit {
+        changes.close()
+    }
+
     /// Entered with the sink's lock held, during the turn: stores `newValue`,
     /// lets go of the lock, and returns the observers to deliver it to.
     @inlinable
-    func store(_ newValue: Value) -> ContiguousArray<Sink<Value>.Observer> {
+    func store(_ newValue: Value) -> SinkCore<Value>.Snapshot {
         storage = newValue
-        let current = changes.observers.elements
+        let current = changes.snapshot()
         changes.lock.unlock()
         return current
     }
@@ -68,7 +72,7 @@ public final class Variable<Value>: @unchecked Sendable {
     /// held, queues the set's delivery.
     @usableFromInline
     func queue(_ newValue: Value, from thread: ThreadRecord) {
-        if changes.deliverer == thread {
+        if changes.isDelivering(thread) {
             // Set inside an observer of this variable: this thread's sets are
             // the only ones until its turn ends, so storing now keeps `value`
             // in set order.
@@ -92,32 +96,38 @@ public final class Variable<Value>: @unchecked Sendable {
         }
     }
 
-    private func observeChanges(_ send: @escaping (Value) -> Void) -> any Disposable {
+    /// Signal.observe of `signal`: sends the value last delivered, then
+    /// subscribes, both within one turn, so that nothing is lost or sent
+    /// twice. The procedure itself is the observer (as a sink's are), and the
+    /// subscription the one a sink's observation returns.
+    @inlinable
+    func observe(_ procedure: CancelableProcedure<Value>) -> any Disposable {
         let thread = currentThreadRecord()
         changes.lock.lock()
-        if changes.takeTurn(thread) {
-            changes.lock.unlock()
-            send(delivered)
-            let key = changes.subscribe(CancelableProcedure(send))
-            changes.endTurn(thread)
-            return subscription(key)
-        }
-        // Observed during a delivery in progress: join after the deliveries
-        // queued, so the first value is the one delivered last before joining.
+        guard changes.takeTurn(thread) else { return observeAfterDeliveries(procedure) }
+        changes.lock.unlock()
+        procedure.execute(with: delivered)
+        let key = changes.subscribe(procedure)
+        changes.endTurn(thread)
+        return SinkSubscription(procedure, key: key, sink: changes)
+    }
+
+    /// Observed during a delivery in progress (entered with the lock held):
+    /// joins after the deliveries queued, so the first value is the one
+    /// delivered last before joining.
+    @usableFromInline
+    func observeAfterDeliveries(_ procedure: CancelableProcedure<Value>) -> any Disposable {
         let registration = DeferredRegistration<Value>()
         changes.pending.append(
             .action { [self] in
                 guard registration.begin() else { return }
-                send(delivered)
-                registration.finish(key: changes.subscribe(CancelableProcedure(send)), sink: changes)
+                procedure.execute(with: delivered)
+                registration.finish(key: changes.subscribe(procedure), sink: changes)
             })
         changes.lock.unlock()
-        return AnyDisposable { registration.cancel() }
-    }
-
-    private func subscription(_ key: Sink<Value>.Key) -> any Disposable {
-        AnyDisposable { [weak changes] in
-            changes?.unsubscribe(key)
+        return AnyDisposable {
+            procedure.cancel()
+            registration.cancel()
         }
     }
 }
@@ -127,14 +137,14 @@ public final class Variable<Value>: @unchecked Sendable {
 private final class DeferredRegistration<Value>: @unchecked Sendable {
     private let lock = PosixLock()
     private var canceled = false
-    private var key: Sink<Value>.Key?
-    private weak var sink: Sink<Value>?
+    private var key: SinkCore<Value>.Key?
+    private var sink: SinkCore<Value>?
 
     func begin() -> Bool {
         lock.withLock { !canceled }
     }
 
-    func finish(key: Sink<Value>.Key, sink: Sink<Value>) {
+    func finish(key: SinkCore<Value>.Key, sink: SinkCore<Value>) {
         let canceledMeanwhile: Bool = lock.withLock {
             if !canceled {
                 self.key = key
@@ -148,7 +158,7 @@ private final class DeferredRegistration<Value>: @unchecked Sendable {
     }
 
     func cancel() {
-        let registered: (Sink<Value>.Key, Sink<Value>?)? = lock.withLock {
+        let registered: (SinkCore<Value>.Key, SinkCore<Value>?)? = lock.withLock {
             canceled = true
             return key.map { ($0, sink) }
         }
