@@ -370,10 +370,20 @@ def add(obj: object, extra: object = None) -> int:
     return context
 
 
-def drop(context: int, obj: object) -> None:
+#: What a call that hands libflux a context finds in its out-parameter when
+#: libflux never ran (an interrupt, or a failed argument conversion, before
+#: it): every such function of libflux writes the out-parameter first (NULL
+#: or 0 on failure), and neither a token nor a pointer is ever this.
+UNTOUCHED = 2**64 - 1 if ctypes.sizeof(c_void_p) == 8 else 2**32 - 1
+
+
+def drop(context: int, obj: object, out: int | None) -> None:
     """Empties the slot :func:`add` filled for ``obj`` when libflux never took
-    it (the call that hands it over was interrupted before it ran)."""
-    if objects[context] is obj:
+    it, which ``out`` -- the out-parameter's value after the call, preset to
+    :data:`UNTOUCHED` -- tells: libflux wrote it, so it ran, and it destroyed
+    the context itself when it failed (the slot may already serve another
+    call that added the same object)."""
+    if out == UNTOUCHED and objects[context] is obj:
         _on_destroy(context)
 
 

@@ -432,7 +432,7 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("register")
-        out = c_uint64()
+        out = c_uint64(_native.UNTOUCHED)
         out_ref = byref(out)
         context = _add(callback, self._pending)
         try:
@@ -440,8 +440,7 @@ class Dispatcher(Generic[P]):
             # took the entries out again: one leak-free path.
             _flux_register(handle, _CALLBACK, context, _DESTROY, out_ref)
         except BaseException:
-            if not out.value:  # an interrupt before libflux took the context
-                _native.drop(context, callback)
+            _native.drop(context, callback, out.value)  # an interrupt before libflux ran
             raise
         value = out.value
         self._tokens.add(value)
@@ -700,7 +699,7 @@ class Dispatcher(Generic[P]):
             # calling it or converting its arguments): no done will let the
             # record go. Any other exception came after libflux returned,
             # and a queued record must stay alive for its done.
-            _native.drop(context, record)
+            _native.drop(context, record, _native.UNTOUCHED)  # libflux never ran
             if isinstance(exc, ArgumentError):
                 raise _argument_error(exc) from None
             raise

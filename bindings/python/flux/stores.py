@@ -486,7 +486,7 @@ class Store(_ClosesOnExit):
         self._settler: c_uint64 | None = None
         self._settles = settles
         self._ids = itertools.count(1).__next__
-        out = c_void_p()
+        out = c_void_p(_native.UNTOUCHED)
         out_ref = byref(out)
         me = weakref.ref(self)
         key = _add(me, self._held)
@@ -500,7 +500,7 @@ class Store(_ClosesOnExit):
             # Also when an interrupt is raised after libflux made the store:
             # it is then recorded, and closed with the dispatcher.
             native = out.value
-            if native:
+            if native and native != _native.UNTOUCHED:
                 # Recorded first, with no call in between (where an interrupt
                 # could be raised): close() and the dispatcher's finalizer
                 # (if this store is never closed) then destroy it.
@@ -510,8 +510,8 @@ class Store(_ClosesOnExit):
                 self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
                 # Its name in traces and circular-dependency messages.
                 dispatcher._names[self._token.value] = type(self).__name__
-            else:  # libflux never took the key (or destroyed it)
-                _native.drop(key, me)
+            else:  # libflux never ran, or destroyed the key
+                _native.drop(key, me, native)
         self._settle()
 
     def on_dispatch(self, payload: Any) -> None:
@@ -627,14 +627,14 @@ class Store(_ClosesOnExit):
                 _flux_store_remove_listener_raw(handle, settler.value)
 
     def _add_listener(self, fn: Callable[[], object], out: c_uint64, handle: int) -> None:
+        out.value = _native.UNTOUCHED
         out_ref = byref(out)
         owner = _Owner(self._pending, self._dispatcher._handle, self._held)
         key = _add(fn, owner)
         try:
             _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
         except BaseException:
-            if not out.value:  # libflux never took the key (or destroyed it)
-                _native.drop(key, fn)
+            _native.drop(key, fn, out.value)  # libflux never ran
             raise
 
     def _settle(self) -> None:
@@ -653,7 +653,8 @@ class Store(_ClosesOnExit):
             except FluxError:
                 return
             finally:
-                if out.value:  # also when an interrupt came after libflux took it
+                # Also when an interrupt came after libflux took it.
+                if out.value and out.value != _native.UNTOUCHED:
                     self._settler = out
 
     def _unlisten(self, native_id: int, *, quiet: bool) -> None:
@@ -869,7 +870,7 @@ class StoreGroup(_ClosesOnExit):
         self._dispatcher = dispatcher
         # Makes release() one step for all threads (see Store._lock).
         self._lock = threading.RLock()
-        out = c_void_p()
+        out = c_void_p(_native.UNTOUCHED)
         with ExitStack() as held:
             # Every store's lock, in one global order (no two creations
             # deadlock): none can be freed while libflux reads it.
@@ -884,12 +885,12 @@ class StoreGroup(_ClosesOnExit):
                 _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, out_ref)
             finally:  # as in Store._create: no call before it is recorded
                 native = out.value
-                if native:
+                if native and native != _native.UNTOUCHED:
                     self._handle = native
                     dispatcher._natives[native] = True
                     dispatcher._children[self] = None
                 else:
-                    _native.drop(key, fn)
+                    _native.drop(key, fn, native)
 
     def release(self) -> None:
         """Unregisters the group: no later dispatch runs ``fn``. Idempotent."""

@@ -190,7 +190,7 @@ class Trampoline:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         sig = _parse(signature)
-        out = c_void_p()
+        out = c_void_p(_native.UNTOUCHED)
         out_ref = byref(out)
         entry = _Entry(handler, sig)
         key = _native.add(entry)
@@ -198,8 +198,7 @@ class Trampoline:
         try:
             _closure_create(sig.text, _handler_trampoline, key, _native.destroy_trampoline, out_ref)
         except BaseException:
-            if not out.value:  # an interrupt before libflux took the key
-                _native.drop(key, entry)
+            _native.drop(key, entry, out.value)  # an interrupt before libflux ran
             raise
         self._handle: list[int | None] = [out.value]
         self._address: int = _closure_code(out.value) or 0

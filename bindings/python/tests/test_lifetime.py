@@ -173,6 +173,34 @@ def test_every_kind_of_context_lives_in_the_one_registry_and_its_slots_are_reuse
     assert _native.stray == {"callback": 0, "destroy": 0}
 
 
+def test_a_refused_registration_leaves_alone_the_slot_another_took_meanwhile(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # libflux refuses a registration by writing 0 to the token, destroying
+    # the context (freeing its slot) and failing. Another thread may take
+    # that slot for the same callable before the refused call cleans up;
+    # the cleanup must see that libflux ran, and leave that slot alone.
+    def callback(payload: Any) -> None:
+        calls.append(payload)
+
+    calls: list[Any] = []
+    taken: list[int] = []
+
+    def refuse(handle: Any, function: Any, context: int, destroy: Any, out_ref: Any) -> int:
+        out_ref._obj.value = 0
+        _native._on_destroy(context)
+        # Meanwhile, "another thread": the same callable, the freed slot.
+        taken.append(_native.add(callback, d._pending))
+        raise flux.NoMemoryError("flux_register: refused for the test")
+
+    monkeypatch.setattr("flux.dispatcher._flux_register", refuse)
+    with pytest.raises(flux.NoMemoryError):
+        d.register(callback)
+    assert _native.objects[taken[0]] is callback, "the other registration's slot is still its own"
+    _native._on_destroy(taken[0])
+    assert _native.stray == {"callback": 0, "destroy": 0}
+
+
 def test_registrations_end_with_the_dispatcher_even_mid_failure(
     d: flux.Dispatcher[Any],
 ) -> None:
