@@ -71,10 +71,10 @@ final class PosixCondition: @unchecked Sendable {
     @usableFromInline func signal() { pthread_cond_signal(condition) }
 }
 
-/// How many deliveries, of any sink, and store dispatches the calling thread
-/// is inside. A thread inside none may wait for a sink's turn; one inside a
-/// delivery or a dispatch must not, or two threads can wait for each other
-/// (see Sink and StoreDispatcher). Its address also stands
+/// How many deliveries, of any sink, the calling thread is inside. A thread
+/// inside none may wait for a sink's turn (unless it is inside a dispatch,
+/// see Sink); one inside a delivery must not, or two of them can wait for
+/// each other. Its address also stands
 /// for the thread while the thread lives.
 @usableFromInline typealias ThreadRecord = UnsafeMutablePointer<Int>
 

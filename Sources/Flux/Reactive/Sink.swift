@@ -186,9 +186,11 @@ final class SinkCore<Value>: @unchecked Sendable {
 
     @usableFromInline
     func waitForTurn(_ thread: ThreadRecord) -> Bool {
-        if thread.pointee != 0 || isInsideDispatch() {
-            // Inside a delivery or a dispatch: queue rather than wait,
-            // unless the turn has been given back meanwhile.
+        let insideDispatch = isInsideDispatch() || StoreDispatcherRegistry.shared.isDispatchingOnCurrentThread()
+        if thread.pointee != 0 || insideDispatch {
+            // Inside a delivery or a dispatch (a Dispatcher's or a store's):
+            // queue rather than wait, unless the turn has been given back
+            // meanwhile.
             if markSlow() { return false }
         } else {
             waiting += 1

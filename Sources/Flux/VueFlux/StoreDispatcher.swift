@@ -1,3 +1,5 @@
+import Synchronization
+
 /// What a store subscribes to: a list of commit functions, called in
 /// subscription order. Dispatches are serialized across threads by a
 /// recursive lock, so a commit may dispatch again on the same thread
@@ -18,13 +20,13 @@ final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
         StoreDispatcherRegistry.shared.dispatcher(for: State.self)
     }
 
-    @usableFromInline let dispatchLock: PosixLock
+    @usableFromInline let dispatchLock: StoreDispatchLock
     @usableFromInline let observersLock = PosixLock()
     @usableFromInline var observers = ObserverList<Observer>()
 
     /// The shared dispatcher of `State`.
-    fileprivate init() {
-        dispatchLock = PosixLock(recursive: true)
+    fileprivate init(dispatchLock: StoreDispatchLock) {
+        self.dispatchLock = dispatchLock
     }
 
     /// A store's own dispatcher, serialized with the shared one.
@@ -36,16 +38,7 @@ final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
     @inlinable
     func dispatch(action: State.Action) {
         dispatchLock.lock()
-        // Mutations run under the lock, which another thread may be waiting
-        // for from inside a Sink's delivery: here counts as inside one, so a
-        // send or Variable set from a mutation is handed over instead of
-        // waiting for that Sink's turn (see Sink).
-        let thread = currentThreadRecord()
-        thread.pointee += 1
-        defer {
-            thread.pointee -= 1
-            dispatchLock.unlock()
-        }
+        defer { dispatchLock.unlock() }
         let current = observersLock.withLock { observers.elements }
         for observer in current {
             observer(action)
@@ -73,6 +66,8 @@ final class StoreDispatcherRegistry: @unchecked Sendable {
 
     private let lock = PosixLock()
     private var dispatchers: [ObjectIdentifier: AnyObject] = [:]
+    /// The dispatch lock of each State type, for `isDispatchingOnCurrentThread`.
+    private var dispatchLocks: [StoreDispatchLock] = []
 
     private init() {}
 
@@ -82,9 +77,48 @@ final class StoreDispatcherRegistry: @unchecked Sendable {
             if let dispatcher = dispatchers[identifier] as? StoreDispatcher<State> {
                 return dispatcher
             }
-            let dispatcher = StoreDispatcher<State>()
+            let dispatchLock = StoreDispatchLock()
+            let dispatcher = StoreDispatcher<State>(dispatchLock: dispatchLock)
             dispatchers[identifier] = dispatcher
+            dispatchLocks.append(dispatchLock)
             return dispatcher
         }
+    }
+
+    /// True when the calling thread is inside a store's dispatch, of any
+    /// State type. For Sink's slow path: that thread must not wait for
+    /// another's delivery, which may be waiting for this dispatch's lock.
+    func isDispatchingOnCurrentThread() -> Bool {
+        let me = currentThreadID()
+        return lock.withLock { dispatchLocks.contains { $0.owner.load(ordering: .relaxed) == me } }
+    }
+}
+
+/// The recursive lock every dispatcher of one State type holds while its
+/// commits run, and the thread holding it. Another thread may be waiting for
+/// it from inside a Sink's delivery, so a send from a mutation must not wait
+/// for that delivery (see Sink): Sink's slow path asks the registry, and
+/// the dispatch pays a thread identity and two stores, no thread-local lookup.
+@usableFromInline
+final class StoreDispatchLock: @unchecked Sendable {
+    @usableFromInline let mutex = PosixLock(recursive: true)
+    /// The holder's `currentThreadID()`, 0 when free. Written under `mutex`; read
+    /// by any thread, which only compares it with its own identity.
+    @usableFromInline let owner = Atomic<UInt>(0)
+    /// How many times the holder holds it (a commit may dispatch again).
+    @usableFromInline @exclusivity(unchecked) var depth = 0
+
+    @inlinable
+    func lock() {
+        mutex.lock()
+        if depth == 0 { owner.store(currentThreadID(), ordering: .relaxed) }
+        depth += 1
+    }
+
+    @inlinable
+    func unlock() {
+        depth -= 1
+        if depth == 0 { owner.store(0, ordering: .relaxed) }
+        mutex.unlock()
     }
 }

@@ -9,9 +9,11 @@
     import Darwin
 #endif
 
-/// A non-zero number unique to the calling thread while it lives.
-@inlinable
-internal func currentThreadID() -> UInt {
+/// A non-zero number unique to the calling thread while it lives. Public
+/// only for the Flux module's inlinable code (which cannot use an SPI); not
+/// part of the API.
+@_documentation(visibility: internal) @inlinable
+public func currentThreadID() -> UInt {
     #if canImport(Darwin)
         UInt(bitPattern: pthread_self())
     #else
