@@ -32,9 +32,13 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
         // Swift's own allocations trap when memory runs out; so does this.
         guard let core = DispatchCore<ClosureCallback<Payload>>() else { fatalError("Dispatcher: out of memory") }
         self.core = core
+        // Unowned: deinit removes the test first, under the lock any call of
+        // it holds, so none runs on a dispatcher that is going.
+        DispatchingThreads.shared.add(self) { [unowned(unsafe) self] in self.core.isDispatchingOnCurrentThread }
     }
 
     deinit {
+        DispatchingThreads.shared.remove(self)
         // No dispatch can run: one would hold a reference to self.
         try? core.close()
     }
@@ -87,11 +91,6 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///   too, by this call whatever its own outcome (see
     ///   `enqueue(_:onError:)`).
     public func dispatch(_ payload: Payload) throws {
-        // Counted so that a Sink's send from a callback is handed over rather
-        // than wait for a delivery that may be waiting for this dispatch.
-        let depth = currentDispatchDepth()
-        depth.pointee += 1
-        defer { depth.pointee -= 1 }
         do {
             try core.dispatch(payload)
         } catch {
@@ -120,9 +119,6 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///
     /// - Throws: as above; `FluxError` `.noMemory` when the queue cannot grow.
     public func enqueue(_ payload: Payload, onError: (@Sendable (any Error) -> Void)? = nil) throws {
-        let depth = currentDispatchDepth()  // as in dispatch
-        depth.pointee += 1
-        defer { depth.pointee -= 1 }
         switch core.enqueue(payload, EnqueueCompletion(onError: onError, failures: queuedFailures)) {
         case .queued:
             return

@@ -89,4 +89,26 @@ import Synchronization
         try d.dispatch(0)
         #expect(code.value == .alreadyDispatching)
     }
+
+    // What Flux's Sink asks before a send waits for another thread's
+    // delivery: whether this thread is running a dispatch (then it must not
+    // wait). Each dispatcher answers for itself, and leaves when it goes.
+    @Test func dispatchingThreadsKnowsWhoRunsADispatchAndForgetsAGoneDispatcher() throws {
+        var d: Dispatcher<Int>? = Dispatcher<Int>()
+        let id = ObjectIdentifier(d!)
+        #expect(DispatchingThreads.shared.contains(id))
+        let inside = Box(false)
+        let elsewhere = Box(true)
+        d!.register { _ in
+            inside.value = DispatchingThreads.shared.containsCurrentThread()
+            let other = Thread { elsewhere.value = DispatchingThreads.shared.containsCurrentThread() }
+            other.join()
+        }
+        try d!.dispatch(0)
+        #expect(inside.value, "the dispatching thread, in a callback")
+        #expect(!elsewhere.value, "another thread, during that dispatch")
+        #expect(!DispatchingThreads.shared.containsCurrentThread(), "the same thread, once the dispatch is over")
+        d = nil
+        #expect(!DispatchingThreads.shared.contains(id), "a dispatcher that went is not asked again")
+    }
 }

@@ -186,8 +186,7 @@ final class SinkCore<Value>: @unchecked Sendable {
 
     @usableFromInline
     func waitForTurn(_ thread: ThreadRecord) -> Bool {
-        let insideDispatch = isInsideDispatch() || StoreDispatcherRegistry.shared.isDispatchingOnCurrentThread()
-        if thread.pointee != 0 || insideDispatch {
+        if thread.pointee != 0 || DispatchingThreads.shared.containsCurrentThread() {
             // Inside a delivery or a dispatch (a Dispatcher's or a store's):
             // queue rather than wait, unless the turn has been given back
             // meanwhile.

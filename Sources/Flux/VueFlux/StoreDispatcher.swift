@@ -1,3 +1,4 @@
+@_spi(Engine) import FluxCore
 import Synchronization
 
 /// What a store subscribes to: a list of commit functions, called in
@@ -66,8 +67,6 @@ final class StoreDispatcherRegistry: @unchecked Sendable {
 
     private let lock = PosixLock()
     private var dispatchers: [ObjectIdentifier: AnyObject] = [:]
-    /// The dispatch lock of each State type, for `isDispatchingOnCurrentThread`.
-    private var dispatchLocks: [StoreDispatchLock] = []
 
     private init() {}
 
@@ -78,27 +77,23 @@ final class StoreDispatcherRegistry: @unchecked Sendable {
                 return dispatcher
             }
             let dispatchLock = StoreDispatchLock()
+            // Kept for the process's life, as the dispatcher is.
+            DispatchingThreads.shared.add(dispatchLock) {
+                dispatchLock.owner.load(ordering: .relaxed) == currentThreadID()
+            }
             let dispatcher = StoreDispatcher<State>(dispatchLock: dispatchLock)
             dispatchers[identifier] = dispatcher
-            dispatchLocks.append(dispatchLock)
             return dispatcher
         }
-    }
-
-    /// True when the calling thread is inside a store's dispatch, of any
-    /// State type. For Sink's slow path: that thread must not wait for
-    /// another's delivery, which may be waiting for this dispatch's lock.
-    func isDispatchingOnCurrentThread() -> Bool {
-        let me = currentThreadID()
-        return lock.withLock { dispatchLocks.contains { $0.owner.load(ordering: .relaxed) == me } }
     }
 }
 
 /// The recursive lock every dispatcher of one State type holds while its
 /// commits run, and the thread holding it. Another thread may be waiting for
 /// it from inside a Sink's delivery, so a send from a mutation must not wait
-/// for that delivery (see Sink): Sink's slow path asks the registry, and
-/// the dispatch pays a thread identity and two stores, no thread-local lookup.
+/// for that delivery (see Sink): Sink's slow path asks FluxCore's
+/// DispatchingThreads, and the dispatch pays a thread identity and two
+/// stores, no thread-local lookup.
 @usableFromInline
 final class StoreDispatchLock: @unchecked Sendable {
     @usableFromInline let mutex = PosixLock(recursive: true)

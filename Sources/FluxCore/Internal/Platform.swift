@@ -21,30 +21,54 @@ public func currentThreadID() -> UInt {
     #endif
 }
 
-/// How many `Dispatcher` dispatches the calling thread is inside (running
-/// callbacks, or waiting for another thread's dispatch to end). Flux's Sink
-/// asks it before a send waits for a delivery on another thread: that
-/// thread may be waiting for this one's dispatch, so the send is handed
-/// over instead. Per thread, allocated on first use, freed at thread exit.
-@usableFromInline
-func currentDispatchDepth() -> UnsafeMutablePointer<Int> {
-    if let depth = pthread_getspecific(dispatchDepthKey) { return depth.assumingMemoryBound(to: Int.self) }
-    let depth = UnsafeMutablePointer<Int>.allocate(capacity: 1)
-    depth.initialize(to: 0)
-    pthread_setspecific(dispatchDepthKey, depth)
-    return depth
-}
+/// Whatever runs user code while another thread may be waiting for it to
+/// finish -- each `Dispatcher`, and in Flux each State type's store
+/// dispatch lock -- with a test of whether the calling thread is running it
+/// now. Flux's Sink asks `containsCurrentThread()` before a send waits for a
+/// delivery on another thread: that thread may be waiting for this one's
+/// dispatch, so the send is handed over instead. A dispatch pays nothing for
+/// it (each engine already records its dispatching thread); adding, removing
+/// and asking take a lock. The tests only read atomics: no user code runs
+/// under the lock.
+@_spi(Engine) public final class DispatchingThreads: @unchecked Sendable {
+    // @unchecked: `tests` is only touched under `lock`.
+    public static let shared = DispatchingThreads()
+    private let lock: ConditionLock
+    private var tests: [ObjectIdentifier: @Sendable () -> Bool] = [:]
 
-private let dispatchDepthKey: pthread_key_t = {
-    var key = pthread_key_t()
-    pthread_key_create(&key) { depth in depth?.deallocate() }
-    return key
-}()
+    private init() {
+        // Swift's own allocations trap when memory runs out; so does this.
+        guard let lock = ConditionLock() else { fatalError("DispatchingThreads: out of memory") }
+        self.lock = lock
+    }
 
-/// True when the calling thread is inside a `Dispatcher`'s dispatch.
-@_spi(Engine) public func isInsideDispatch() -> Bool {
-    guard let depth = pthread_getspecific(dispatchDepthKey) else { return false }
-    return depth.load(as: Int.self) > 0
+    /// Adds `owner`'s test; `remove` it before `owner` goes.
+    public func add(_ owner: AnyObject, _ isRunningHere: @escaping @Sendable () -> Bool) {
+        lock.lock()
+        tests[ObjectIdentifier(owner)] = isRunningHere
+        lock.unlock()
+    }
+
+    public func remove(_ owner: AnyObject) {
+        lock.lock()
+        let removed = tests.removeValue(forKey: ObjectIdentifier(owner))
+        lock.unlock()
+        _ = removed  // released outside the lock
+    }
+
+    /// Whether the object of identity `owner` is in. For tests.
+    func contains(_ owner: ObjectIdentifier) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return tests[owner] != nil
+    }
+
+    /// True when the calling thread is running a dispatch of one of them.
+    public func containsCurrentThread() -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return tests.values.contains { $0() }
+    }
 }
 
 /// A pthread mutex and condition variable at fixed heap addresses (they must
