@@ -156,36 +156,16 @@ final class ConcurrencyTests: XCTestCase {
     // deadlock within a few sets. A thread inside a store's dispatch now
     // hands its set over as a thread inside a delivery does.
     func testStoreMutationSettingAVariableWhoseObserverDispatchesElsewhereDoesNotDeadlock() {
-        let sets = 5_000
         let store = Store<MirrorState>(state: MirrorState(), mutations: MirrorMutations(), executor: .immediate)
-        let mirror = store.computed.state.mirror
-        // Observers of one variable never run concurrently: a plain array.
-        nonisolated(unsafe) var seen = [Int]()
-        let observation = mirror.signal.observe { value in
-            seen.append(value)
-            if value > 0 { store.actions.dispatch(action: 0) }
-        }
-        guard
-            onThreads([
-                { for value in 1...sets { mirror.value = value } },
-                { for value in 1...sets { store.actions.dispatch(action: -value) } },
-            ])
-        else {
-            return XCTFail("a store's mutation and a Variable's observer on two threads: deadlock")
-        }
-        // Every value of each thread reached the observer once, in its order.
-        XCTAssertEqual(seen.filter { $0 > 0 }, Array(1...sets))
-        XCTAssertEqual(seen.filter { $0 < 0 }, Array(1...sets).map { -$0 })
-        // Every dispatch ran its mutation: the store's and the observer's.
-        XCTAssertEqual(store.computed.state.mutations, 2 * sets)
-        observation.dispose()
+        assertMirrorDispatchesDoNotDeadlock(
+            store.computed.state.mirror, dispatch: { store.actions.dispatch(action: $0) },
+            handled: { store.computed.state.mutations }, what: "a store's mutation")
     }
 
     // The same with Flux's Dispatcher: a callback sets a Variable while, on
     // another thread, an observer of that Variable dispatches (and so waits
     // for the running dispatch to end).
     func testDispatcherCallbackSettingAVariableWhoseObserverDispatchesElsewhereDoesNotDeadlock() {
-        let sets = 5_000
         let dispatcher = Dispatcher<Int>()
         let mirror = Variable(0)
         let ran = Atomic<Int>(0)
@@ -193,22 +173,38 @@ final class ConcurrencyTests: XCTestCase {
             ran.add(1, ordering: .relaxed)
             if action < 0 { mirror.value = action }
         }
+        assertMirrorDispatchesDoNotDeadlock(
+            mirror, dispatch: { try? dispatcher.dispatch($0) }, handled: { ran.load(ordering: .relaxed) },
+            what: "a dispatcher's callback")
+    }
+
+    /// One thread sets `mirror` to 1, 2, ...; another dispatches -1, -2, ...
+    /// with `dispatch`, whose handling sets `mirror` to each (negative)
+    /// payload; `mirror`'s observer dispatches 0 for each positive value.
+    /// Fails on a deadlock; else every value of each thread reached the
+    /// observer once, in its order, and `handled` counts every dispatch.
+    private func assertMirrorDispatchesDoNotDeadlock(
+        _ mirror: Variable<Int>, dispatch: @escaping (Int) -> Void, handled: () -> Int, what: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
+        let sets = 5_000
+        // Observers of one variable never run concurrently: a plain array.
         nonisolated(unsafe) var seen = [Int]()
         let observation = mirror.signal.observe { value in
             seen.append(value)
-            if value > 0 { try? dispatcher.dispatch(0) }
+            if value > 0 { dispatch(0) }
         }
         guard
             onThreads([
                 { for value in 1...sets { mirror.value = value } },
-                { for value in 1...sets { try? dispatcher.dispatch(-value) } },
+                { for value in 1...sets { dispatch(-value) } },
             ])
         else {
-            return XCTFail("a dispatcher's callback and a Variable's observer on two threads: deadlock")
+            return XCTFail("\(what) and a Variable's observer on two threads: deadlock", file: file, line: line)
         }
-        XCTAssertEqual(seen.filter { $0 > 0 }, Array(1...sets))
-        XCTAssertEqual(seen.filter { $0 < 0 }, Array(1...sets).map { -$0 })
-        XCTAssertEqual(ran.load(ordering: .relaxed), 2 * sets)
+        XCTAssertEqual(seen.filter { $0 > 0 }, Array(1...sets), file: file, line: line)
+        XCTAssertEqual(seen.filter { $0 < 0 }, Array(1...sets).map { -$0 }, file: file, line: line)
+        XCTAssertEqual(handled(), 2 * sets, "every dispatch was handled", file: file, line: line)
         observation.dispose()
     }
 
