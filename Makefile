@@ -117,7 +117,7 @@ LIB_FLAGS = -c release --product flux --disable-local-rpath \
     -Xlinker --version-script=$(CURDIR)/support/flux.map -Xlinker -soname=$(SONAME)
 # x86-64: innermost loops, and so the functions holding them, aligned to 64
 # bytes, not 16. With flux_dispatch's machine code unchanged, its loop at
-# 16 mod 32 measured 1.13-1.23x the plain loop at N=100, at 0 mod 32
+# 16 mod 32 measured 1.13-1.25x the plain loop at N=100, at 0 mod 32
 # 1.01-1.04x; with both it and the function at 0 mod 64, 1.01-1.02x and a
 # one-callback dispatch of 11 ns rather than 17-20 (make bench, one sitting).
 # At 16-byte alignment, which of these a build got hung on unrelated code.

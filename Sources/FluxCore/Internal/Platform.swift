@@ -148,10 +148,10 @@ internal func grownCapacity(_ capacity: Int, needed: Int = 0) -> Int {
 // MARK: - Stack depth
 
 /// The calling thread's stack pointer, near enough: the address of a local.
-/// Stacks grow down on every platform Swift runs on. The unprotected form:
-/// a local whose address is taken otherwise gets its function -- every link
-/// of a wait_for chain -- a stack-protector canary and a register fewer,
-/// and this address is only compared, never written through.
+/// Stacks grow down on every platform Swift runs on. Taken unprotected: the
+/// address is only compared, never written through, and a protected one
+/// gives its function -- every link of a wait_for chain -- a stack-protector
+/// canary to set and check.
 @inlinable @inline(__always)
 internal func currentStackAddress() -> UInt {
     var marker: UInt8 = 0
