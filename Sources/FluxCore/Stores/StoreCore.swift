@@ -50,7 +50,7 @@ import Synchronization
 ///
 /// Lives in one `malloc` block (its address must not move: the lock is in
 /// it), so that creating one reports running out of memory instead of
-/// trapping. Three parts, each reached through its own pointer:
+/// trapping. Three parts, each at its own offset in it:
 ///
 /// - `flags`: touched only by the thread running the store's dispatch, and
 ///   read elsewhere only after checking that this thread is that one;
@@ -101,24 +101,30 @@ import Synchronization
         @usableFromInline var running: UInt64 = 0
     }
 
-    @usableFromInline let flags: UnsafeMutablePointer<Flags>
-    @usableFromInline let table: UnsafeMutablePointer<Table>
-    @usableFromInline let busy: UnsafeMutablePointer<Atomic<Bool>>
+    /// The block the three parts live in, at fixed offsets: one pointer
+    /// for a store's callback to keep, not three.
+    @usableFromInline let block: UnsafeMutableRawPointer
 
-    private static var tableOffset: Int { roundUp(MemoryLayout<Flags>.size, MemoryLayout<Table>.alignment) }
-    private static var busyOffset: Int {
+    @inlinable var flags: UnsafeMutablePointer<Flags> { block.assumingMemoryBound(to: Flags.self) }
+    @inlinable var table: UnsafeMutablePointer<Table> {
+        (block + Self.tableOffset).assumingMemoryBound(to: Table.self)
+    }
+    @inlinable var busy: UnsafeMutablePointer<Atomic<Bool>> {
+        (block + Self.busyOffset).assumingMemoryBound(to: Atomic<Bool>.self)
+    }
+
+    @inlinable static var tableOffset: Int { roundUp(MemoryLayout<Flags>.size, MemoryLayout<Table>.alignment) }
+    @inlinable static var busyOffset: Int {
         roundUp(tableOffset + MemoryLayout<Table>.size, MemoryLayout<Atomic<Bool>>.alignment)
     }
 
     /// A store core with no listeners, or nil when memory runs out.
     @_spi(Engine) public init?() {
         guard let block = allocateBytes(Self.busyOffset + MemoryLayout<Atomic<Bool>>.size) else { return nil }
-        flags = block.bindMemory(to: Flags.self, capacity: 1)
-        flags.initialize(to: Flags())
-        table = (block + Self.tableOffset).bindMemory(to: Table.self, capacity: 1)
-        table.initialize(to: Table())
-        busy = (block + Self.busyOffset).bindMemory(to: Atomic<Bool>.self, capacity: 1)
-        busy.initialize(to: Atomic(false))
+        block.bindMemory(to: Flags.self, capacity: 1).initialize(to: Flags())
+        (block + Self.tableOffset).bindMemory(to: Table.self, capacity: 1).initialize(to: Table())
+        (block + Self.busyOffset).bindMemory(to: Atomic<Bool>.self, capacity: 1).initialize(to: Atomic(false))
+        self.block = block
     }
 
     /// Releases the remaining listeners, in the order they were added.
@@ -127,7 +133,7 @@ import Synchronization
         busy.deinitialize(count: 1)
         table.deinitialize(count: 1)
         flags.deinitialize(count: 1)
-        freeBytes(UnsafeMutableRawPointer(flags))
+        freeBytes(block)
     }
 
     /// Releases every listener, in the order they were added, leaving none.
