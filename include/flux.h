@@ -73,8 +73,10 @@
  * the dispatching thread's stack (callback -> flux_wait_for -> callback ...).
  * Chains of any depth work as long as they fit: before running a callback,
  * flux_wait_for() checks that the thread has at least a safety margin of
- * stack left (256 KiB, or a quarter of a smaller stack; the bound of each
- * thread's stack is looked up once per thread). When it has not, the wait
+ * stack left (256 KiB, or a quarter of a smaller stack but never under
+ * 16 KiB, which reporting the error may itself need: a thread whose stack
+ * is 16 KiB or less cannot wait at all; the bound of each thread's stack is
+ * looked up once per thread). When it has not, the wait
  * fails with FLUX_ERR_TOO_DEEP and the dispatch is aborted exactly as if a
  * callback had failed: no further callback runs, the waits still unwinding
  * return FLUX_ERR_TOO_DEEP, and flux_dispatch() returns FLUX_ERR_TOO_DEEP

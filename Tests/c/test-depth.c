@@ -5,7 +5,11 @@
  */
 #include "helpers.h"
 
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+
+extern char **environ;
 
 /* A chain that fits on an 8 MiB stack: the bench's 10,000 links; under
  * AddressSanitizer, whose frames are several times bigger, fewer. */
@@ -149,6 +153,60 @@ static void test_thread_default_stack(void) { run_on_thread(0, scaled_links()); 
  * still work and a long one still stops cleanly. */
 static void test_thread_small_stack(void) { run_on_thread(512 * 1024, 100000); }
 
+/* The smallest stacks, in a fresh process: the first error a process
+ * reports takes its deepest path (Swift instantiates metadata on it, about
+ * 9 KiB of stack), and a quarter of a 16 or 24 KiB stack once left less than
+ * that: SIGSEGV instead of FLUX_ERR_TOO_DEEP. The child is this program run
+ * again with "--cold-chain SIZE"; it exits 0 when its first dispatch, on a
+ * thread with a SIZE-byte stack, returned FLUX_ERR_TOO_DEEP. */
+static flux_status cold_status;
+
+static void *cold_chain_thread(void *arg)
+{
+    (void)arg;
+    depth = 2000;
+    cold_status = flux_dispatch(chain_d, NULL);
+    return NULL;
+}
+
+static int cold_chain(size_t stack_size)
+{
+    chain_d = flux_dispatcher_create();
+    if (!chain_d)
+        return 2;
+    for (size_t i = 0; i < 2000; i++)
+        if (flux_register(chain_d, link_cb, (void *)(uintptr_t)i, NULL, &tokens[i]) != FLUX_OK)
+            return 2;
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    pthread_t thread;
+    if (pthread_attr_setstacksize(&attributes, stack_size) != 0
+        || pthread_create(&thread, &attributes, cold_chain_thread, NULL) != 0)
+        return 2;
+    pthread_join(thread, NULL);
+    return cold_status == FLUX_ERR_TOO_DEEP ? 0 : 1;
+}
+
+static const char *self_path;
+
+static void test_small_stacks_fresh_process(void)
+{
+    long least = sysconf(_SC_THREAD_STACK_MIN);
+    size_t sizes[] = {least > 16384 ? (size_t)least : 16384, 20480, 24576, 32768, 65536};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char size[32];
+        snprintf(size, sizeof size, "%zu", sizes[i]);
+        char *args[] = {(char *)self_path, "--cold-chain", size, NULL};
+        pid_t child;
+        int status = -1;
+        REQUIRE(posix_spawn(&child, self_path, NULL, NULL, args, environ) == 0);
+        REQUIRE(waitpid(child, &status, 0) == child);
+        ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "a %zu-byte thread stack, first dispatch of a fresh process: FLUX_ERR_TOO_DEEP (%s %d)", sizes[i],
+           WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+}
+
 /* A chain that fits is unaffected (10,000 links: what make bench measures). */
 static void test_ten_thousand_links(void)
 {
@@ -245,8 +303,11 @@ static void test_too_deep_through_enqueue(void)
     EXPECT_OK(flux_dispatcher_destroy(chain_d));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--cold-chain") == 0)
+        return cold_chain((size_t)strtoul(argv[2], NULL, 10));
+    self_path = argv[0];
     tap_init();
     /* "The default stack": 8 MiB. Under `ulimit -s unlimited` the main
      * thread's stack has no bound a million links could reach; lowering the
@@ -260,6 +321,7 @@ int main(void)
     RUN(test_million_links_main_thread);
     RUN(test_thread_default_stack);
     RUN(test_thread_small_stack);
+    RUN(test_small_stacks_fresh_process);
     RUN(test_too_deep_through_enqueue);
     return tap_done();
 }

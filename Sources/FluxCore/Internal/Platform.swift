@@ -176,8 +176,20 @@ private let stackTopKey: pthread_key_t = {
 /// room for that callback's own frames before it waits again (a Python
 /// callback goes through ctypes, libffi and the interpreter: a few KiB),
 /// and for reporting the error. A quarter of a small stack at most, so a
-/// thread with a tiny stack can still wait a few links deep.
+/// thread with a small stack can still wait a few links deep -- but never
+/// less than `minimumStackMargin`.
 private let stackMargin: UInt = 256 * 1024
+
+/// What the refusal itself may need: the first error a process reports
+/// instantiates Swift metadata, about 9 KiB deep on x86-64, so a quarter of
+/// a 16 or 24 KiB stack overflowed before the error got out. A stack this
+/// small or smaller cannot wait at all: every wait is refused.
+private let minimumStackMargin: UInt = 16 * 1024
+
+/// The margin for a stack of `size` bytes.
+private func margin(forStackOf size: UInt) -> UInt {
+    max(min(stackMargin, size / 4), minimumStackMargin)
+}
 
 #if canImport(Glibc)
     // GNU extensions the Glibc module hides (Swift does not import them without
@@ -203,7 +215,7 @@ private func computeStackBounds() -> (limit: UInt, top: UInt) {
         pthread_attr_getguardsize(&attributes, &guardSize)
         let low = UInt(bitPattern: address)
         let top = low &+ UInt(size)
-        var reserve = min(stackMargin, UInt(size) / 4) &+ UInt(guardSize)
+        var reserve = margin(forStackOf: UInt(size)) &+ UInt(guardSize)
         // The main thread's stack grows on demand up to RLIMIT_STACK, and glibc
         // reports that extent (less a page) -- unless another mapping sits
         // closer (always so when the limit is infinite), in which case the
@@ -223,7 +235,7 @@ private func computeStackBounds() -> (limit: UInt, top: UInt) {
         let top = UInt(bitPattern: pthread_get_stackaddr_np(thread))
         let size = UInt(pthread_get_stacksize_np(thread))
         guard size > 0, top > size else { return (0, .max) }
-        return (top - size + min(stackMargin, size / 4), top)
+        return (top - size + min(margin(forStackOf: size), size), top)
     #else
         return (0, .max)
     #endif
