@@ -54,10 +54,10 @@ struct CCallback: DispatchCallback {
     func release() { destroy?(context) }
 
     /// flux_enqueue's done(context, payload, status); flux_last_error()
-    /// describes a failure while it runs.
+    /// describes a failure while it runs, and is as it was once it returns.
     static func complete(_ done: CDone, _ payload: UnsafeRawPointer?, _ error: DispatchError<CallbackFailure>?) {
-        let status = error.map { fail("flux_enqueue", $0) } ?? 0
-        done(payload, status)
+        guard let error else { return done(payload, 0) }
+        whileRecorded("flux_enqueue", error) { status in done(payload, status) }
     }
 }
 

@@ -76,6 +76,22 @@ func fail(
     return status.rawValue
 }
 
+/// Runs `body` with `error` recorded as this thread's last error (`body`
+/// gets its status), then puts back the record that was there: an enqueued
+/// payload's done reads its failure while it runs, and the call that ran
+/// the payload may yet succeed -- and successful calls leave
+/// flux_last_error() unchanged.
+func whileRecorded(
+    _ function: StaticString, _ error: DispatchError<CallbackFailure>, _ body: (Int32) -> Void
+) {
+    let saved = pthread_getspecific(lastErrorKey)
+    pthread_setspecific(lastErrorKey, nil)
+    body(fail(function, error))
+    // body may have failed calls of its own, which replaced the record.
+    free(currentRecord())
+    pthread_setspecific(lastErrorKey, saved)
+}
+
 func fail(_ function: StaticString, _ error: FluxError) -> Int32 {
     fail(function, error.code, error.message, token: error.token, cycle: error.cycle)
 }

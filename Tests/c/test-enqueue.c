@@ -272,6 +272,44 @@ static void test_failing_queued_dispatch_does_not_stop_the_queue(void)
     flux_dispatcher_destroy(rec.d);
 }
 
+/* flux.h: successful calls leave flux_last_error() unchanged -- one that
+ * ran a queued payload whose dispatch failed too, whether its done read the
+ * failure or there was no done. (It used to be left describing the queued
+ * failure.) */
+static int enqueue_without_done(void *ctx, const void *payload)
+{
+    (void)ctx;
+    const item *it = payload;
+    if (it->id == 1)
+        return flux_enqueue(rec.d, &items[2], NULL, NULL) == FLUX_OK ? 0 : 99;
+    return 1; /* payload 2 fails */
+}
+
+static void test_success_that_ran_a_failure_leaves_last_error(void)
+{
+    recorder_init();
+    logger a;
+    add_logger(&a, 1);
+    a.enqueue_next_until = 2;
+    a.fail_on = 2;
+    EXPECT_STATUS(flux_unregister(rec.d, 4242), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_OK(flux_dispatch(rec.d, &items[1]));
+    is_int(rec.done_status[2], FLUX_ERR_CALLBACK_FAILED, "done: the queued payload failed");
+    has_substr(rec.done_error[2], "returned 1", "done: flux_last_error() described the failure while done ran");
+    has_substr(flux_last_error(), "4242", "done: after the successful call, flux_last_error() is the earlier error");
+    is_uint(flux_last_error_token(), 4242, "done: and flux_last_error_token() its token");
+    flux_dispatcher_destroy(rec.d);
+
+    recorder_init();
+    flux_token t;
+    REQUIRE(flux_register(rec.d, enqueue_without_done, NULL, NULL, &t) == FLUX_OK);
+    EXPECT_STATUS(flux_unregister(rec.d, 4343), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_OK(flux_dispatch(rec.d, &items[1]));
+    has_substr(flux_last_error(), "4343", "no done: after the successful call, flux_last_error() is the earlier error");
+    is_uint(flux_last_error_token(), 4343, "no done: and flux_last_error_token() its token");
+    flux_dispatcher_destroy(rec.d);
+}
+
 static void test_outer_failure_is_returned_and_the_queue_still_runs(void)
 {
     recorder_init();
@@ -610,6 +648,7 @@ int main(void)
     RUN(test_callback_registered_meanwhile_takes_part);
     RUN(test_done_sees_a_dispatching_dispatcher);
     RUN(test_failing_queued_dispatch_does_not_stop_the_queue);
+    RUN(test_success_that_ran_a_failure_leaves_last_error);
     RUN(test_outer_failure_is_returned_and_the_queue_still_runs);
     RUN(test_null_dispatcher);
     RUN(test_dispatcher_being_destroyed);
