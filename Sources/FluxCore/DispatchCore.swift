@@ -1285,7 +1285,14 @@ import Synchronization
 
     @usableFromInline
     func notDispatchingError() -> FluxError {
-        isDispatching
+        if isDispatchingOnCurrentThread {
+            // An observer hook or an enqueue's completion: the thread runs
+            // the dispatch, but no callback of it.
+            return FluxError(
+                .notDispatching,
+                "must be invoked from inside a callback of the dispatch (this thread runs it, but no callback is running)")
+        }
+        return isDispatching
             ? FluxError(
                 .notDispatching,
                 "must be invoked while dispatching, on the dispatching thread (a dispatch is running on another thread)"

@@ -383,6 +383,7 @@ typedef struct waiting_hooks {
     int inside;                     /* a hook is running: no nested tries */
     int tries[H_COUNT];
     int refused[H_COUNT];           /* tries that got FLUX_ERR_NOT_DISPATCHING */
+    int misworded[H_COUNT];         /* ... whose message blamed another thread */
 } waiting_hooks;
 
 static void try_wait(waiting_hooks *w, int hook)
@@ -392,6 +393,9 @@ static void try_wait(waiting_hooks *w, int hook)
     w->inside++;
     w->tries[hook]++;
     w->refused[hook] += flux_wait_for(w->d, &w->target, 1) == FLUX_ERR_NOT_DISPATCHING;
+    /* This thread runs the dispatch: the message must not say another does. */
+    w->misworded[hook] += strstr(flux_last_error(), "another thread") != NULL
+                          || strstr(flux_last_error(), "this thread runs it") == NULL;
     w->inside--;
 }
 
@@ -443,6 +447,8 @@ static void test_wait_for_from_a_hook_is_refused(void)
     for (int h = 0; h < H_COUNT; h++) {
         ok(w.tries[h] > 0, "%s tried to wait", names[h]);
         is_int(w.refused[h], w.tries[h], "flux_wait_for from %s: FLUX_ERR_NOT_DISPATCHING every time", names[h]);
+        is_int(w.misworded[h], 0, "from %s, the message says this thread runs the dispatch, outside its callbacks",
+               names[h]);
     }
     EXPECT_OK(n[0].wait_status);
     EXPECT_OK(flux_dispatcher_destroy(d));
