@@ -678,7 +678,8 @@ FLUX_API flux_status flux_store_group_create(flux_store *const *stores, size_t c
  * destroy(context) once and frees it. During a dispatch (from inside a
  * callback, reduce or listener, say) the group is not called again by it,
  * and the release itself happens when that dispatch ends, on the
- * dispatching thread: until then its stores still count as grouped.
+ * dispatching thread; its stores stop counting it when this returns (they
+ * cannot be destroyed while that dispatch runs anyway).
  * Releasing NULL is a no-op returning FLUX_OK.
  *
  * @return FLUX_OK, and g is gone (do not use it again).

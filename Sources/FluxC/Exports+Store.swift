@@ -339,7 +339,7 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
 
 /// What a `flux_store_group *` points at; the stores and their tokens follow
 /// it in the same block.
-struct CGroup {
+struct CGroup: ~Copyable {
     let handle: OpaquePointer
     var token: UInt64 = 0
     let count: Int
@@ -348,6 +348,19 @@ struct CGroup {
     let function: FluxListenerFunction
     let context: UnsafeMutableRawPointer?
     let destroy: FluxDestroyFunction?
+    /// Set once the stores no longer count the group (`letGoOfStores`).
+    let storesLetGo = Atomic<Bool>(false)
+}
+
+/// Stops the group counting in its stores, once: as flux_store_group_release
+/// succeeds, or as the registration goes (a failed create). The release
+/// itself may wait for the end of a running dispatch, and the dispatcher is
+/// idle before it runs: the stores must be free to destroy by then.
+private func letGoOfStores(_ group: UnsafeMutablePointer<CGroup>) {
+    if group.pointee.storesLetGo.exchange(true, ordering: .acquiringAndReleasing) { return }
+    for i in 0..<group.pointee.count {
+        group.pointee.stores[i].store.pointee.groups.subtract(1, ordering: .releasing)
+    }
 }
 
 /// The group's registered callback: wait for every store, then call fn.
@@ -370,9 +383,7 @@ private let groupCallback: FluxCallbackFunction = { context, _ in
 private let groupRelease: FluxDestroyFunction = { context in
     guard let context else { return }
     let group = context.assumingMemoryBound(to: CGroup.self)
-    for i in 0..<group.pointee.count {
-        group.pointee.stores[i].store.pointee.groups.subtract(1, ordering: .releasing)
-    }
+    letGoOfStores(group)
     finishRelease(group, destroy: group.pointee.destroy, context: group.pointee.context, handle: group.pointee.handle)
 }
 
@@ -438,9 +449,19 @@ public func flux_store_group_create(
 public func flux_store_group_release(_ g: OpaquePointer?) -> Int32 {
     guard let g else { return 0 }
     let group = UnsafeMutablePointer<CGroup>(g)
-    return status("flux_store_group_release") { () throws(FluxError) in
-        try group.pointee.handle.dispatcher.pointee.unregister(
-            DispatchToken(rawValue: group.pointee.token),
-            asOwner: true)
+    let handle = group.pointee.handle
+    let token = DispatchToken(rawValue: group.pointee.token)
+    // Before unregistering: when idle, that frees the group.
+    letGoOfStores(group)
+    let result = status("flux_store_group_release") { () throws(FluxError) in
+        try handle.dispatcher.pointee.unregister(token, asOwner: true)
     }
+    if result != 0 {
+        // Refused, so nothing changed: the stores count the group again.
+        for i in 0..<group.pointee.count {
+            group.pointee.stores[i].store.pointee.groups.add(1, ordering: .relaxed)
+        }
+        group.pointee.storesLetGo.store(false, ordering: .releasing)
+    }
+    return result
 }

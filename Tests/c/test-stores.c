@@ -1239,6 +1239,57 @@ static void group_released_from_a_listener(void)
     teardown(d, NULL, 0);
 }
 
+/* A group released during a dispatch is freed as the dispatch ends, after
+ * the dispatcher is idle again; its stores no longer count it from the
+ * moment the release returned, so a destroy running at that end (here one
+ * registered before the group, so it runs before the group's own) may
+ * destroy them. (It used to get FLUX_ERR_INVALID_ARGUMENT: "in 1 live group".) */
+static struct {
+    flux_dispatcher *d;
+    flux_store_group *group;
+    flux_store *store;
+    flux_token self;
+    flux_status release_status, unregister_status, destroy_status;
+    int destroy_dispatching;
+} RG;
+
+static int releasing_cb(void *context, const void *payload)
+{
+    (void)context, (void)payload;
+    RG.release_status = flux_store_group_release(RG.group);
+    RG.unregister_status = flux_unregister(RG.d, RG.self);
+    return 0;
+}
+
+static void releasing_destroy(void *context)
+{
+    (void)context;
+    RG.destroy_dispatching = flux_is_dispatching(RG.d);
+    RG.destroy_status = flux_store_destroy(RG.store);
+}
+
+static void store_of_a_group_released_mid_dispatch_is_free_once_it_ends(void)
+{
+    ledger_reset();
+    memset(&RG, 0, sizeof RG);
+    RG.destroy_status = (flux_status)-1;
+    flux_dispatcher *d = new_dispatcher();
+    RG.d = d;
+    REQUIRE(flux_register(d, releasing_cb, NULL, releasing_destroy, &RG.self) == FLUX_OK);
+    tstore *t = make_store(d, 1, 1, false);
+    RG.store = t->s;
+    flux_store *stores[1] = {t->s};
+    gctx *g = gctx_new();
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, g, group_destroy, &RG.group));
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(RG.release_status);
+    EXPECT_OK(RG.unregister_status);
+    is_int(RG.destroy_dispatching, 0, "the destroy ran once the dispatch was over");
+    is_int(RG.destroy_status, FLUX_OK, "and destroyed the released group's store");
+    is_int(count_events(EV_GROUP_DESTROY), 1, "the group's destroy ran once");
+    teardown(d, NULL, 0);
+}
+
 static void group_bad_arguments_destroy_the_context(void)
 {
     ledger_reset();
@@ -1971,6 +2022,7 @@ int main(void)
     RUN(dispatcher_destroyed_while_stores_exist_is_refused);
     RUN(group_release_when_idle_is_immediate);
     RUN(group_released_from_a_listener);
+    RUN(store_of_a_group_released_mid_dispatch_is_free_once_it_ends);
     RUN(group_bad_arguments_destroy_the_context);
     RUN(group_does_not_run_when_a_store_fails);
     RUN(another_store_waits_for_a_store_and_reads_its_new_state);
