@@ -44,7 +44,10 @@
  * flux_dispatch(). flux_dispatch() from inside a callback of the same
  * dispatcher, on the dispatching thread, fails at once with
  * FLUX_ERR_ALREADY_DISPATCHING and never deadlocks; dispatching a *different*
- * dispatcher from inside a callback is fine. flux_wait_for() works only on the
+ * dispatcher from inside a callback is fine -- but two threads that each do
+ * so with the dispatcher the other is dispatching wait for each other for
+ * good, like two locks taken in opposite orders (flux_enqueue() never
+ * waits: use it there). flux_wait_for() works only on the
  * thread that runs the dispatch. flux_register(), flux_unregister() and
  * flux_is_dispatching() never wait for a running dispatch. destroy functions
  * run on the thread that removed the registration, except when it was removed
@@ -496,6 +499,8 @@ typedef uint64_t flux_listener_id;
  * @param context        passed to reduce, equal, release_state and destroy.
  * @param destroy        called once with context when the store is
  *                       destroyed, or at once if this call fails; may be NULL.
+ *                       The store still counts as its dispatcher's while it
+ *                       runs, so it cannot destroy that dispatcher.
  * @param out            receives the store, owned by the caller (destroy it
  *                       with flux_store_destroy()); must not be NULL.
  * @return FLUX_OK.

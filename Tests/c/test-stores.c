@@ -1290,6 +1290,32 @@ static void store_of_a_group_released_mid_dispatch_is_free_once_it_ends(void)
     teardown(d, NULL, 0);
 }
 
+/* flux.h: a store's destroy runs while the store still counts as its
+ * dispatcher's, so it cannot destroy that dispatcher. */
+static flux_status dispatcher_destroy_from_store_destroy;
+static int keep_state(void *context, void *state, const void *payload, void **next)
+{
+    (void)context, (void)state, (void)payload, (void)next;
+    return 0;
+}
+
+static void destroy_the_dispatcher(void *context)
+{
+    dispatcher_destroy_from_store_destroy = flux_dispatcher_destroy(context);
+}
+
+static void store_destroy_cannot_destroy_its_dispatcher(void)
+{
+    flux_dispatcher *d = new_dispatcher();
+    flux_store *s;
+    dispatcher_destroy_from_store_destroy = (flux_status)-1;
+    EXPECT_OK(flux_store_create(d, NULL, keep_state, NULL, NULL, d, destroy_the_dispatcher, &s));
+    EXPECT_OK(flux_store_destroy(s));
+    is_int(dispatcher_destroy_from_store_destroy, FLUX_ERR_INVALID_ARGUMENT,
+           "flux_dispatcher_destroy from the store's destroy: FLUX_ERR_INVALID_ARGUMENT");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 static void group_bad_arguments_destroy_the_context(void)
 {
     ledger_reset();
@@ -2023,6 +2049,7 @@ int main(void)
     RUN(group_release_when_idle_is_immediate);
     RUN(group_released_from_a_listener);
     RUN(store_of_a_group_released_mid_dispatch_is_free_once_it_ends);
+    RUN(store_destroy_cannot_destroy_its_dispatcher);
     RUN(group_bad_arguments_destroy_the_context);
     RUN(group_does_not_run_when_a_store_fails);
     RUN(another_store_waits_for_a_store_and_reads_its_new_state);
