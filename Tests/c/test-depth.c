@@ -17,9 +17,9 @@ extern char **environ;
 #  define __has_feature(x) 0
 #endif
 #if __has_feature(address_sanitizer) || defined(__SANITIZE_ADDRESS__)
-enum { FITS = 1000 };
+enum { FITS = 1000, UNDER_ASAN = 1 };
 #else
-enum { FITS = 10000 };
+enum { FITS = 10000, UNDER_ASAN = 0 };
 #endif
 
 /* Callback i waits for callback i+1 while i+1 < depth: a chain `depth` long,
@@ -193,7 +193,10 @@ static void test_small_stacks_fresh_process(void)
 {
     long least = sysconf(_SC_THREAD_STACK_MIN);
     size_t sizes[] = {least > 16384 ? (size_t)least : 16384, 20480, 24576, 32768, 65536};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    /* AddressSanitizer's frames are several times bigger: a 16 KiB stack
+     * does not hold even a dispatch's first refusal under it. */
+    size_t first = UNDER_ASAN ? 1 : 0;
+    for (size_t i = first; i < sizeof sizes / sizeof sizes[0]; i++) {
         char size[32];
         snprintf(size, sizeof size, "%zu", sizes[i]);
         char *args[] = {(char *)self_path, "--cold-chain", size, NULL};
