@@ -201,6 +201,47 @@ extension StoreTests {
     }
 }
 
+extension StoreTests {
+    /// Calls its store as it goes, as a view model ending its other
+    /// subscriptions in deinit would.
+    final class CallsTheStoreOnDeinit: Sendable {
+        let store: FluxStore<Action>
+        init(_ store: FluxStore<Action>) { self.store = store }
+        deinit { try? store.addListener {}.remove() }
+    }
+
+    final class Owner: Sendable {}
+
+    /// Runs `body` on a thread; false when it did not return within 10 s.
+    static func returns(_ body: @escaping @Sendable () -> Void) -> Bool {
+        let gate = Gate()
+        _ = Thread {
+            body()
+            gate.open()
+        }
+        return gate.wait(seconds: 10)
+    }
+
+    // The emit used to drop its copies of a listener removed while it ran
+    // (an owner-bound one whose owner went removes itself as it runs) with
+    // the store's lock taken again: the captures' deinit, calling the store,
+    // spun on that lock for good.
+    @Test("an owner-bound listener whose owner went lets go of its captures outside the store's lock")
+    func capturesOfAnOwnerBoundListenerGoOutsideTheLock() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        weak var captured: CallsTheStoreOnDeinit?
+        do {
+            let object = CallsTheStoreOnDeinit(store)
+            captured = object
+            let owner = Owner()
+            store.addListener(owner: owner) { _ in _ = object }
+        }
+        #expect(Self.returns { try? d.dispatch(.willChange) }, "the dispatch returned")
+        #expect(captured == nil, "the captures went with the owner's listener")
+    }
+}
+
 @Suite struct StoreThreadTests {
     @Test func listenersAddedAndRemovedFromAnotherThreadDuringAnEmit() throws {
         let d = Dispatcher<Int>()

@@ -291,6 +291,14 @@ import Synchronization
         return id
     }
 
+    /// Whether the store's listeners are being run (by the dispatching
+    /// thread); any thread may ask.
+    var isEmitting: Bool {
+        lock()
+        defer { unlock() }
+        return table.pointee.emitting
+    }
+
     /// How many listeners the store has (removed ones not counted).
     var listenerCount: Int {
         lock()
@@ -357,19 +365,27 @@ import Synchronization
         while i < count {
             // Re-read: an add during the emit may have moved the entries.
             guard let entries = table.pointee.entries else { break }
-            let entry = entries[i]
-            if entry.id < Self.removedBit, let listener = entry.listener {
-                table.pointee.running = entry.id
+            let id = entries[i].id
+            // The emit's own reference, in one variable and no other copy:
+            // once the listener is removed it may be the last, and dropping
+            // it runs what the listener captured (deinits that may call this
+            // store), so it is dropped only with the lock released.
+            var listener = id < Self.removedBit ? entries[i].listener : nil
+            if listener != nil {
+                table.pointee.running = id
                 unlock()
-                failure = listener.invoke()
+                failure = listener.unsafelyUnwrapped.invoke()
                 lock()
                 table.pointee.running = 0
                 if let entries = table.pointee.entries, entries[i].id >= Self.removedBit {
                     // Removed while it ran: its release was left to us.
                     unlock()
-                    listener.release()
+                    listener.unsafelyUnwrapped.release()
+                    listener = nil
                     lock()
                 }
+                // Not removed: the table still holds it, so this is not the last.
+                listener = nil
                 if failure != nil || engine.isAbortingInCallback { break }
             }
             i += 1
