@@ -78,7 +78,7 @@ public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
     func register(_ handle: @escaping @Sendable (StoreBase<Payload>, Payload) throws -> Void) {
         dispatchToken = dispatcher.register(owner: .store) { [weak self] payload in
             guard let self else { return }
-            defer { self.emitError.withLock { $0 = nil } }
+            defer { self.setEmitError(nil) }
             try handle(self, payload)
         }
     }
@@ -105,12 +105,23 @@ public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
     /// - Throws: `.notDispatching` as `emitChange()`; nothing is kept then.
     public func emitChange(error: any Error) throws(FluxError) {
         try core.emitChange(on: dispatcher.core)
-        emitError.withLock { $0 = error }
+        setEmitError(error)
     }
 
     /// The error the running emit carries (`emitChange(error:)`): set while
-    /// that emit's listeners run, nil otherwise.
-    public var error: (any Error)? { emitError.withLock { $0 } }
+    /// that emit's listeners run, nil otherwise -- on any thread, and while
+    /// the store's handling has not reached its emit yet.
+    public var error: (any Error)? { core.isEmitting ? emitError.withLock { $0 } : nil }
+
+    /// Replaces the emit's error; the one replaced goes after the lock is
+    /// released (its deinit may read `error`).
+    private func setEmitError(_ error: (any Error)?) {
+        let replaced = emitError.withLock { current in
+            defer { current = error }
+            return current
+        }
+        _ = replaced
+    }
 
     /// Adds `listener`, run once per dispatch that changed the store (from
     /// the next change on, when added during one).
