@@ -29,6 +29,8 @@ final class StoreRegistry: @unchecked Sendable {
     private var stores: [(type: ObjectIdentifier, store: AnyObject)] = []
     /// Classes being created, and the thread creating each.
     private var creating: [ObjectIdentifier: UInt] = [:]
+    /// Threads waiting for a class another thread is creating, and that class.
+    private var waiting: [UInt: ObjectIdentifier] = [:]
 
     init() {
         // Swift's own allocations trap when memory runs out; so does this.
@@ -57,10 +59,17 @@ final class StoreRegistry: @unchecked Sendable {
                 return found
             }
             guard let thread = creating[type] else { break }
+            let me = currentThreadID()
+            // Waiting would close a cycle when the creator is this thread, or
+            // waits (through other threads' creations) for one this thread is
+            // creating: A's init registering B while B's registers A, on two
+            // threads, would wait for each other for good.
             precondition(
-                thread != currentThreadID(),
+                !leadsBack(to: me, from: thread),
                 "registerStore(\(name())): its init registers it again (a cycle of store classes)")
+            waiting[me] = type
             lock.wait()
+            waiting[me] = nil
         }
         creating[type] = currentThreadID()
         lock.unlock()
@@ -71,6 +80,19 @@ final class StoreRegistry: @unchecked Sendable {
         lock.broadcast()
         lock.unlock()
         return made
+    }
+
+    /// Whether `thread`, following what each thread waits for and who
+    /// creates it, leads back to `me`. Under the lock.
+    private func leadsBack(to me: UInt, from thread: UInt) -> Bool {
+        var thread = thread
+        // Each step is another waiting thread: no more steps than those.
+        for _ in 0...waiting.count {
+            if thread == me { return true }
+            guard let wanted = waiting[thread], let next = creating[wanted] else { return false }
+            thread = next
+        }
+        return false
     }
 
     var all: [AnyObject] {
@@ -96,7 +118,9 @@ extension Dispatcher {
     /// store keeps its dispatcher too, call that when done with both.
     /// From any thread: two threads asking for a class at once get one
     /// instance. Registered during a dispatch, a store takes part from the
-    /// next dispatch.
+    /// next dispatch. A cycle of store classes -- an init that registers its
+    /// own class again, through other classes' inits too, on one thread or
+    /// across threads -- traps, naming the class.
     @discardableResult
     public func registerStore<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered
     where Registered.Payload == Payload {
