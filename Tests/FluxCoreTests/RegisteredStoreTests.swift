@@ -178,6 +178,53 @@ import Testing
         _ = users
     }
 
+    // `error` used to be set from emitChange(error:) on, so a store that
+    // ran meanwhile (here through waitFor, before the emit) saw it.
+    @Test("a change's error is seen only while its own emit runs")
+    func anErrorIsSeenOnlyDuringItsEmit() throws {
+        let d = Dispatcher<Action>()
+        let other = Box<FluxStore<Action>?>(nil)
+        let store = FluxStore<Action>(dispatcher: d) { store, action in
+            if case .refreshed(.failure(let failure)) = action {
+                try store.emitChange(error: failure)
+                // The other store handles the payload, and emits, now.
+                try d.waitFor([other.value!.dispatchToken])
+            }
+        }
+        other.value = FluxStore<Action>(dispatcher: d) { store, _ in try store.emitChange() }
+        let seen = Log()
+        other.value!.addListener { [unowned store] in seen.append("other: \(store.error == nil ? "none" : "set")") }
+        store.addListener { [unowned store] in seen.append("own: \(store.error == nil ? "none" : "set")") }
+        try d.dispatch(.refreshed(.failure(Failure(reason: "offline"))))
+        #expect(seen.all == ["other: none", "own: set"])
+        #expect(store.error == nil)
+    }
+
+    /// An error whose deinit reads the store's error.
+    final class ReadsTheErrorAsItGoes: Error, Sendable {
+        let store = Box<FluxStore<Action>?>(nil)
+        deinit { _ = store.value?.error }
+    }
+
+    // The error used to be dropped inside the store's error lock: reading
+    // `error` from its deinit locked it again, and trapped.
+    @Test("an error's deinit may read the store's error")
+    func anErrorsDeinitMayReadTheError() throws {
+        let d = Dispatcher<Action>()
+        let store = FluxStore<Action>(dispatcher: d) { store, action in
+            if case .other = action {
+                let error = ReadsTheErrorAsItGoes()
+                error.store.value = store
+                try store.emitChange(error: error)
+            }
+        }
+        let seen = Log()
+        store.addListener { [unowned store] in seen.append(store.error == nil ? "none" : "set") }
+        try d.dispatch(.other)
+        #expect(seen.all == ["set"])
+        #expect(store.error == nil)
+    }
+
     @Test func aReduceStoreCanEmitAnErrorOnAnUnchangedState() throws {
         let d = Dispatcher<Action>()
         let box = Box<ReduceStore<Int, Action>?>(nil)
@@ -192,5 +239,53 @@ import Testing
         try d.dispatch(.other)
         #expect(seen.all == ["error"])
         box.value = nil
+    }
+}
+
+/// Two store classes whose inits register each other, each first waiting
+/// (at most 2 s) until both inits are running, so that two threads
+/// registering one each meet in the middle.
+private let cycleBothInside = Gate()
+private let cycleArrived = Guarded(0)
+
+private func arriveAndWaitForTheOther() {
+    if cycleArrived.withLock({ $0 += 1; return $0 }) == 2 { cycleBothInside.open() }
+    _ = cycleBothInside.wait(seconds: 2)
+}
+
+final class CycleA: RegisteredStore {
+    let dispatchToken: DispatchToken
+    init(dispatcher: Dispatcher<Int>) {
+        arriveAndWaitForTheOther()
+        dispatchToken = dispatcher.registerStore(CycleB.self).dispatchToken
+    }
+}
+
+final class CycleB: RegisteredStore {
+    let dispatchToken: DispatchToken
+    init(dispatcher: Dispatcher<Int>) {
+        arriveAndWaitForTheOther()
+        dispatchToken = dispatcher.registerStore(CycleA.self).dispatchToken
+    }
+}
+
+@Suite struct StoreClassCycleTests {
+    // Across two threads each waited for the other's class for good.
+    @Test("a cycle of store classes across two threads traps, not waits for good", .timeLimit(.minutes(1)))
+    func aCycleAcrossTwoThreadsTraps() async {
+        await #expect(processExitsWith: .failure) {
+            let d = Dispatcher<Int>()
+            let other = Thread { _ = d.registerStore(CycleB.self) }
+            _ = d.registerStore(CycleA.self)
+            other.join()
+        }
+    }
+
+    @Test("a cycle of store classes on one thread traps")
+    func aCycleOnOneThreadTraps() async {
+        await #expect(processExitsWith: .failure) {
+            cycleBothInside.open()
+            _ = Dispatcher<Int>().registerStore(CycleA.self)
+        }
     }
 }
