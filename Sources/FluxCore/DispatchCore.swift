@@ -1290,7 +1290,8 @@ import Synchronization
             // the dispatch, but no callback of it.
             return FluxError(
                 .notDispatching,
-                "must be invoked from inside a callback of the dispatch (this thread runs it, but no callback is running)")
+                "must be invoked from inside a callback of the dispatch (this thread runs it, but no callback is running)"
+            )
         }
         return isDispatching
             ? FluxError(

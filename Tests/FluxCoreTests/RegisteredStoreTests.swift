@@ -249,7 +249,11 @@ private let cycleBothInside = Gate()
 private let cycleArrived = Guarded(0)
 
 private func arriveAndWaitForTheOther() {
-    if cycleArrived.withLock({ $0 += 1; return $0 }) == 2 { cycleBothInside.open() }
+    let arrived = cycleArrived.withLock { count in
+        count += 1
+        return count
+    }
+    if arrived == 2 { cycleBothInside.open() }
     _ = cycleBothInside.wait(seconds: 2)
 }
 
