@@ -647,6 +647,15 @@ flux_store_remove_listener_raw = lib["flux_store_remove_listener"]
 flux_store_remove_listener_raw.argtypes = (c_void_p, c_uint64)
 flux_store_remove_listener_raw.restype = c_int
 flux_store_destroy = declare("flux_store_destroy", c_int, (c_void_p,), True)
+#: The same two with no errcheck, for Store.close(), which must know whether
+#: libflux destroyed the store whatever exception comes out (the errcheck
+#: raises what escaped on this thread before it looks at the status).
+flux_store_destroy_raw = lib["flux_store_destroy"]
+flux_store_destroy_raw.argtypes = (c_void_p,)
+flux_store_destroy_raw.restype = c_int
+flux_unregister_raw = lib["flux_unregister"]
+flux_unregister_raw.argtypes = (c_void_p, c_uint64)
+flux_unregister_raw.restype = c_int
 flux_store_group_create = declare(
     "flux_store_group_create",
     c_int,

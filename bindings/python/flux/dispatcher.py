@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from ctypes import ArgumentError, addressof, byref, c_uint64
@@ -173,14 +174,32 @@ def _store_class(cls: object, operation: str) -> None:
         raise TypeError(f"{operation}: expected a subclass of flux.Store, not {what}")
 
 
-def _end_errors(erring: set[Any]) -> None:
+def _end_errors(erring: dict[int, Any]) -> None:
     """Ends the errors this thread's failed dispatch left on its stores: an
     ``emit_change(error=...)`` whose listeners never ran (the reduce raised
     after it, or the dispatch was failing already), so ``Store.error`` is
     None once that dispatch is over."""
     ident = get_ident()
-    for store in list(erring):
+    for store in list(erring.values()):
         store._end_error(ident)
+
+
+def _inert(state: Any, payload: Any) -> Any:
+    return state  # a half-made store's reduce: never changed, no listener runs
+
+
+def _discard(store: Store) -> None:
+    """Closes a store whose constructor raised after it was made; refused
+    (in a dispatch, or in a live group), leaves it registered with libflux
+    but inert -- its reduce and listeners never run again -- and the
+    dispatcher closes it when it closes."""
+    try:
+        store.close()
+    except FluxError:
+        pass  # refused: made inert below
+    finally:
+        if store._handle is not None:
+            store.__dict__["_flux_reduce"] = _inert  # found before the class's by _on_reduce
 
 
 # -- enqueue's done --------------------------------------------------------
@@ -205,7 +224,7 @@ class _Enqueued:
         pending: dict[int, list[tuple[object, BaseException]]],
         queued_errors: dict[int, list[BaseException]],
         locate: Callable[[FluxError], FluxError],
-        erring: set[Any],
+        erring: dict[int, Any],
     ) -> None:
         self.payload = payload
         self.erring = erring  # the dispatcher's stores with an error emitted
@@ -350,7 +369,10 @@ class Dispatcher(Generic[P]):
     __slots__ = (
         "__weakref__",
         "_children",
+        "_closing_lock",
+        "_constructing",
         "_creating",
+        "_cycle_failed",
         "_erring",
         "_finalizer",
         "_handle",
@@ -363,6 +385,7 @@ class Dispatcher(Generic[P]):
         "_serial",
         "_tokens",
         "_wait_registry",
+        "_waiting",
     )
 
     def __init__(self) -> None:
@@ -384,7 +407,15 @@ class Dispatcher(Generic[P]):
         self._tokens: set[int] = set()
         # The live stores and groups on this dispatcher (flux/stores.py), in
         # creation order: close() closes them, groups before their stores.
-        self._children: dict[Any, None] = {}
+        # By id() (each keeps its object): never by the stores' own
+        # __eq__/__hash__, which a subclass may define by value.
+        self._children: dict[int, Any] = {}
+        # Held by close() as it clears the handle and takes the children, and
+        # by every store and group creation from its check of the handle to
+        # its record in _children: a store or group made while close() runs
+        # is either closed by it or refused. Reentrant: what a creation
+        # frees (a finalizer) may create another.
+        self._closing_lock = threading.RLock()
         # Their native handles (True: a group), for the finalizer: a
         # dispatcher never closed is collected with its stores, and its
         # finalizer cannot reach them.
@@ -401,11 +432,19 @@ class Dispatcher(Generic[P]):
         # leave it held.
         self._registry: dict[type, Any] = {}
         self._creating: dict[type, int] = {}
+        # Thread ident -> the class it waits for another thread to make, and
+        # -> why it must not make that class itself once the maker fails (a
+        # cycle across threads, see _check_cycle).
+        self._waiting: dict[int, type] = {}
+        self._cycle_failed: dict[int, str] = {}
+        # Thread ident -> its register_store calls running a constructor,
+        # innermost last: [cls, the store cls(...) made of itself, or None].
+        self._constructing: dict[int, list[list[Any]]] = {}
         self._registry_lock = threading.Lock()
         self._wait_registry = threading.Condition(self._registry_lock)
         # The stores with an error emitted whose emit is not over (see
         # Store.emit_change): a failed dispatch ends them.
-        self._erring: set[Any] = set()
+        self._erring: dict[int, Any] = {}  # id() -> store, as _children
         self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._natives)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
@@ -510,39 +549,72 @@ class Dispatcher(Generic[P]):
         :raises TypeError: ``cls`` is not a subclass of :class:`flux.Store`,
             or made no store of this dispatcher.
         :raises RuntimeError: ``cls.__init__`` registers ``cls`` again (a
-            cycle of store classes).
+            cycle of store classes), also through other threads: a call that
+            would wait for a class whose making waits, in turn, for a class
+            this thread is making raises it, and so do the calls of that
+            cycle waiting on other threads when the class they wait for
+            then fails.
         :raises InvalidArgumentError: the dispatcher is closed.
         :raises BaseException: what ``cls(self, *args, **kwargs)`` raised;
             nothing is registered (another thread waiting for the class
-            then makes it).
+            then makes it). A store the constructor made of itself before
+            it raised is closed (during a dispatch, where it cannot be, it
+            is left inert -- it never handles a payload -- until the
+            dispatcher closes).
         """
         _store_class(cls, "register_store")
         if self._handle is None:
             raise _closed("register_store")
         me = get_ident()
-        registry, creating = self._registry, self._creating
+        registry, creating, waiting = self._registry, self._creating, self._waiting
         marked = False
         store = None
+        record: list[Any] = [cls, None]  # the store cls(...) made, see Store._create
+        waited = False
         try:
             with self._registry_lock:
-                while True:
-                    found = registry.get(cls)
-                    if found is not None:
-                        return found  # type: ignore[no-any-return]
-                    maker = creating.get(cls)
-                    if maker is None:
-                        break
-                    if maker == me:
-                        raise RuntimeError(
-                            f"register_store({cls.__name__}): its constructor registers it again"
-                            " (a cycle of store classes)"
-                        )
-                    self._wait_registry.wait()
+                try:
+                    while True:
+                        found = registry.get(cls)
+                        if found is not None:
+                            return found  # type: ignore[no-any-return]
+                        maker = creating.get(cls)
+                        if maker is None:
+                            if waited and me in self._cycle_failed:
+                                # Its maker failed, in a cycle through this
+                                # thread: making it here would meet it again.
+                                raise RuntimeError(self._cycle_failed[me])
+                            break
+                        if maker == me:
+                            raise RuntimeError(
+                                f"register_store({cls.__name__}): its constructor registers it again"
+                                " (a cycle of store classes)"
+                            )
+                        # Waiting would close a cycle through other threads?
+                        self._check_cycle(cls, maker, me)
+                        if not waited:
+                            self._cycle_failed.pop(me, None)  # a mark left by an interrupt
+                            waited = True
+                        waiting[me] = cls
+                        self._wait_registry.wait()
+                finally:
+                    if waited:
+                        waiting.pop(me, None)
+                        self._cycle_failed.pop(me, None)
                 creating[cls] = me
                 marked = True  # no call in between: the finally always sees the mark
+                self._constructing.setdefault(me, []).append(record)  # (the finally checks for it)
             # Made outside the lock: __init__ registers the store with libflux,
             # and may register its dependencies.
-            made = cls(self, *args, **kwargs)
+            try:
+                made = cls(self, *args, **kwargs)
+            except BaseException:
+                # "Nothing is registered": a store the constructor made of
+                # itself before it raised (after super().__init__) goes too.
+                half_made = record[1]
+                if half_made is not None:
+                    _discard(half_made)
+                raise
             if getattr(made, "_dispatcher", None) is not self:
                 raise TypeError(
                     f"register_store: {cls.__name__}(dispatcher) made no store of this dispatcher"
@@ -560,7 +632,40 @@ class Dispatcher(Generic[P]):
                     if store is not None and not store.closed:
                         registry[cls] = store
                     self._wait_registry.notify_all()
+                # Only this thread reads or writes its own entry: no lock.
+                frames = self._constructing.get(me)
+                if frames and frames[-1] is record:
+                    frames.pop()
+                if not frames:
+                    self._constructing.pop(me, None)
         return store
+
+    def _check_cycle(self, cls: type, maker: int, me: int) -> None:
+        """Raises RuntimeError when thread ``me`` waiting for ``cls``, which
+        thread ``maker`` is making, would close a cycle: ``maker`` waits for
+        a class whose maker waits ... for a class ``me`` is making. Each
+        thread waits for one class at a time, so the chain is a path. The
+        other threads of the cycle are marked: when the class each waits for
+        fails, it raises too (see register_store). Under the registry lock."""
+        chain = [cls]
+        waiter: int | None = maker
+        members: list[int] = []
+        while waiter is not None and waiter not in members:
+            members.append(waiter)
+            wanted = self._waiting.get(waiter)
+            if wanted is None:
+                return  # the chain ends in a thread that is not waiting
+            chain.append(wanted)
+            waiter = self._creating.get(wanted)  # None: made by no one now, the waiter will make it
+            if waiter == me:
+                names = " -> ".join(c.__name__ for c in (*chain, cls))
+                message = (
+                    f"register_store({cls.__name__}): a cycle of store classes across threads"
+                    f" (each constructor registers the next: {names})"
+                )
+                for member in members:
+                    self._cycle_failed[member] = message
+                raise RuntimeError(message)
 
     def store(self, cls: type[StoreT], /) -> StoreT:
         """The store of class ``cls`` that :meth:`register_store` made. Any
@@ -591,7 +696,7 @@ class Dispatcher(Generic[P]):
     def _store_closed(self, store: Store) -> None:
         """``store`` was closed: it leaves the registry and the stores with
         an error emitted."""
-        self._erring.discard(store)
+        self._erring.pop(store._ident, None)
         with self._registry_lock:
             for cls, registered in self._registry.items():
                 if registered is store:
@@ -630,7 +735,10 @@ class Dispatcher(Generic[P]):
         except ArgumentError as exc:
             raise _argument_error(exc) from None
         if status:
-            if self._erring:
+            if self._erring and (status == _CALLBACK_FAILED or status == _TOO_DEEP):
+                # Only this call's own failed dispatch ends the errors it left:
+                # a refusal (from inside a running dispatch, say) ran nothing,
+                # and the running emit's error is not over.
                 _end_errors(self._erring)
             # Raised here, so the traceback goes dispatch -> the callback.
             error = self._dispatch_error(status)
@@ -881,7 +989,9 @@ class Dispatcher(Generic[P]):
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` has succeeded."""
+        """True once :meth:`close` has begun, and was not refused: from then
+        on no store, group or dispatch can start (a close still running on
+        another thread may not have closed every store yet)."""
         return self._handle is None
 
     def close(self) -> None:
@@ -895,25 +1005,52 @@ class Dispatcher(Generic[P]):
         while other threads use the dispatcher can never free memory under
         them, and the hot path needs no bookkeeping of calls in flight.
 
+        A store or group made on another thread meanwhile is closed with it,
+        or refused with :class:`~flux.InvalidArgumentError`; a dispatch whose
+        call was already entering libflux on another thread as this began is
+        waited for.
+
         :raises AlreadyDispatchingError: a dispatch is running (from inside a
             callback, or on another thread); nothing is changed.
         """
         handle = self._handle
         if handle is None:
             return
-        if _flux_is_dispatching(handle):
-            raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
+        with self._closing_lock:
+            handle = self._handle
+            if handle is None:
+                return  # closed by another thread meanwhile
+            if _flux_is_dispatching(handle):
+                raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
+            # Cleared before anything is closed: no store or group can be
+            # made from here on (see _closing_lock), and no dispatch can
+            # start but one whose call read the handle before this.
+            self._handle = None
+            children = list(self._children.values())
         # What escaped a destroy (see _native.trampoline) is raised
         # once everything is released.
         escaped: BaseException | None = None
-        for child in reversed(list(self._children)):
-            try:
-                child.close()
-            except FluxError:
-                raise
-            except BaseException as exc:  # noqa: BLE001 -- raised below
-                escaped = escaped or exc
-        self._handle = None
+        for child in reversed(children):
+            while True:
+                refusal: FluxError | None = None
+                try:
+                    child.close()
+                except FluxError as exc:
+                    refusal = exc
+                except BaseException as exc:  # noqa: BLE001 -- raised below
+                    escaped = escaped or exc  # closed or not: see below
+                if child._handle is None:
+                    break
+                if refusal is not None and not isinstance(refusal, AlreadyDispatchingError):
+                    # A store in a live group made outside this package: open
+                    # again, as before (what closed so far stays closed).
+                    self._handle = handle
+                    raise refusal
+                # A dispatch whose call read the handle before it was cleared
+                # started on another thread: no other can start now, so it is
+                # waited for, and close() stays all or nothing.
+                while _flux_is_dispatching(handle):
+                    time.sleep(0.0002)
         # Should another thread start a dispatch right now, unregistering
         # during it is legal too; libflux then releases these at its end.
         for value in list(self._tokens):
@@ -965,7 +1102,7 @@ class Dispatcher(Generic[P]):
         it does only for a store's or a group's registration: say how to end
         it in Python terms."""
         token = Token(self._serial, value)
-        for child in list(self._children):
+        for child in list(self._children.values()):
             if getattr(child, "_token", None) == token:
                 return InvalidArgumentError(
                     f"unregister: token {value} is the dispatch token of {child!r}: end it with the store's close()",

@@ -66,7 +66,7 @@ from ._native import (
     flux_store_create as _flux_store_create,
 )
 from ._native import (
-    flux_store_destroy as _flux_store_destroy,
+    flux_store_destroy_raw as _flux_store_destroy_raw,
 )
 from ._native import (
     flux_store_emit_change as _flux_store_emit_change,
@@ -96,19 +96,23 @@ from ._native import (
     flux_store_token as _flux_store_token,
 )
 from ._native import (
+    flux_unregister_raw as _flux_unregister_raw,
+)
+from ._native import (
     objects as _objects,
 )
 from ._native import (
     trampoline as _trampoline,
 )
 from .dispatcher import Dispatcher, Token
-from .errors import FluxError, InvalidArgumentError
+from .errors import FluxError, InvalidArgumentError, Status
 
 __all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "handles"]
 
 S = TypeVar("S")
 _id = id
 _MISSING = object()
+_OWNED = int(Status.ERR_INVALID_ARGUMENT)  # flux_unregister of a live store's token
 
 _write_pointer = c_void_p.from_address
 
@@ -128,8 +132,9 @@ _write_pointer = c_void_p.from_address
 # release_state: the references are kept here, in the store's two-slot list
 # of held states, so that a change crosses into Python only for its reduce
 # and its listeners. [0] is the state the C store holds; [1] the new state
-# the running (or last) change handed it, None once settled. Only the
-# dispatching thread writes them, one slot at a time, each write leaving the
+# the running (or last) change handed it, _SETTLED once settled (not None:
+# None is a state like any other, and a change to it is settled too). Only
+# the dispatching thread writes them, one slot at a time, each write leaving the
 # C store's state in one of the slots (so a reader on another thread always
 # finds it there, see ReduceStore.state):
 #
@@ -142,7 +147,8 @@ _write_pointer = c_void_p.from_address
 # - a new state the C store discarded (its dispatch failed, so no listener
 #   ran) goes at the store's next reduce, which knows the C store's state,
 #   or at close().
-_NO_HELD: list[Any] = [None, None]  # a group's: it holds no state
+_SETTLED: Any = object()  # held[1] when no change waits to be settled
+_NO_HELD: list[Any] = [None, _SETTLED]  # a group's: it holds no state
 
 
 class _Owner(NamedTuple):
@@ -198,11 +204,11 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
             store._next_cell = _write_pointer(next_)
             store._next_address = next_
         store._next_cell.value = _id(new)
-    elif held[1] is not None:
+    elif held[1] is not _SETTLED:
         # A new state the C store never took (its dispatch failed, no
         # listener settled it) goes now: the C store holds `state`.
         held[0] = state
-        held[1] = None
+        held[1] = _SETTLED
     return 0
 
 
@@ -223,10 +229,10 @@ def _on_listener(context: int) -> None:
         return
     held = _extras[context][2]  # owner.held, by index: the hot path
     taken = held[1]
-    if taken is not None:
+    if taken is not _SETTLED:
         # The first listener after a change: the C store took [1].
         held[0] = taken
-        held[1] = None
+        held[1] = _SETTLED
     try:
         _objects[context]()
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
@@ -459,6 +465,14 @@ class Store(_ClosesOnExit):
         if handle is None:
             raise InvalidArgumentError("store: the dispatcher is closed")
         self._dispatcher = dispatcher
+        # The dispatcher's key for this store (see Dispatcher._children),
+        # taken once: using it makes no call, where an interrupt could land
+        # between two steps that go together.
+        self._ident = _id(self)
+        # The native dispatcher, alive as long as `dispatcher` is (its
+        # finalizer frees it), also once it is closed: for listeners and
+        # for close(), which may run after the dispatcher closed.
+        self._native_dispatcher: int = handle
         self._pending = dispatcher._pending
         self._handle: int | None = None
         # emit_change(error=...)'s error and the dispatching thread that
@@ -476,42 +490,60 @@ class Store(_ClosesOnExit):
         self._lock = threading.RLock()
         # The states the C store holds (see "held states" at the top of
         # this module), and what keeps them alive.
-        self._held: list[Any] = [initial, None]
+        self._held: list[Any] = [initial, _SETTLED]
         self._next_address = 0
         self._next_cell: Any = None
         # The listeners added and not removed (error ends included), the
         # store's own listener's id while it has one (see _settle), whether
         # it has one when it has no other, and the next Subscription.id.
         self._listeners = 0
+        # native listener id -> its function, while libflux holds it. What a
+        # native removal lets go under self._lock must not be its last
+        # reference: freeing a listener can free its owner, whose weakref
+        # callback takes another store's lock, and two threads doing that
+        # to each other's stores would deadlock. The removals keep it here
+        # until they have released the lock (see _unlisten and close).
+        self._fns: dict[int, Callable[[], object]] = {}
         self._settler: c_uint64 | None = None
         self._settles = settles
         self._ids = itertools.count(1).__next__
         out = c_void_p(_native.UNTOUCHED)
         out_ref = byref(out)
         me = weakref.ref(self)
-        key = _add(me, self._held)
-        try:
-            # Handed over: libflux destroys the context even when the create
-            # fails (the states are held here: no release_state).
-            _flux_store_create(
-                handle, _id(initial), _reduce_trampoline, None, _NO_RELEASE, key, _destroy_trampoline, out_ref
-            )
-        finally:
-            # Also when an interrupt is raised after libflux made the store:
-            # it is then recorded, and closed with the dispatcher.
-            native = out.value
-            if native and native != _native.UNTOUCHED:
-                # Recorded first, with no call in between (where an interrupt
-                # could be raised): close() and the dispatcher's finalizer
-                # (if this store is never closed) then destroy it.
-                self._handle = native
-                dispatcher._natives[native] = False
-                dispatcher._children[self] = None
-                self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
-                # Its name in traces and circular-dependency messages.
-                dispatcher._names[self._token.value] = type(self).__name__
-            else:  # libflux never ran, or destroyed the key
-                _native.drop(key, me, native)
+        # Under the lock Dispatcher.close() clears its handle with: either
+        # it finds this store among its children and closes it, or this
+        # finds it closed and makes nothing.
+        with dispatcher._closing_lock:
+            if dispatcher._handle is None:
+                raise InvalidArgumentError("store: the dispatcher is closed")
+            key = _add(me, self._held)
+            try:
+                # Handed over: libflux destroys the context even when the create
+                # fails (the states are held here: no release_state).
+                _flux_store_create(
+                    handle, _id(initial), _reduce_trampoline, None, _NO_RELEASE, key, _destroy_trampoline, out_ref
+                )
+            finally:
+                # Also when an interrupt is raised after libflux made the store:
+                # it is then recorded, and closed with the dispatcher.
+                native = out.value
+                if native and native != _native.UNTOUCHED:
+                    # Recorded first, with no call in between (where an interrupt
+                    # could be raised): close() and the dispatcher's finalizer
+                    # (if this store is never closed) then destroy it.
+                    self._handle = native
+                    dispatcher._natives[native] = False
+                    dispatcher._children[self._ident] = self
+                    self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
+                    # Its name in traces and circular-dependency messages.
+                    dispatcher._names[self._token.value] = type(self).__name__
+                    # Made by register_store(type(self)) on this thread? Then
+                    # it is the store to discard should the constructor raise.
+                    frames = dispatcher._constructing.get(_get_ident())
+                    if frames and frames[-1][0] is type(self) and frames[-1][1] is None:
+                        frames[-1][1] = self
+                else:  # libflux never ran, or destroyed the key
+                    _native.drop(key, me, native)
         self._settle()
 
     def on_dispatch(self, payload: Any) -> None:
@@ -567,7 +599,7 @@ class Store(_ClosesOnExit):
             self._listen(functools.partial(_error_emitted, weakref.ref(self)), end)
             self._error_end = end
             self._error_state = (error, _get_ident())
-            self._dispatcher._erring.add(self)
+            self._dispatcher._erring[self._ident] = self
 
     @property
     def error(self) -> Any:
@@ -585,7 +617,7 @@ class Store(_ClosesOnExit):
             if ident is not None and (state is None or state[1] != ident):
                 return  # another thread's dispatch emitted it, and is running
             self._error_state = None
-            self._dispatcher._erring.discard(self)
+            self._dispatcher._erring.pop(self._ident, None)
             end, self._error_end = self._error_end, None
             if end is not None:
                 self._unlisten(end.value, quiet=True)
@@ -623,19 +655,23 @@ class Store(_ClosesOnExit):
             self._add_listener(fn, out, handle)
             self._listeners += 1
             settler, self._settler = self._settler, None
-            if settler is not None:
-                _flux_store_remove_listener_raw(handle, settler.value)
+            if settler is not None and not _flux_store_remove_listener_raw(handle, settler.value):
+                self._fns.pop(settler.value, None)  # only a _Settler: nothing of the caller's goes
 
     def _add_listener(self, fn: Callable[[], object], out: c_uint64, handle: int) -> None:
         out.value = _native.UNTOUCHED
         out_ref = byref(out)
-        owner = _Owner(self._pending, self._dispatcher._handle, self._held)
+        owner = _Owner(self._pending, self._native_dispatcher, self._held)
         key = _add(fn, owner)
         try:
             _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
         except BaseException:
             _native.drop(key, fn, out.value)  # libflux never ran
             raise
+        finally:
+            # Also when what escaped is raised after libflux took it.
+            if out.value and out.value != _native.UNTOUCHED:
+                self._fns[out.value] = fn
 
     def _settle(self) -> None:
         """Gives a ReduceStore with no listener one of its own, which only
@@ -662,14 +698,17 @@ class Store(_ClosesOnExit):
         owner went, an emit's error ended), silently, as the store may be
         closed or the listener removed; otherwise as Subscription.remove."""
         with self._lock:
+            kept = self._fns.get(native_id)  # let go once the lock is (see _fns)
             if quiet:
                 handle = self._handle
                 if handle is None or _flux_store_remove_listener_raw(handle, native_id):
                     return
             else:
                 _flux_store_remove_listener(self._live_handle("remove"), native_id)
+            self._fns.pop(native_id, None)
             self._listeners -= 1
             self._settle()
+        del kept  # its last reference may go here, with no lock held
 
     def _remove_quietly(self, cell: c_uint64) -> None:
         """Removes a listener whose owner went."""
@@ -692,30 +731,68 @@ class Store(_ClosesOnExit):
         :raises InvalidArgumentError: the store is in a live group; release it first.
         """
         dispatcher = self._dispatcher
+        status: int | None = None
+        error: FluxError | None = None
         with self._lock:
             handle = self._handle
             if handle is None:
                 return
-            # Cleared first: an exception raised after libflux freed the
-            # store (one that escaped a listener's destroy, say) must not leave the
-            # freed handle behind.
+            # What libflux lets go here -- the listeners, and through them
+            # their owners -- and the states are kept until the lock is
+            # released (see _fns): their finalizers may take other locks.
+            kept = (self._fns, self._held[0], self._held[1])
+            # Cleared first: calls made by the destroys (an owner's weakref
+            # callback removing its listener, say) find the store closed.
             self._handle = None
             try:
-                _flux_store_destroy(handle)
-            except FluxError:
-                self._handle = handle  # refused: nothing changed
-                raise
+                # No errcheck: it would raise what escaped on this thread
+                # before looking at the status, and only the status says
+                # whether libflux destroyed the store. What escaped is
+                # raised below, once the store is fully open or closed.
+                status = _flux_store_destroy_raw(handle)
+                if status:
+                    error = _native.status_error(status)  # read at once, on this thread
             finally:
-                if self._handle is None:
-                    self._held[0] = self._held[1] = None  # the C store's states go
-                    self._settler = None
-                    self._error_state = self._error_end = None  # its listener went with the store
-                    dispatcher._natives.pop(handle, None)
-                    dispatcher._children.pop(self, None)
-                    dispatcher._store_closed(self)
-                    token = getattr(self, "_token", None)  # None: creation was interrupted
-                    if token is not None:
-                        dispatcher._names.pop(token.value, None)
+                try:
+                    if status is None:
+                        # An interrupt came after libflux returned, before
+                        # the status was read: libflux knows.
+                        status = 0
+                        status = self._registered_status()
+                finally:
+                    if status:
+                        self._handle = handle  # refused: nothing changed, the store is open
+                    else:
+                        # No call before the native handle is forgotten (the
+                        # dispatcher's finalizer would destroy it again).
+                        self._held[0] = None
+                        self._held[1] = _SETTLED  # the C store's states go (kept above)
+                        self._fns = {}
+                        self._settler = None
+                        self._error_state = self._error_end = None  # its listener went with the store
+                        dispatcher._natives.pop(handle, None)
+                        dispatcher._children.pop(self._ident, None)
+                        dispatcher._store_closed(self)
+                        token = getattr(self, "_token", None)  # None: creation was interrupted
+                        if token is not None:
+                            dispatcher._names.pop(token.value, None)
+        del kept  # the listeners and states go here, with no lock held
+        if _escaped:
+            _native.raise_escaped()  # this call is the outermost one
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # no exception -> traceback -> frame cycle
+
+    def _registered_status(self) -> int:
+        """0 when libflux has unregistered this store (destroyed it), else
+        non-zero: flux_unregister refuses a live store's token (and changes
+        nothing), and knows no destroyed one's."""
+        token = getattr(self, "_token", None)
+        if token is None:
+            return 0  # not knowable: taken for closed
+        return 1 if _flux_unregister_raw(self._native_dispatcher, token.value) == _OWNED else 0
 
     def _live_handle(self, operation: str) -> int:
         handle = self._handle
@@ -818,7 +895,19 @@ def _reducer(cls: type[ReduceStore[Any]]) -> Callable[..., Any]:
     if routes:
 
         def routed(store: Any, state: Any, action: Any) -> Any:
-            method = routes.get(_action_type(action))
+            action_type = _action_type(action)
+            try:
+                method = routes.get(action_type)
+            except TypeError:
+                # An unhashable type (a list, a dict) names no route: it is
+                # unhandled, like any type no method handles. Only a failing
+                # hash counts as that; an __eq__ that raised is raised.
+                try:
+                    hash(action_type)
+                except TypeError:
+                    method = None
+                else:
+                    raise
             if method is not None:
                 return method(store, state, action)
             return store.reduce(state, action) if has_reduce else state
@@ -868,17 +957,25 @@ class StoreGroup(_ClosesOnExit):
             raise InvalidArgumentError("StoreGroup: all stores in a group must use the same dispatcher")
         self._stores = stores
         self._dispatcher = dispatcher
+        self._ident = _id(self)  # its key in Dispatcher._children (see Store._create)
         # Makes release() one step for all threads (see Store._lock).
         self._lock = threading.RLock()
         out = c_void_p(_native.UNTOUCHED)
         with ExitStack() as held:
+            # As in Store._create: Dispatcher.close() either finds this group
+            # among its children and releases it (before closing its
+            # stores), or this finds the dispatcher closed.
+            held.enter_context(dispatcher._closing_lock)
+            if dispatcher._handle is None:
+                raise InvalidArgumentError("StoreGroup: the dispatcher is closed")
             # Every store's lock, in one global order (no two creations
             # deadlock): none can be freed while libflux reads it.
-            for store in sorted(set(stores), key=_id):
+            # Told apart by identity, never by a store's own __eq__/__hash__.
+            for store in sorted({_id(store): store for store in stores}.values(), key=_id):
                 held.enter_context(store._lock)
             handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
             out_ref = byref(out)
-            owner = _Owner(dispatcher._pending, dispatcher._handle, _NO_HELD)
+            owner = _Owner(dispatcher._pending, stores[0]._native_dispatcher, _NO_HELD)
             key = _add(fn, owner)
             self._handle: int | None = None
             try:
@@ -888,7 +985,7 @@ class StoreGroup(_ClosesOnExit):
                 if native and native != _native.UNTOUCHED:
                     self._handle = native
                     dispatcher._natives[native] = True
-                    dispatcher._children[self] = None
+                    dispatcher._children[self._ident] = self
                 else:
                     _native.drop(key, fn, native)
 
@@ -905,7 +1002,7 @@ class StoreGroup(_ClosesOnExit):
                 _flux_store_group_release(handle)
             finally:  # released even when what escaped its destroy is raised
                 self._dispatcher._natives.pop(handle, None)
-                self._dispatcher._children.pop(self, None)
+                self._dispatcher._children.pop(self._ident, None)
 
     close = release
 

@@ -178,6 +178,48 @@ def test_a_constructor_that_raises_registers_nothing(d: flux.Dispatcher[Any]) ->
     assert len(attempts) == 2
 
 
+@pytest.mark.parametrize("during_a_dispatch", [False, True])
+def test_a_constructor_that_raises_after_making_its_store_registers_nothing(
+    d: flux.Dispatcher[Any], during_a_dispatch: bool
+) -> None:
+    attempts = []
+
+    class Counter(flux.ReduceStore[int]):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            super().__init__(dispatcher)
+            self.helper = dispatcher.register_store(CurrentUserStore)  # a dependency: stays
+            attempts.append(self)
+            if len(attempts) == 1:
+                raise Failure("config not ready")
+            self.step = 1
+
+        def get_initial_state(self) -> int:
+            return 0
+
+        def reduce(self, state: int, action: Any) -> int:
+            return state + self.step  # the half-made one has no step
+
+    def register(payload: Any = None) -> None:
+        with pytest.raises(Failure):
+            d.register_store(Counter)
+
+    if during_a_dispatch:
+        token = d.register(register)
+        d.dispatch("x")  # the store cannot be closed now: it is left inert
+        d.unregister(token)
+    else:
+        register()
+        assert attempts[0].closed
+    assert d.stores == (d.store(CurrentUserStore),)
+    counter = d.register_store(Counter)
+    assert counter is attempts[1]
+    d.dispatch("inc")
+    d.dispatch("inc")
+    assert counter.state == 2
+    d.close()
+    assert attempts[0].closed
+
+
 def test_a_constructor_that_makes_no_store_is_a_type_error(d: flux.Dispatcher[Any]) -> None:
     class Forgetful(flux.Store):
         def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
@@ -199,6 +241,42 @@ def test_a_constructor_registering_its_own_class_is_a_cycle(d: flux.Dispatcher[A
     assert d.stores == ()
     with pytest.raises(RuntimeError, match="cycle"):
         d.register_store(Ouroboros)  # nothing was left half made: the same answer
+
+
+def test_a_cycle_of_store_classes_across_two_threads_raises_on_both(d: flux.Dispatcher[Any]) -> None:
+    # X.__init__ registers Y and Y.__init__ registers X, started from both
+    # ends at once: each thread would wait for the class the other makes.
+    both_inside = threading.Barrier(2)
+
+    class X(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            both_inside.wait(timeout=1)
+            dispatcher.register_store(Y)
+            super().__init__(dispatcher)
+
+    class Y(flux.Store):
+        def __init__(self, dispatcher: flux.Dispatcher[Any]) -> None:
+            both_inside.wait(timeout=1)
+            dispatcher.register_store(X)
+            super().__init__(dispatcher)
+
+    out: dict[str, BaseException] = {}
+
+    def register(cls: type[flux.Store]) -> None:
+        try:
+            d.register_store(cls)
+        except BaseException as exc:  # noqa: BLE001 -- checked below
+            out[cls.__name__] = exc
+
+    threads = [threading.Thread(target=register, args=(cls,), daemon=True) for cls in (X, Y)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=1.5)
+    assert not any(thread.is_alive() for thread in threads), "hang: each thread waits for the other's class"
+    assert sorted(out) == ["X", "Y"]
+    assert all(type(exc) is RuntimeError and "cycle" in str(exc) for exc in out.values()), out
+    assert d.stores == ()
 
 
 # ---------------------------------------------------------------------------
@@ -498,9 +576,88 @@ def test_an_owner_collected_on_another_thread_while_the_store_emits(d: flux.Disp
     assert live_objects() == 1  # the store itself
 
 
+def test_two_threads_closing_stores_that_hold_each_others_owners_do_not_deadlock() -> None:
+    # Each store holds, in a plain listener, the only reference to a view
+    # bound to the OTHER store. Closing a store frees its listeners, so the
+    # view goes and its weakref callback removes its binding from the other
+    # store -- taking that store's lock. The holders meet at a barrier as
+    # they are freed: were either close() still holding its own store's lock
+    # then, each would wait for the other's lock for ever.
+    both_freeing = threading.Barrier(2)
+
+    class Holder:
+        def __init__(self, view: View) -> None:
+            self.view = view
+
+        def __call__(self) -> None:
+            pass
+
+        def __del__(self) -> None:
+            try:
+                both_freeing.wait(timeout=1)
+            except threading.BrokenBarrierError:
+                pass
+
+    # Not the fixture's: closing it would wait for the deadlocked threads.
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    s, t = CurrentUserStore(d), CurrentUserStore(d)
+    view_a, view_b = View([], "a"), View([], "b")
+    s.add_listener(Holder(view_a))
+    t.add_listener(Holder(view_b))
+    t.add_listener(view_a.refresh, owner=view_a)
+    s.add_listener(view_b.refresh, owner=view_b)
+    del view_a, view_b
+    start = threading.Barrier(2)
+
+    def close(store: flux.Store) -> None:
+        start.wait(timeout=1)
+        store.close()
+
+    threads = [threading.Thread(target=close, args=(store,), daemon=True) for store in (s, t)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=1.5)
+    assert not any(thread.is_alive() for thread in threads), "deadlock: each close() waits for the other store's lock"
+    assert s.closed and t.closed
+    d.close()
+
+
 # ---------------------------------------------------------------------------
 # Changes that carry an error
 # ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("refused_in", ["reduce", "listener"])
+def test_a_refused_dispatch_leaves_the_running_emits_error_alone(d: flux.Dispatcher[Any], refused_in: str) -> None:
+    # dispatch() from inside the running dispatch is refused and "the running
+    # dispatch goes on unharmed": its emit's error too.
+    class Users(flux.ReduceStore[Any]):
+        def get_initial_state(self) -> Any:
+            return None
+
+        def reduce(self, state: Any, action: Any) -> Any:
+            if action == "refresh-failed":
+                self.emit_change(error="offline")
+                if refused_in == "reduce":
+                    with pytest.raises(flux.AlreadyDispatchingError):
+                        d.dispatch("retry")
+            return state
+
+    users = Users(d)
+    seen: list[Any] = []
+
+    def first() -> None:
+        seen.append(users.error)
+        if refused_in == "listener":
+            with pytest.raises(flux.AlreadyDispatchingError):
+                d.dispatch("retry")
+
+    users.add_listener(first)
+    users.add_listener(lambda: seen.append(users.error))
+    d.dispatch("refresh-failed")
+    assert seen == ["offline", "offline"]
+    assert users.error is None, "over with its emit"
 
 
 def test_an_error_emit_runs_the_listeners_on_an_unchanged_state(d: flux.Dispatcher[Any]) -> None:

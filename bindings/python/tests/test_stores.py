@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -438,6 +439,34 @@ def test_a_replaced_state_is_let_go_before_the_listeners_run(d: flux.Dispatcher[
     store.close()
 
 
+@pytest.mark.parametrize("with_listener", [False, True])
+def test_a_state_replaced_by_none_is_let_go_in_its_dispatch(d: flux.Dispatcher[Any], with_listener: bool) -> None:
+    # None is a state like any other: a change to it is settled as any is.
+    class User:
+        pass
+
+    class CurrentUser(flux.ReduceStore[Any]):
+        def get_initial_state(self) -> Any:
+            return None
+
+        def reduce(self, state: Any, action: Any) -> Any:
+            return User() if action == "login" else None if action == "logout" else state
+
+    store = CurrentUser(d)
+    d.dispatch("login")
+    old = weakref.ref(store.state)
+    seen: list[bool] = []
+    if with_listener:
+        store.add_listener(lambda: seen.append(old() is None))
+    d.dispatch("logout")
+    assert store.state is None
+    assert old() is None, "the replaced state is let go in the dispatch that replaced it"
+    assert seen == ([True] if with_listener else [])
+    d.dispatch("login")
+    assert isinstance(store.state, User)
+    store.close()
+
+
 @pytest.mark.parametrize("listeners", ["never", "removed", "owner collected"])
 def test_a_store_with_no_listener_lets_a_replaced_state_go_in_its_dispatch(
     d: flux.Dispatcher[Any], listeners: str
@@ -589,6 +618,27 @@ def test_handles_routes_by_action_type_and_falls_back(d: flux.Dispatcher[Any]) -
     assert user.state is None, "a mapping with a 'type' routes too; one method may handle several types"
 
 
+def test_an_unhashable_action_type_is_unhandled(d: flux.Dispatcher[Any]) -> None:
+    class Todos(flux.ReduceStore[Any]):
+        def get_initial_state(self) -> Any:
+            return ()
+
+        @flux.handles("add")
+        def add(self, state: Any, action: Any) -> Any:
+            return (*state, action["text"])
+
+    class TodosWithFallback(Todos):
+        def reduce(self, state: Any, action: Any) -> Any:
+            return ("fallback", action["type"])
+
+    todos, fallback = Todos(d), TodosWithFallback(d)
+    d.dispatch({"type": "add", "text": "milk"})
+    for unhashable in (["batch", "of", "types"], {"kind": "x"}):
+        d.dispatch({"type": unhashable})
+        assert todos.state == ("milk",), "unrouted, no reduce: the state stays"
+        assert fallback.state == ("fallback", unhashable), "unrouted: reduce"
+
+
 def test_action_is_a_name_a_payload_and_an_error() -> None:
     a = flux.Action("failed", error=ValueError("x"))
     assert a.type == "failed" and a.payload is None and isinstance(a.error, ValueError)
@@ -660,6 +710,39 @@ def test_a_store_in_a_group_cannot_be_closed(d: flux.Dispatcher[Any]) -> None:
         _ = store.state
 
 
+class Alarm(BaseException):
+    """What a signal handler raised where a trampoline could not catch it."""
+
+
+def test_a_refused_close_leaves_the_store_open_whatever_exception_comes_out(d: flux.Dispatcher[Any]) -> None:
+    # An exception left in _native.escaped (an interrupt that escaped an
+    # earlier trampoline of this thread) is raised by the next call through
+    # the errcheck before it looks at the status: close() must go by what
+    # libflux did, not by which exception comes out.
+    from flux import _native
+
+    grouped, free = Boxes(d), Boxes(d)
+    group = flux.StoreGroup([grouped], Spy())
+    d.dispatch("new")
+    state = weakref.ref(grouped.state)
+    _native.escaped[threading.get_ident()] = Alarm()
+    with pytest.raises(Alarm):
+        grouped.close()  # refused by libflux: in a live group
+    assert not grouped.closed
+    assert id(grouped) in d._children
+    assert state() is grouped.state  # still held for the C store
+    d.dispatch("new")
+    assert grouped.made[-1]() is grouped.state
+    # And one libflux did close is closed, with the same exception pending.
+    _native.escaped[threading.get_ident()] = Alarm()
+    with pytest.raises(Alarm):
+        free.close()
+    assert free.closed and id(free) not in d._children
+    group.release()
+    grouped.close()
+    assert grouped.closed
+
+
 def test_closing_the_dispatcher_closes_its_stores_and_groups() -> None:
     d: flux.Dispatcher[Any] = flux.Dispatcher()
     a, b = Counter(d), Counter(d)
@@ -667,6 +750,172 @@ def test_closing_the_dispatcher_closes_its_stores_and_groups() -> None:
     flux.StoreGroup([a, b], Spy())
     d.close()
     assert a.closed and b.closed
+    assert live_objects() == 0
+
+
+class Valued(flux.Store):
+    """Equal when their names are: value semantics of the subclass's own."""
+
+    def __init__(self, d: flux.Dispatcher[Any], name: str) -> None:
+        self.name = name
+        super().__init__(d)
+
+    def on_dispatch(self, payload: Any) -> None:
+        pass
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Valued) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+class Unhashable(flux.Store):
+    def on_dispatch(self, payload: Any) -> None:
+        self.emit_change(error="failed")
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_stores_are_tracked_by_identity_not_by_their_own_eq_and_hash() -> None:
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    a, b = Valued(d, "x"), Valued(d, "x")
+    unhashable = Unhashable(d)  # made: its __hash__ is not asked
+    group = flux.StoreGroup([a, b, unhashable, unhashable], Spy())
+    d.dispatch("x")
+    group.release()
+    unhashable.close()
+    assert unhashable.closed and not a.closed
+    d.close()
+    assert a.closed and b.closed, "two equal stores are two stores"
+    assert live_objects() == 0
+
+
+class ClosingHook(Counter):
+    """Runs ``hook`` when the dispatcher's close() comes to close it."""
+
+    hook: Any = None
+
+    def close(self) -> None:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        super().close()
+
+
+def on_another_thread(fn: Any) -> None:
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    thread.join(timeout=1)
+    assert not thread.is_alive()
+
+
+def test_a_store_or_group_made_while_the_dispatcher_closes_is_refused() -> None:
+    # Made on another thread while close() is closing the stores it has:
+    # each is refused (or else it would be closed with the dispatcher);
+    # never left open on a closed dispatcher, nor blocking close().
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    grouped = Counter(d)
+    hooked = ClosingHook(d)  # the newest: closed first
+    outcomes: list[Any] = []
+
+    def make(what: Any) -> None:
+        try:
+            outcomes.append(what())
+        except flux.InvalidArgumentError as exc:
+            outcomes.append(exc)
+
+    def during_close() -> None:
+        on_another_thread(lambda: make(lambda: Counter(d)))
+        on_another_thread(lambda: make(lambda: flux.StoreGroup([grouped], Spy())))
+
+    hooked.hook = during_close
+    d.close()
+    assert d.closed and grouped.closed and hooked.closed
+    assert len(outcomes) == 2
+    for made in outcomes:
+        assert isinstance(made, flux.InvalidArgumentError) and "closed" in str(made), made
+    assert live_objects() == 0
+
+
+def test_a_dispatch_started_while_the_dispatcher_closes_leaves_no_half_closed_dispatcher() -> None:
+    # close() is all or nothing: a dispatch called on another thread once it
+    # has begun is refused (the dispatcher is closed), rather than running
+    # while close() is half way and making it fail there.
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    first = Counter(d)
+    hooked = ClosingHook(d)
+    running_or_refused, release = threading.Event(), threading.Event()
+
+    def callback(payload: Any) -> None:
+        running_or_refused.set()
+        release.wait(timeout=1)
+
+    d.register(callback)
+    outcome: list[Any] = []
+
+    def dispatch() -> None:
+        try:
+            d.dispatch("inc")
+            outcome.append("dispatched")
+        except flux.InvalidArgumentError as exc:
+            outcome.append(exc)
+        finally:
+            running_or_refused.set()
+
+    dispatcher_thread = threading.Thread(target=dispatch, daemon=True)
+
+    def start_a_dispatch() -> None:
+        dispatcher_thread.start()
+        assert running_or_refused.wait(timeout=1)
+
+    hooked.hook = start_a_dispatch
+    try:
+        d.close()
+    finally:
+        release.set()
+        dispatcher_thread.join(timeout=1)
+    assert not dispatcher_thread.is_alive()
+    assert d.closed and first.closed and hooked.closed
+    assert len(outcome) == 1 and isinstance(outcome[0], flux.InvalidArgumentError), outcome
+
+
+def test_close_waits_for_a_dispatch_that_read_the_handle_before_it_closed() -> None:
+    # One whose call was already on its way into libflux when close()
+    # cleared the handle (simulated: libflux called with the native handle)
+    # starts while close() runs: close() waits for it, and closes all.
+    from flux import _native
+
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    first = Counter(d)
+    hooked = ClosingHook(d)
+    native = d._handle
+    started = threading.Event()
+    ran: list[Any] = []
+
+    def callback(payload: Any) -> None:
+        started.set()
+        ran.append(payload)
+        time.sleep(0.1)  # a dispatch that lasts: close() comes to it while it runs
+
+    d.register(callback)
+    payload = "inc"
+    statuses: list[int] = []
+    dispatcher_thread = threading.Thread(target=lambda: statuses.append(_native.flux_dispatch(native, id(payload))))
+
+    def start_a_dispatch() -> None:
+        dispatcher_thread.start()
+        assert started.wait(timeout=1)
+
+    hooked.hook = start_a_dispatch
+    d.close()  # no AlreadyDispatchingError half way
+    dispatcher_thread.join(timeout=1)
+    assert not dispatcher_thread.is_alive()
+    assert d.closed and first.closed and hooked.closed
+    assert ran == ["inc"] and statuses == [0]
     assert live_objects() == 0
 
 
