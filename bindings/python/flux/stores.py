@@ -657,6 +657,11 @@ class Store(_ClosesOnExit):
             settler, self._settler = self._settler, None
             if settler is not None and not _flux_store_remove_listener_raw(handle, settler.value):
                 self._fns.pop(settler.value, None)  # only a _Settler: nothing of the caller's goes
+        # What escaped the settler's destroy (an interrupt) comes out of this
+        # call, the outermost one, as out of any other with an errcheck --
+        # not out of the next dispatch, which it would stop before it began.
+        if _escaped:
+            _native.raise_escaped()
 
     def _add_listener(self, fn: Callable[[], object], out: c_uint64, handle: int) -> None:
         out.value = _native.UNTOUCHED

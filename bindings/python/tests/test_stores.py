@@ -743,6 +743,32 @@ def test_a_refused_close_leaves_the_store_open_whatever_exception_comes_out(d: f
     assert grouped.closed
 
 
+def test_an_interrupt_escaping_the_settlers_removal_comes_out_of_add_listener(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A ReduceStore's first listener removes the store's own one, whose
+    # destroy a signal can interrupt; that exception used to stay pending
+    # and come out of the next dispatch, which then ran nothing.
+    from flux import _native
+    from flux import stores as stores_module
+
+    remove = stores_module._flux_store_remove_listener_raw
+
+    def interrupted_removal(handle: int, listener: int) -> int:
+        status = remove(handle, listener)
+        _native.escaped.setdefault(threading.get_ident(), Alarm())  # as if its destroy was interrupted
+        return int(status)
+
+    counter = Counter(d)
+    monkeypatch.setattr(stores_module, "_flux_store_remove_listener_raw", interrupted_removal)
+    spy = Spy()
+    with pytest.raises(Alarm):
+        counter.add_listener(spy)
+    monkeypatch.undo()
+    d.dispatch("inc")
+    assert counter.state == 1 and spy.calls == 1, "the next dispatch ran, and the listener was added"
+
+
 def test_closing_the_dispatcher_closes_its_stores_and_groups() -> None:
     d: flux.Dispatcher[Any] = flux.Dispatcher()
     a, b = Counter(d), Counter(d)
