@@ -109,8 +109,8 @@ public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
     }
 
     /// The error the running emit carries (`emitChange(error:)`): set while
-    /// that emit's listeners run, nil otherwise -- on any thread, and while
-    /// the store's handling has not reached its emit yet.
+    /// that emit's listeners run, nil otherwise (also between
+    /// `emitChange(error:)` and the emit). Any thread may read it.
     public var error: (any Error)? { core.isEmitting ? emitError.withLock { $0 } : nil }
 
     /// Replaces the emit's error; the one replaced goes after the lock is
