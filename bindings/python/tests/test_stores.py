@@ -752,7 +752,7 @@ def test_an_interrupt_escaping_the_settlers_removal_comes_out_of_add_listener(
     from flux import _native
     from flux import stores as stores_module
 
-    remove = stores_module._flux_store_remove_listener_raw
+    remove = _native.flux_store_remove_listener_raw
 
     def interrupted_removal(handle: int, listener: int) -> int:
         status = remove(handle, listener)
