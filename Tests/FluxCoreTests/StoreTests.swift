@@ -212,14 +212,17 @@ extension StoreTests {
 
     final class Owner: Sendable {}
 
-    /// Runs `body` on a thread; false when it did not return within 10 s.
+    /// Runs `body` on a thread; false when it did not return within 10 s
+    /// (the thread is then left behind, stuck).
     static func returns(_ body: @escaping @Sendable () -> Void) -> Bool {
         let gate = Gate()
-        _ = Thread {
+        let thread = Thread {
             body()
             gate.open()
         }
-        return gate.wait(seconds: 10)
+        guard gate.wait(seconds: 10) else { return false }
+        thread.join()
+        return true
     }
 
     // The emit used to drop its copies of a listener removed while it ran
