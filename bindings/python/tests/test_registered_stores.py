@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -243,6 +244,18 @@ def test_a_constructor_registering_its_own_class_is_a_cycle(d: flux.Dispatcher[A
         d.register_store(Ouroboros)  # nothing was left half made: the same answer
 
 
+def all_return(target: Callable[[Any], None], args: Iterable[Any], timeout: float = 1.5) -> bool:
+    """Runs target(arg) for each arg on a thread of its own, all at once;
+    whether every one returned within ``timeout`` (a stuck one is a daemon,
+    left behind)."""
+    threads = [threading.Thread(target=target, args=(arg,), daemon=True) for arg in args]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    return not any(thread.is_alive() for thread in threads)
+
+
 def test_a_cycle_of_store_classes_across_two_threads_raises_on_both(d: flux.Dispatcher[Any]) -> None:
     # X.__init__ registers Y and Y.__init__ registers X, started from both
     # ends at once: each thread would wait for the class the other makes.
@@ -268,12 +281,7 @@ def test_a_cycle_of_store_classes_across_two_threads_raises_on_both(d: flux.Disp
         except BaseException as exc:  # noqa: BLE001 -- checked below
             out[cls.__name__] = exc
 
-    threads = [threading.Thread(target=register, args=(cls,), daemon=True) for cls in (X, Y)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=1.5)
-    assert not any(thread.is_alive() for thread in threads), "hang: each thread waits for the other's class"
+    assert all_return(register, (X, Y)), "hang: each thread waits for the other's class"
     assert sorted(out) == ["X", "Y"]
     assert all(type(exc) is RuntimeError and "cycle" in str(exc) for exc in out.values()), out
     assert d.stores == ()
@@ -613,12 +621,7 @@ def test_two_threads_closing_stores_that_hold_each_others_owners_do_not_deadlock
         start.wait(timeout=1)
         store.close()
 
-    threads = [threading.Thread(target=close, args=(store,), daemon=True) for store in (s, t)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=1.5)
-    assert not any(thread.is_alive() for thread in threads), "deadlock: each close() waits for the other store's lock"
+    assert all_return(close, (s, t)), "deadlock: each close() waits for the other store's lock"
     assert s.closed and t.closed
     d.close()
 
