@@ -358,8 +358,13 @@ struct CGroup: ~Copyable {
 /// idle before it runs: the stores must be free to destroy by then.
 private func letGoOfStores(_ group: UnsafeMutablePointer<CGroup>) {
     if group.pointee.storesLetGo.exchange(true, ordering: .acquiringAndReleasing) { return }
+    countInStores(group, -1)
+}
+
+/// Adds `delta` to each of the group's stores' count of live groups.
+private func countInStores(_ group: UnsafeMutablePointer<CGroup>, _ delta: Int) {
     for i in 0..<group.pointee.count {
-        group.pointee.stores[i].store.pointee.groups.subtract(1, ordering: .releasing)
+        group.pointee.stores[i].store.pointee.groups.add(delta, ordering: .acquiringAndReleasing)
     }
 }
 
@@ -431,13 +436,13 @@ public func flux_store_group_create(
         let store = stores[i] ?? first  // checked non-NULL above
         (storeList + i).initialize(to: store)
         (tokens + i).initialize(to: DispatchToken(rawValue: store.store.pointee.token))
-        store.store.pointee.groups.add(1, ordering: .relaxed)
     }
     let group = raw.bindMemory(to: CGroup.self, capacity: 1)
     group.initialize(
         to: CGroup(
             handle: handle, count: count, stores: storeList, tokens: tokens,
             function: function, context: context, destroy: destroy))
+    countInStores(group, 1)
     // On failure, groupRelease has undone all of the above.
     return status("flux_store_group_create") { () throws(FluxError) in
         group.pointee.token = try registerCounted(handle, groupCallback, raw, groupRelease)
@@ -458,9 +463,7 @@ public func flux_store_group_release(_ g: OpaquePointer?) -> Int32 {
     }
     if result != 0 {
         // Refused, so nothing changed: the stores count the group again.
-        for i in 0..<group.pointee.count {
-            group.pointee.stores[i].store.pointee.groups.add(1, ordering: .relaxed)
-        }
+        countInStores(group, 1)
         group.pointee.storesLetGo.store(false, ordering: .releasing)
     }
     return result

@@ -384,8 +384,8 @@ import Synchronization
                     listener = nil
                     lock()
                 }
-                // Not removed: the table still holds it, so this is not the last.
-                listener = nil
+                // Not removed, the table still holds it: going under the
+                // lock (at the end of this iteration) does not free it.
                 if failure != nil || engine.isAbortingInCallback { break }
             }
             i += 1
