@@ -144,6 +144,70 @@ import Testing
         d.removeAllStores()
     }
 
+    // An owner-bound listener whose owner went used to stay until the
+    // store's next change: one that captured its store kept the store, and
+    // so the dispatcher, alive after removeAllStores().
+    @Test func removeAllStoresFreesAStoreWhoseGoneOwnersListenerCapturedIt() {
+        weak var weakDispatcher: Dispatcher<Action>?
+        weak var weakStore: ReduceStore<String?, Action>?
+        do {
+            let d = Dispatcher<Action>()
+            weakDispatcher = d
+            let users = d.registerStore(CurrentUserStore.self).users
+            weakStore = users
+            do {
+                let owner = Owner()
+                users.addListener(owner: owner) { _ in _ = users.state }
+            }
+            d.removeAllStores()
+        }
+        #expect(weakStore == nil, "the listener, and with it the store, was let go of")
+        #expect(weakDispatcher == nil)
+    }
+
+    @Test func aGoneOwnersListenerIsReleasedAtTheNextDispatchThoughNothingChanged() throws {
+        let d = Dispatcher<Action>()
+        let users = d.registerStore(CurrentUserStore.self).users
+        weak var captured: Owner?
+        do {
+            let owner = Owner(), object = Owner()
+            captured = object
+            users.addListener(owner: owner) { _ in _ = object }
+        }
+        #expect(captured != nil, "nothing looked yet")
+        try d.dispatch(.other)
+        #expect(captured == nil, "released by the dispatch, which changed nothing")
+        #expect(users.core.listenerCount == 0)
+        d.removeAllStores()
+    }
+
+    @Test func addListenerRemovesTheListenersOfGoneOwners() {
+        let d = Dispatcher<Action>()
+        let users = d.registerStore(CurrentUserStore.self).users
+        do {
+            let owner = Owner()
+            users.addListener(owner: owner) { _ in }
+        }
+        users.addListener {}
+        #expect(users.core.listenerCount == 1, "only the new one")
+        d.removeAllStores()
+    }
+
+    @Test func removingAnOwnerBoundListenerByHandKeepsNothingOfIt() throws {
+        let d = Dispatcher<Action>()
+        let users = d.registerStore(CurrentUserStore.self).users
+        let owner = Owner()
+        for _ in 0..<3 { try users.addListener(owner: owner) { _ in }.remove() }
+        #expect(users.ownerCount == 0, "nothing kept for a listener removed by hand")
+        #expect(throws: FluxError.self) {
+            let sub = users.addListener(owner: owner) { _ in }
+            try sub.remove()
+            try sub.remove()
+        }
+        withExtendedLifetime(owner) {}
+        d.removeAllStores()
+    }
+
     @Test func anOwnerCollectedDuringAnEmitIsSkippedFromThenOn() throws {
         let d = Dispatcher<Action>()
         let store = d.registerStore(CurrentUserStore.self)

@@ -245,7 +245,59 @@ extension StoreTests {
     }
 }
 
+/// A state that reads its store's state as it goes.
+final class ReadsTheStateAsItGoes: Sendable, Equatable {
+    let store = Box<ReduceStore<ReadsTheStateAsItGoes, Int>?>(nil)
+    deinit { _ = store.value?.state }
+    static func == (a: ReadsTheStateAsItGoes, b: ReadsTheStateAsItGoes) -> Bool { a === b }
+}
+
+extension StoreTests {
+    // A replaced state goes with no lock held: its deinit may read `state`.
+    @Test("a replaced state's deinit may read the store's state")
+    func aReplacedStatesDeinitMayReadTheState() throws {
+        let d = Dispatcher<Int>()
+        weak var replaced: ReadsTheStateAsItGoes?
+        let store: ReduceStore<ReadsTheStateAsItGoes, Int>
+        do {
+            let first = ReadsTheStateAsItGoes()
+            replaced = first
+            store = ReduceStore(dispatcher: d, initialState: first) { _, _ in ReadsTheStateAsItGoes() }
+            first.store.value = store
+        }
+        #expect(Self.returns { try? d.dispatch(1) }, "the dispatch returned")
+        #expect(replaced == nil)
+        withExtendedLifetime(store) {}
+    }
+}
+
 @Suite struct StoreThreadTests {
+    // The sweep of gone owners runs in every dispatch and every addListener:
+    // both at once, with owners going and listeners removed by hand on the
+    // other thread, must remove each listener exactly once.
+    @Test func ownerBoundListenersComeAndGoOnAnotherThreadDuringDispatches() throws {
+        let d = Dispatcher<Int>()
+        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+        let stop = Gate()
+        let kept = Box<[StoreTests.Owner]>([])
+        let other = Thread {
+            for i in 0..<2_000 {
+                let owner = StoreTests.Owner()
+                let sub = store.addListener(owner: owner) { _ in }
+                if i % 3 == 0 { try? sub.remove() }
+                if i % 50 == 0 { kept.value.append(owner) }  // these stay
+            }
+            stop.open()
+        }
+        repeat { try d.dispatch(1) } while !stop.wait(seconds: 0)
+        other.join()
+        try d.dispatch(1)
+        // Of the 40 kept owners, those removed by hand (i % 150 == 0) are gone.
+        #expect(store.core.listenerCount == 40 - 14)
+        #expect(store.ownerCount == 40 - 14)
+        withExtendedLifetime(kept) {}
+    }
+
     @Test func listenersAddedAndRemovedFromAnotherThreadDuringAnEmit() throws {
         let d = Dispatcher<Int>()
         let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }

@@ -50,30 +50,6 @@ func fluxMessage(_ body: () throws -> Void) -> String? {
     import Darwin
 #endif
 
-/// A value behind a pthread mutex, for the tests' shared records. Not
-/// Synchronization.Mutex: on Linux ThreadSanitizer does not see its futex,
-/// so two threads appending to one log at once were reported as a race.
-final class Guarded<Value>: @unchecked Sendable {
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private var value: Value
-
-    init(_ value: Value) {
-        self.value = value
-        pthread_mutex_init(mutex, nil)
-    }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
-
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
-    }
-}
-
 /// A joinable thread running a closure (Foundation's Thread cannot be joined).
 final class Thread: @unchecked Sendable {
     private var handle = pthread_t()

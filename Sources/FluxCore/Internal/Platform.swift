@@ -107,6 +107,30 @@ internal struct ConditionLock: @unchecked Sendable {
     func resetCondition() { pthread_cond_init(condition, nil) }
 }
 
+/// A value behind a pthread mutex: what FluxCore's classes share between
+/// threads. Not Synchronization.Mutex: on Linux ThreadSanitizer does not see
+/// its futex, so `make check-thread` would be blind to what it guards.
+final class Guarded<Value>: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
+
 /// `value` rounded up to a multiple of `alignment`: where a part of a block
 /// laid out by hand starts (the engine's, the C handle's, a closure's).
 @inlinable

@@ -52,14 +52,19 @@ public final class Subscription: Sendable {
 ///
 /// Thread safety: `addListener`, `Subscription.remove` and `error` from any
 /// thread; `hasChanged` and `emitChange` only on the dispatching thread.
-public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
+public class StoreBase<Payload>: DispatchingStore, SweepsGoneOwners, @unchecked Sendable {
     // @unchecked: the core synchronizes the listeners, a mutex the error;
     // the rest is set once, in init.
     public let dispatcher: Dispatcher<Payload>
     public internal(set) var dispatchToken = DispatchToken(rawValue: 0)
     let core: StoreCore<ClosureListener>
     /// The error of the emit now running (`emitChange(error:)`), else nil.
-    private let emitError = Mutex<(any Error)?>(nil)
+    private let emitError = Guarded<(any Error)?>(nil)
+    /// The owner-bound listeners not yet removed, by id, each with its owner
+    /// held weakly: what the sweep looks at. `hasOwners` spares a dispatch
+    /// the lock when there are none.
+    private let owners = Guarded<[UInt64: any WeakOwner]>([:])
+    private let hasOwners = Atomic<Bool>(false)
 
     init(dispatcher: Dispatcher<Payload>) {
         // Swift's own allocations trap when memory runs out; so does this.
@@ -70,6 +75,7 @@ public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
 
     deinit {
         dispatcher.unregister(owned: dispatchToken)
+        dispatcher.registry.forget(ObjectIdentifier(self))
     }
 
     /// Registers `handle` as the store's callback (held weakly: the
@@ -78,6 +84,7 @@ public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
     func register(_ handle: @escaping @Sendable (StoreBase<Payload>, Payload) throws -> Void) {
         dispatchToken = dispatcher.register(owner: .store) { [weak self] payload in
             guard let self else { return }
+            self.sweepGoneOwners()
             defer { self.setEmitError(nil) }
             try handle(self, payload)
         }
@@ -127,7 +134,8 @@ public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
     /// the next change on, when added during one).
     @discardableResult
     public func addListener(_ listener: @escaping @Sendable () -> Void) -> Subscription {
-        addClosureListener(core, listener) { [weak self] id throws(FluxError) in
+        sweepGoneOwners()
+        return addClosureListener(core, listener) { [weak self] id throws(FluxError) in
             guard let self else { throw FluxError(.unknownToken, "the store is gone") }
             try self.core.removeListener(id)
         }
@@ -136,44 +144,76 @@ public class StoreBase<Payload>: DispatchingStore, @unchecked Sendable {
     /// Adds a listener bound to `owner`'s life (JBFlux's
     /// `registerObject:forChangeEvents:`): the store holds `owner` weakly
     /// and passes it to `listener`; once `owner` is gone the listener never
-    /// runs again and is removed (at the next change), without a `remove()`.
+    /// runs again and is removed without a `remove()`, releasing what it
+    /// captured. Swift tells no one when an object goes, so the store looks:
+    /// the listener is removed at the first of the store's next dispatch,
+    /// its next `addListener`, or the dispatcher's `removeAllStores()`.
     @discardableResult
     public func addListener<Owner: AnyObject & Sendable>(
         owner: Owner, _ listener: @escaping @Sendable (Owner) -> Void
     ) -> Subscription {
-        let binding = OwnerBinding(owner)
-        let subscription = addListener { [weak self] in
-            guard let owner = binding.owner else {
-                // Gone: end the subscription, once (a concurrent emit may
-                // get here too; the loser's remove finds it removed).
-                if let id = binding.take(), let self { try? self.core.removeListener(id) }
-                return
-            }
-            listener(owner)
+        sweepGoneOwners()
+        let weakOwner = Weak(object: owner)
+        let subscription = addClosureListener(
+            core,
+            { [weak self] in
+                guard let owner = weakOwner.object else {
+                    self?.sweepGoneOwners()  // removes this one too
+                    return
+                }
+                listener(owner)
+            },
+            remove: { [weak self] id throws(FluxError) in
+                guard let self else { throw FluxError(.unknownToken, "the store is gone") }
+                self.forgetOwner(of: id)
+                try self.core.removeListener(id)
+            })
+        // Not gone before this: the caller holds `owner` for the call.
+        owners.withLock {
+            $0[subscription.id] = weakOwner
+            hasOwners.store(true, ordering: .relaxed)
         }
-        binding.id = subscription.id
+        dispatcher.registry.remember(self)
         return subscription
+    }
+
+    /// How many owner-bound listeners the store tracks (for tests).
+    var ownerCount: Int { owners.withLock { $0.count } }
+
+    /// Removes the owner-bound listeners whose owner went. Owners are looked
+    /// at outside the lock (a look holds the owner for a moment, and letting
+    /// go of it may run its deinit, which may call the store), and so is
+    /// what a removed listener captured released.
+    func sweepGoneOwners() {
+        guard hasOwners.load(ordering: .relaxed) else { return }
+        let snapshot = owners.withLock { $0 }
+        var gone: [UInt64] = []
+        for (id, owner) in snapshot where owner.isGone { gone.append(id) }
+        guard !gone.isEmpty else { return }
+        // Only the caller that takes an entry out removes its listener.
+        let taken = gone.filter { forgetOwner(of: $0) }
+        for id in taken { try? core.removeListener(id) }
+    }
+
+    /// Drops listener `id`'s entry; returns whether it was there.
+    @discardableResult
+    private func forgetOwner(of id: UInt64) -> Bool {
+        owners.withLock { owners in
+            defer { hasOwners.store(!owners.isEmpty, ordering: .relaxed) }
+            return owners.removeValue(forKey: id) != nil
+        }
     }
 }
 
-/// An owner-bound listener's weak reference to its owner, and its id once
-/// known (an emit on another thread may run it before `addListener` returns).
-final class OwnerBinding<Owner: AnyObject & Sendable>: Sendable {
-    private let state: Mutex<(owner: Weak, id: UInt64?)>
-    struct Weak: @unchecked Sendable { weak var object: Owner? }
+/// An owner-bound listener's owner, held weakly.
+protocol WeakOwner: Sendable {
+    var isGone: Bool { get }
+}
 
-    init(_ owner: Owner) { state = Mutex((Weak(object: owner), nil)) }
-    var owner: Owner? { state.withLock { $0.owner.object } }
-    var id: UInt64? {
-        get { state.withLock { $0.id } }
-        set { state.withLock { $0.id = newValue } }
-    }
-    /// The id, for the one caller that removes the listener.
-    func take() -> UInt64? {
-        state.withLock { s in
-            defer { s.id = nil }; return s.id
-        }
-    }
+struct Weak<Object: AnyObject & Sendable>: WeakOwner, @unchecked Sendable {
+    // @unchecked: set once, in init; a weak load is thread-safe.
+    weak var object: Object?
+    var isGone: Bool { object == nil }
 }
 
 /// Facebook's `FluxStore`: `onDispatch` handles every payload itself and

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// Facebook's `FluxReduceStore`: the state is `reduce(state, payload)`;
 /// when the new state is not equal to the old one the store keeps it and
 /// its listeners run once, still inside the dispatch.
@@ -16,12 +14,9 @@ import Synchronization
 /// Thread safety: `state` from any thread; the rest as `StoreBase`.
 public final class ReduceStore<State, Payload>: StoreBase<Payload>, @unchecked Sendable {
     // @unchecked: `state` is behind a mutex, the listeners behind the core's.
-    private let current: Mutex<Box>
+    private let current: Guarded<State>
     private let reduce: @Sendable (State, Payload) throws -> State
     private let areEqual: @Sendable (State, State) -> Bool
-
-    /// Lets `Mutex` hold any State (it wants a Sendable value to hand out).
-    private struct Box: @unchecked Sendable { var state: State }
 
     /// Registers the store with `dispatcher`. `areEqual(old, new)` decides
     /// whether a reduce changed anything.
@@ -31,7 +26,7 @@ public final class ReduceStore<State, Payload>: StoreBase<Payload>, @unchecked S
         areEqual: @escaping @Sendable (State, State) -> Bool,
         reduce: @escaping @Sendable (State, Payload) throws -> State
     ) {
-        self.current = Mutex(Box(state: initialState))
+        self.current = Guarded(initialState)
         self.reduce = reduce
         self.areEqual = areEqual
         super.init(dispatcher: dispatcher)
@@ -46,12 +41,18 @@ public final class ReduceStore<State, Payload>: StoreBase<Payload>, @unchecked S
     }
 
     /// The current state.
-    public var state: State { current.withLock { $0 }.state }
+    public var state: State { current.withLock { $0 } }
 
     private struct Reducer: StoreReducer {
         unowned(unsafe) let store: ReduceStore<State, Payload>
         func loadState() -> State { store.state }
-        func storeState(_ state: State) { store.current.withLock { $0 = Box(state: state) } }
+        func storeState(_ state: State) {
+            let replaced = store.current.withLock { current in
+                defer { current = state }
+                return current
+            }
+            _ = replaced  // let go of outside the lock: its deinit may read `state`
+        }
         func reduce(_ state: State, _ payload: Payload) -> Result<State, any Error> {
             Result { try store.reduce(state, payload) }
         }

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// Facebook's `FluxStoreGroup`: `callback` runs once per dispatch, after
 /// every store of the group has handled the payload (the group registers a
 /// callback that waits for all their tokens).
@@ -10,7 +8,7 @@ import Synchronization
 /// group waiting for a token that no longer exists.
 public final class StoreGroup: Sendable {
     /// The stores and the group's registration, until `release()`.
-    private let held: Mutex<Held?>
+    private let held: Guarded<Held?>
 
     private struct Held: Sendable {
         let stores: [any AnyObject & Sendable]
@@ -35,7 +33,7 @@ public final class StoreGroup: Sendable {
             try dispatcher.waitFor(tokens)
             try callback()
         }
-        held = Mutex(
+        held = Guarded(
             Held(
                 stores: stores.map { $0 as any AnyObject & Sendable },
                 unregister: { dispatcher.unregister(owned: token) }))

@@ -31,6 +31,10 @@ final class StoreRegistry: @unchecked Sendable {
     private var creating: [ObjectIdentifier: UInt] = [:]
     /// Threads waiting for a class another thread is creating, and that class.
     private var waiting: [UInt: ObjectIdentifier] = [:]
+    /// The live stores of this dispatcher that have had owner-bound
+    /// listeners (held weakly), for `removeAllStores()` to sweep.
+    private var ownerBound: [ObjectIdentifier: WeakStore] = [:]
+    struct WeakStore { weak var store: (any SweepsGoneOwners)? }
 
     init() {
         // Swift's own allocations trap when memory runs out; so does this.
@@ -109,6 +113,34 @@ final class StoreRegistry: @unchecked Sendable {
         stores = []
         return all
     }
+
+    /// Notes that `store` has owner-bound listeners, until `forget`.
+    func remember(_ store: some SweepsGoneOwners) {
+        lock.lock()
+        defer { lock.unlock() }
+        ownerBound[ObjectIdentifier(store)] = WeakStore(store: store)
+    }
+
+    /// Called by a store's deinit (so no look at a weak reference, which
+    /// may free what it looks at, runs under the lock).
+    func forget(_ store: ObjectIdentifier) {
+        lock.lock()
+        defer { lock.unlock() }
+        ownerBound[store] = nil
+    }
+
+    /// The live stores that have had owner-bound listeners; the caller
+    /// sweeps them outside the lock.
+    var storesWithOwners: [any SweepsGoneOwners] {
+        lock.lock()
+        defer { lock.unlock() }
+        return ownerBound.values.compactMap(\.store)
+    }
+}
+
+/// A store whose owner-bound listeners can be swept (`StoreBase`).
+protocol SweepsGoneOwners: AnyObject, Sendable {
+    func sweepGoneOwners()
 }
 
 extension Dispatcher {
@@ -141,9 +173,14 @@ extension Dispatcher {
 
     /// Lets go of every registered store (ending the cycle between them and
     /// this dispatcher): with no other reference, they and the dispatcher
-    /// are freed.
+    /// are freed. Then every store of this dispatcher, registered or not,
+    /// removes its owner-bound listeners whose owner went (a listener that
+    /// captured its store kept that store alive).
     public func removeAllStores() {
-        let released = registry.removeAll()
-        withExtendedLifetime(released) {}
+        do {
+            let released = registry.removeAll()
+            withExtendedLifetime(released) {}
+        }
+        for store in registry.storesWithOwners { store.sweepGoneOwners() }
     }
 }
