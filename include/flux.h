@@ -713,7 +713,9 @@ FLUX_API flux_status flux_store_group_release(flux_store_group *g);
  *  FLUX_ERR_ALREADY_DISPATCHING: see flux_enqueue()). It runs on the
  *  thread that dispatched the payload, with no callback running; the
  *  dispatcher is still dispatching (see flux_enqueue()). When status is not
- *  FLUX_OK, flux_last_error() describes the failure while it runs. Like
+ *  FLUX_OK, flux_last_error() describes the failure while it runs (a
+ *  string it returns then goes when done returns, and the thread's earlier
+ *  record is back: copy what you keep). Like
  *  every function the library calls, it must return (see "Returning").
  *  (Changed in 0.2: done takes the call's context, like every other
  *  callback of this header, so a binding finds its record for the call in
@@ -801,8 +803,11 @@ FLUX_API flux_status flux_enqueue(flux_dispatcher *d, void *payload, flux_done_f
  * Any hook may be NULL. Hooks may call any function of this header that a
  * callback may call, except flux_wait_for(): only a callback waits, so from
  * any hook (as from a done) it fails with FLUX_ERR_NOT_DISPATCHING, runs
- * nothing and reports nothing. The tokens array is valid only during the
- * wait_for call.
+ * nothing and reports nothing. A callback_begin that unregisters the
+ * callback it announces: that callback does not run, its callback_end
+ * follows at once with result 0, and a flux_wait_for() that was running it
+ * goes on as if it had. The tokens array is valid only during the wait_for
+ * call.
  */
 typedef struct flux_observer {
     int version; /**< FLUX_OBSERVER_VERSION */
@@ -1027,7 +1032,9 @@ FLUX_API const char *flux_status_name(flux_status status);
  *         dependency: token 3 waits for 1, which is waiting for 3"; "" when no call on
  *         this thread has failed. Successful calls leave it unchanged. The
  *         string belongs to the library and stays valid until this thread's
- *         next failing call or the thread's exit. Never NULL.
+ *         next failing call or the thread's exit; one read inside a done
+ *         (flux_done_fn), describing that done's payload, only until the
+ *         done returns (copy it to keep it). Never NULL.
  * Threads: any thread; each thread has its own message.
  */
 FLUX_API const char *flux_last_error(void);

@@ -77,10 +77,11 @@ func fail(
 }
 
 /// Runs `body` with `error` recorded as this thread's last error (`body`
-/// gets its status), then puts back the record that was there: an enqueued
-/// payload's done reads its failure while it runs, and the call that ran
-/// the payload may yet succeed -- and successful calls leave
-/// flux_last_error() unchanged.
+/// gets its status), then frees that record and puts back the one that was
+/// there: an enqueued payload's done reads its failure while it runs, and
+/// the call that ran the payload may yet succeed -- and successful calls
+/// leave flux_last_error() unchanged. (Kept, the records of a long run of
+/// failing payloads would pile up; flux.h tells the done to copy.)
 func whileRecorded(
     _ function: StaticString, _ error: DispatchError<CallbackFailure>, _ body: (Int32) -> Void
 ) {

@@ -678,7 +678,8 @@ import Synchronization
         let run = self.run
         let waiter = run.pointee.top
         table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
-        if let observer = choice.observer { hook { observer.callbackBegin(DispatchToken(rawValue: table.tokens[i])) } }
+        // Unregistered by the hook: nothing to wait for any more.
+        if let observer = choice.observer, !begin(observer, table, i) { return true }
         run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
         run.pointee.top = waiter
@@ -970,8 +971,9 @@ import Synchronization
             // The cursor stands in for this callback's pending mark.
             if table.mark(i) < run.pointee.epoch &* 2 {
                 run.pointee.cursor = i
-                if let observer = choice.observer {
-                    hook { observer.callbackBegin(DispatchToken(rawValue: table.tokens[i])) }
+                if let observer = choice.observer, !begin(observer, table, i) {
+                    i &+= 1
+                    continue
                 }
                 let error = table.callbacks[i].invoke(payload)
                 if let observer = choice.observer {
@@ -999,6 +1001,18 @@ import Synchronization
         let table = slots.pointee
         run.pointee.end = table.count
         return table
+    }
+
+    /// Reports that the callback at `i` begins; false when the hook
+    /// unregistered it, which then ends at once, not run: flux_unregister
+    /// promises no call once it returned on the dispatching thread.
+    @inlinable
+    func begin(_ observer: Observer, _ table: SlotTable<Callback>, _ i: Int) -> Bool {
+        let token = DispatchToken(rawValue: table.tokens[i])
+        hook { observer.callbackBegin(token) }
+        guard table.mark(i) == SlotTable<Callback>.removedMark else { return true }
+        hook { observer.callbackEnd(token, nil) }
+        return false
     }
 
     /// Runs an observer hook with the run's payload put aside. A callback
@@ -1150,6 +1164,10 @@ import Synchronization
         var word = state.load(ordering: .relaxed) & ~Self.waitersBit
         if word & Self.dispatchingBit != 0 && owner.load(ordering: .relaxed) != currentThreadID() {
             word |= Self.orphanedBit
+            // No thread of the child runs it; and a new thread may get the
+            // dead owner's pthread_t (glibc reuses its stack), which must
+            // not pass for it.
+            owner.store(0, ordering: .relaxed)
         }
         state.store(word, ordering: .relaxed)
         lock.unlock()

@@ -41,6 +41,8 @@ typedef struct shared {
     flux_dispatcher *d;
     int calls;
     flag entered, release;
+    pthread_t dispatching; /* the parent thread inside blocking_cb */
+    int child_result;      /* child_thread_checks' */
 } shared;
 
 static int child_uses_idle_dispatcher(void *arg)
@@ -80,6 +82,7 @@ static int blocking_cb(void *context, const void *payload)
 {
     (void)payload;
     shared *s = context;
+    s->dispatching = pthread_self();
     flag_set(&s->entered);
     flag_wait(&s->release, 30);
     return 0;
@@ -90,6 +93,21 @@ static void *dispatching_thread(void *arg)
     shared *s = arg;
     flux_status st = flux_dispatch(s->d, NULL);
     REQUIRE(st == FLUX_OK);
+    return NULL;
+}
+
+/* A new thread of the child. glibc hands it the stack of a parent thread
+ * that died with the fork, so it usually has the very pthread_t of the
+ * thread that was dispatching: it must not be taken for that thread. */
+static void *child_thread_checks(void *arg)
+{
+    shared *s = arg;
+    flux_token t = 1;
+    s->child_result = 0;
+    if (flux_wait_for(s->d, &t, 1) != FLUX_ERR_NOT_DISPATCHING)
+        s->child_result = 1;
+    else if (flux_dispatch(s->d, NULL) != FLUX_ERR_ALREADY_DISPATCHING || !strstr(flux_last_error(), "forked"))
+        s->child_result = 2;
     return NULL;
 }
 
@@ -114,6 +132,11 @@ static int child_fails_fast(void *arg)
     if (!mine || flux_register(mine, counting_cb, &calls, NULL, &mt) != FLUX_OK ||
         flux_dispatch(mine, NULL) != FLUX_OK || calls != 1 || flux_dispatcher_destroy(mine) != FLUX_OK)
         return 6;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, child_thread_checks, s) != 0 || pthread_join(thread, NULL) != 0)
+        return 7;
+    if (s->child_result != 0)
+        return 7 + s->child_result; /* 8: its wait ran the orphaned dispatch; 9: wrong refusal */
     return 0;
 }
 

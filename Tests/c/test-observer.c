@@ -454,6 +454,66 @@ static void test_wait_for_from_a_hook_is_refused(void)
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
 
+/* ---- a callback_begin hook that unregisters the callback it announces ---- */
+
+/* flux_unregister promises no call once it returned on the dispatching
+ * thread; the callback used to run anyway when the begin hook unregistered
+ * it (the loop and the wait had looked at its mark before the hook). */
+typedef struct unregistering {
+    events ev;
+    flux_dispatcher *d;
+    flux_token victims[2];
+    int statuses[2];
+} unregistering;
+
+static void ur_callback_begin(void *c, flux_token t)
+{
+    unregistering *u = c;
+    on_callback_begin(&u->ev, t);
+    for (int i = 0; i < 2; i++)
+        if (t == u->victims[i])
+            u->statuses[i] = flux_unregister(u->d, t);
+}
+static void ur_callback_end(void *c, flux_token t, int result) { on_callback_end(&((unregistering *)c)->ev, t, result); }
+static void ur_wait_for(void *c, flux_token waiter, const flux_token *tokens, size_t count)
+{
+    on_wait_for(&((unregistering *)c)->ev, waiter, tokens, count);
+}
+static void ur_dispatch_begin(void *c, const void *payload) { on_dispatch_begin(&((unregistering *)c)->ev, payload); }
+static void ur_dispatch_end(void *c, const void *payload, flux_status status)
+{
+    on_dispatch_end(&((unregistering *)c)->ev, payload, status);
+}
+
+static void test_a_callback_unregistered_by_its_begin_hook_does_not_run(void)
+{
+    static const flux_observer unregistering_hooks = {
+        FLUX_OBSERVER_VERSION, ur_dispatch_begin, ur_dispatch_end,
+        ur_callback_begin, ur_callback_end, ur_wait_for,
+    };
+    node n[3];
+    flux_dispatcher *d = three(n);
+    unregistering u;
+    memset(&u, 0, sizeof u);
+    u.d = d;
+    u.victims[0] = 2; /* reached by the dispatch loop */
+    u.victims[1] = 3; /* reached by callback 1's wait */
+    u.statuses[0] = u.statuses[1] = -1;
+    node_wait_on(&n[0], 1, (flux_token[]){3});
+    EXPECT_OK(flux_dispatcher_set_observer(d, &unregistering_hooks, &u, NULL));
+    EXPECT_OK(flux_dispatch(d, &one));
+    EXPECT_OK(u.statuses[0]);
+    EXPECT_OK(u.statuses[1]);
+    is_int(n[1].calls, 0, "callback 2, unregistered by its begin hook in the loop, did not run");
+    is_int(n[2].calls, 0, "callback 3, unregistered by its begin hook in a wait, did not run");
+    EXPECT_OK(n[0].wait_status);
+    is_str(u.ev.text, "D1 b1 w1[3] b3 e3=0 e1=0 b2 e2=0 E=0", "each begin still has its end");
+    EXPECT_OK(flux_dispatch(d, &two));
+    is_int(n[0].calls, 2, "callback 1 goes on");
+    is_int(n[1].calls + n[2].calls, 0, "the others are gone");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 /* ---- hooks == NULL hands the context over: destroy(NULL) too (issue 15) -- */
 
 static int null_destroyed;
@@ -491,6 +551,7 @@ int main(void)
     RUN(test_circular_names_the_whole_cycle);
     RUN(test_circular_names_the_cycle_under_an_observer);
     RUN(test_wait_for_from_a_hook_is_refused);
+    RUN(test_a_callback_unregistered_by_its_begin_hook_does_not_run);
     RUN(test_clearing_with_a_null_context_runs_destroy);
     return tap_done();
 }
