@@ -1,12 +1,16 @@
 # libflux -- build, test, demo, bench, install. (`make help` prints this list.)
 #
-#   make / make lib      the shared library: build/lib/libflux.so (+ .so.MAJOR, .so.M.m.p)
+#   make / make all / make lib   the shared library: build/lib/libflux.so (+ .so.MAJOR,
+#                        .so.M.m.p)
+#   make help            this list
 #   make demo            the flight-destination example in C and Python (plain, with
 #                        stores, traced); the Swift counter; JBFlux's current-user
 #                        example in Swift and Python
 #   make check           every test: swift test, the C harness, the header test (C, C++,
 #                        LuaJIT's FFI), pytest;
 #                        one line per suite, logs in build/check/ (V=1: everything)
+#   make check-swift     one of those suites alone (likewise check-c, check-header,
+#                        check-luajit, check-python)
 #   make check-memory    the C harness under valgrind memcheck
 #   make check-thread    the Swift tests under ThreadSanitizer
 #   make check-address   the C harness against an ASan build of the library, with UBSan

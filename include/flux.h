@@ -86,7 +86,7 @@
  * (or FLUX_ERR_CALLBACK_FAILED when a callback had failed first). How deep
  * a chain fits depends on each link's own frames: on the main thread's
  * 8 MiB stack, chains of small C callbacks (Tests/c/test-depth.c, built with
- * -O2) stop at about 56,000 links with one-token waits, 23,000 with
+ * -O2) stop at about 56,000 links with one-token waits, 26,000 with
  * two-token waits; the test prints the depth it measured ("it went N links
  * deep", build/check/c.log). A callback that itself uses more stack than
  * the margin between two waits is not protected.
@@ -351,7 +351,8 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  * @param tokens  an array of count tokens; may be NULL only when count is 0.
  * @return FLUX_OK.
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or tokens is NULL with
- *         count > 0.
+ *         count > 0, or d is being destroyed (a call from a destroy that
+ *         flux_dispatcher_destroy() runs).
  *         FLUX_ERR_NOT_DISPATCHING: this thread is not running a dispatch of
  *         d (no dispatch at all, or one running on another thread), or the
  *         call comes from an observer hook or a done (see "Observer"), not

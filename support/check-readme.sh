@@ -71,6 +71,16 @@ if [ "$lines" -ne 20 ]; then
     echo "check-readme: examples/readme.c has $lines lines of code, and the README says twenty" >&2
     fail=1
 fi
+# "`make help` lists every target": each .PHONY target is named in it.
+help=$(make --no-print-directory help)
+for target in $(sed -n '/^\.PHONY:/,/[^\\]$/p' Makefile | sed 's/^\.PHONY://; s/\\//'); do
+    if ! grep -qw -- "$target" <<<"$help"; then
+        echo "check-readme: make help does not list the target $target (the README says it lists every one)" >&2
+        fail=1
+    fi
+done
+
 [ $fail -eq 0 ] || exit 1
+echo "check-readme: make help lists every target;"
 echo "check-readme: the README's C, Python and Swift examples are examples/readme.c (20 lines), examples/readme.py, support/swift-client;"
 echo "  JBFlux's store model's snippets are lines of examples/current_user.py and examples/current-user/main.swift"

@@ -95,20 +95,27 @@ private func waitForFailed(_ handle: OpaquePointer, _ token: DispatchToken, _ fa
     fail("flux_wait_for", handle.dispatcher.pointee.error(failure, waiting: token))
 }
 
-/// flux_wait_for with any count, and its argument errors.
+/// flux_wait_for with any count. Its frame is one link of a chain of
+/// many-token waits, so the argument errors are formatted out of line.
 @inline(never)
 private func waitForMany(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt64>?, _ count: Int) -> Int32 {
     // size_t arrives as Int: a count above Int.max shows up negative.
+    guard count >= 0, tokens != nil || count == 0, let handle else { return badWait(handle, tokens, count) }
+    let raw = UnsafeRawPointer(tokens)?.assumingMemoryBound(to: DispatchToken.self)
+    let refused = handle.dispatcher.pointee.tryWaitFor(UnsafeBufferPointer(start: raw, count: count))
+    guard let refused else { return 0 }
+    return waitForFailed(handle, refused.token, refused.failure)
+}
+
+/// flux_wait_for's argument errors.
+@inline(never)
+private func badWait(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt64>?, _ count: Int) -> Int32 {
     if count < 0 || (tokens == nil && count > 0) {
         return fail(
             "flux_wait_for", .invalidArgument,
             count < 0 ? "count \(UInt(bitPattern: count)) is too large" : "tokens is NULL but count is \(count)")
     }
-    guard let handle else { return fail("flux_wait_for", .invalidArgument, "the dispatcher is NULL") }
-    let raw = UnsafeRawPointer(tokens)?.assumingMemoryBound(to: DispatchToken.self)
-    return status("flux_wait_for") { () throws(DispatchError<CallbackFailure>) in
-        try handle.dispatcher.pointee.waitFor(UnsafeBufferPointer(start: raw, count: count))
-    }
+    return fail("flux_wait_for", .invalidArgument, "the dispatcher is NULL")
 }
 
 @_cdecl("flux_is_dispatching")

@@ -501,13 +501,31 @@ import Synchronization
     @_spi(Engine) public func waitFor<Tokens: Collection<DispatchToken>>(
         _ tokens: Tokens
     ) throws(DispatchError<Callback.Failure>) {
-        if tokens.count == 1, let token = tokens.first { return try waitFor(token) }
-        guard isDispatchingOnCurrentThread else { throw .flux(notDispatchingError()) }
-        if let observer = run.pointee.observer {
-            try waitAll(tokens, Observed(observer))
-        } else {
-            try waitAll(tokens, Unobserved<Observer>())
-        }
+        if let refused = tryWaitFor(tokens) { throw error(refused.failure, waiting: refused.token) }
+    }
+
+    /// `waitFor(tokens)` for hosts that report errors themselves: nil when
+    /// every callback has run; otherwise why not, and the token that is
+    /// about (for `error(_:waiting:)`). As `tryWaitFor(_:)`, nothing is
+    /// thrown or formatted here: every link of a chain of many-token waits
+    /// keeps small frames.
+    @inlinable
+    @_spi(Engine) public func tryWaitFor<Tokens: Collection<DispatchToken>>(
+        _ tokens: Tokens
+    ) -> (failure: WaitFailure, token: DispatchToken)? {
+        if tokens.count == 1, let token = tokens.first { return tryWaitFor(token).map { ($0, token) } }
+        guard isDispatchingOnCurrentThread else { return (.notDispatching, DispatchToken(rawValue: 0)) }
+        if run.pointee.observer != nil { return observedWaitAll(tokens) }
+        return waitAll(tokens, Unobserved<Observer>())
+    }
+
+    /// `waitAll` with the observer, out of line (see `observedWait`).
+    @usableFromInline @inline(never)
+    func observedWaitAll<Tokens: Collection<DispatchToken>>(
+        _ tokens: Tokens
+    ) -> (failure: WaitFailure, token: DispatchToken)? {
+        guard let observer = run.pointee.observer else { return waitAll(tokens, Unobserved<Observer>()) }
+        return waitAll(tokens, Observed(observer))
     }
 
     /// `waitFor` of one token (the common case, and every link of a chain):
@@ -573,23 +591,24 @@ import Synchronization
     @inlinable
     func waitAll<Tokens: Collection<DispatchToken>, Choice: ObserverChoice<Observer>>(
         _ tokens: Tokens, _ choice: Choice
-    ) throws(DispatchError<Callback.Failure>) {
+    ) -> (failure: WaitFailure, token: DispatchToken)? {
         let run = self.run
-        guard let payload = run.pointee.payload else { throw .flux(notDispatchingError()) }
+        guard let payload = run.pointee.payload else { return (.notDispatching, DispatchToken(rawValue: 0)) }
         if let observer = choice.observer { reportWait(observer, tokens) }
-        if run.pointee.aborted { throw currentFailure() }
+        if run.pointee.aborted { return (.aborted, DispatchToken(rawValue: 0)) }
         let table = slots.pointee
         let pending = run.pointee.epoch &* 2
         for token in tokens {
-            if case .refused(let failure) = standing(token, table, pending) { throw error(failure, waiting: token) }
+            if case .refused(let failure) = standing(token, table, pending) { return (failure, token) }
         }
         for token in tokens {
             // The table cannot change shape mid-dispatch: what the first
             // pass found is still there.
             if case .toRun(let i) = standing(token, table, pending), !invoke(choice, table, i, payload, pending) {
-                throw currentFailure()
+                return (.aborted, token)
             }
         }
+        return nil
     }
 
     /// Where a waited-for token stands in this dispatch.
@@ -618,7 +637,9 @@ import Synchronization
         _ failure: WaitFailure, waiting token: DispatchToken
     ) -> DispatchError<Callback.Failure> {
         switch failure {
-        case .notDispatching: return .flux(notDispatchingError())
+        // A call from a destroy that flux_dispatcher_destroy runs: refused
+        // as every call on a dispatcher being destroyed is.
+        case .notDispatching: return .flux(isClosed ? .closed : notDispatchingError())
         case .aborted: return currentFailure()
         case .unknownToken: return .flux(unknownTokenError(token))
         case .circular: return .flux(circularError(token, slots.pointee.index(of: token.rawValue) ?? -1))

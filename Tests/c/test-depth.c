@@ -120,6 +120,12 @@ static void test_million_links_main_thread(void)
     return_status = 0;
     wait_count = 2;
     expect_too_deep(links, "main thread, two-token waits");
+    /* It stopped at about 9,000 while flux.h said 23,000: the many-token
+     * wait threw its errors, whose room every link's frame carried. */
+    if (FITS == 10000)
+        ok(deepest + 1 >= 20000,
+           "main thread, two-token waits: %zu links fit on 8 MiB, as flux.h's \"Depth\" says (about 26,000)",
+           deepest + 1);
     wait_count = 1;
     expect_fits(FITS, "main thread, again");
     EXPECT_OK(flux_dispatcher_destroy(chain_d));
