@@ -40,6 +40,7 @@ from collections.abc import Callable
 from ctypes import (
     CFUNCTYPE,
     POINTER,
+    ArgumentError,
     c_char_p,
     c_int,
     c_size_t,
@@ -244,6 +245,19 @@ def status_error(status: int) -> FluxError:
     return error
 
 
+def argument_error(exc: BaseException) -> BaseException:
+    """What a libflux call that failed before libflux ran raises: ctypes
+    converts the arguments in Python code and wraps what that raised -- a
+    RecursionError, at the interpreter's recursion limit -- in
+    ArgumentError. Our arguments always convert, so it can only be that:
+    the caller gets Python's own error for it. The one translation, used in
+    ``except ArgumentError`` clauses (free when nothing is raised) by every
+    call into libflux a caller can see fail that way."""
+    if isinstance(exc, ArgumentError) and "RecursionError" in str(exc):
+        return RecursionError(f"maximum recursion depth exceeded ({exc})")
+    return exc
+
+
 def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
     """errcheck for every function returning flux_status but the hot two.
     First raises what escaped a trampoline this call ran (a destroy: see
@@ -405,7 +419,10 @@ def live(test: Callable[[Any, Any], bool]) -> int:
 #: slot to C; :func:`_unraisable_hook` keeps it here instead. The outermost
 #: call raises it: dispatch, wait_for and enqueue themselves, any other call
 #: through its errcheck (:func:`_check`). Meanwhile every later trampoline of
-#: that thread that can fail fails at once, so the dispatch stops.
+#: that thread that can fail fails at once, so the dispatch stops. A weakref
+#: callback reports what escapes it the same way, and flux/stores.py's one
+#: (an owner-bound listener's removal) is marked like a trampoline to be
+#: kept here too.
 escaped: dict[int, BaseException] = {}
 
 #: id(function) -> (the function, what to run when an exception escapes it
@@ -585,7 +602,10 @@ def _unraisable_hook(unraisable: Any) -> None:
     if entry is None or entry[0] is not unraisable.object or unraisable.exc_value is None:
         _previous_unraisable_hook(unraisable)
         return
-    escaped.setdefault(get_ident(), unraisable.exc_value)
+    exc = unraisable.exc_value
+    if type(exc) is ArgumentError:  # a libflux call in it failed at the recursion limit
+        exc = argument_error(exc)
+    escaped.setdefault(get_ident(), exc)
     fn, on_escape = entry
     if on_escape is not None:
         _recover(fn, on_escape, unraisable.exc_traceback)
@@ -631,6 +651,13 @@ flux_store_emit_change = declare("flux_store_emit_change", c_int, (c_void_p,), T
 flux_store_add_listener = declare(
     "flux_store_add_listener", c_int, (c_void_p, LISTENER, c_void_p, DESTROY, POINTER(c_uint64)), True
 )
+#: The same function with no errcheck, for flux/stores.py: it records the
+#: listener before raising anything, and adds a store's own listener inside
+#: calls that must not raise what escaped on this thread (an owner's
+#: removal, a dispatch).
+flux_store_add_listener_raw = lib["flux_store_add_listener"]
+flux_store_add_listener_raw.argtypes = (c_void_p, LISTENER, c_void_p, DESTROY, POINTER(c_uint64))
+flux_store_add_listener_raw.restype = c_int
 flux_store_remove_listener = declare("flux_store_remove_listener", c_int, (c_void_p, c_uint64), True)
 flux_store_listener_fail = declare("flux_store_listener_fail", c_int, (c_void_p, c_int), True)
 #: The same function with no errcheck, for the listener trampoline: it runs

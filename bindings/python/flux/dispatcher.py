@@ -20,6 +20,9 @@ from ._native import (
     add as _add,
 )
 from ._native import (
+    argument_error as _argument_error,
+)
+from ._native import (
     callback_trampoline as _CALLBACK,
 )
 from ._native import (
@@ -145,17 +148,6 @@ class Token:
 
     def __reduce__(self) -> Any:
         raise TypeError("a flux.Token is only meaningful in the process that issued it")
-
-
-def _argument_error(exc: ArgumentError) -> BaseException:
-    # ctypes converts the arguments of a call in Python code, and wraps any
-    # exception that raises -- RecursionError too, when a deep chain of
-    # callbacks reaches the interpreter's recursion limit -- into an
-    # ArgumentError. Our arguments are always convertible, so it can only
-    # be that: give the caller Python's own error for it.
-    if "RecursionError" in str(exc):
-        return RecursionError(f"maximum recursion depth exceeded ({exc})")
-    return exc
 
 
 def _not_a_token(token: object) -> TypeError:
@@ -972,7 +964,10 @@ class Dispatcher(Generic[P]):
         serial = self._serial
         values = [token._value if token._dispatcher == serial else 0 for token in checked]
         array = (c_uint64 * len(values))(*values)
-        status = _flux_wait_for(handle, addressof(array), len(values))
+        try:
+            status = _flux_wait_for(handle, addressof(array), len(values))
+        except ArgumentError as exc:
+            raise _argument_error(exc) from None
         if status == _UNKNOWN_TOKEN and _last_error_values()[0] == 0:
             # The first token libflux rejected is a 0: a foreign one.
             first = next(token for token in checked if token._dispatcher != serial)

@@ -32,7 +32,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
-from ctypes import byref, c_int, c_uint64, c_void_p
+from ctypes import ArgumentError, byref, c_int, c_uint64, c_void_p
 from threading import get_ident as _get_ident
 from types import TracebackType
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
@@ -51,6 +51,9 @@ from ._native import (
     add as _add,
 )
 from ._native import (
+    argument_error as _argument_error,
+)
+from ._native import (
     destroy_trampoline as _destroy_trampoline,
 )
 from ._native import (
@@ -60,7 +63,7 @@ from ._native import (
     extras as _extras,
 )
 from ._native import (
-    flux_store_add_listener as _flux_store_add_listener,
+    flux_store_add_listener_raw as _flux_store_add_listener_raw,
 )
 from ._native import (
     flux_store_create as _flux_store_create,
@@ -82,9 +85,6 @@ from ._native import (
 )
 from ._native import (
     flux_store_listener_fail_raw as _flux_store_listener_fail_raw,
-)
-from ._native import (
-    flux_store_remove_listener as _flux_store_remove_listener,
 )
 from ._native import (
     flux_store_remove_listener_raw as _flux_store_remove_listener_raw,
@@ -113,6 +113,8 @@ S = TypeVar("S")
 _id = id
 _MISSING = object()
 _OWNED = int(Status.ERR_INVALID_ARGUMENT)  # flux_unregister of a live store's token
+_UNKNOWN_TOKEN = int(Status.ERR_UNKNOWN_TOKEN)  # flux_store_remove_listener of a removed listener
+_NOT_RUN = -1  # a status libflux never returns: the call did not run (or not known to have)
 
 _write_pointer = c_void_p.from_address
 
@@ -343,66 +345,94 @@ class Subscription:
         return f"<flux.Subscription {self.id}>"
 
 
+class _OwnerWatch(weakref.ref):  # type: ignore[type-arg]
+    """The weak reference to an owner-bound listener's owner whose callback
+    removes the listener. A weakref callback is given only the reference:
+    what it needs is kept on it."""
+
+    __slots__ = ("cell", "gone", "store")
+
+    #: The listener's id (see _OwnerBound.cell).
+    cell: c_uint64
+    #: The store's listeners whose owner went (Store._gone).
+    gone: dict[int, None]
+    store: weakref.ref[Store]
+
+
 class _OwnerBound:
     """What an owner-bound listener (``add_listener(fn, owner=obj)``) hands
     the store to call: ``obj`` held weakly, and the listener removed once
     ``obj`` is collected. Refers to its store weakly too: the store's
     listener entry holds this (see _native.objects)."""
 
-    __slots__ = ("__weakref__", "cell", "fn", "ref", "store")
+    __slots__ = ("cell", "fn", "method", "store", "watch")
 
     def __init__(self, store: Store, listener: Callable[[], object], owner: object, cell: c_uint64) -> None:
         self.store = weakref.ref(store)
-        #: The listener's id, written by flux_store_add_listener; None once
-        #: its removal was asked for (only one caller removes it).
-        self.cell: c_uint64 | None = cell
-        # Told when the owner goes; weakly, or the owner's weakref would
-        # keep this binding (and its listener) alive.
-        gone = functools.partial(_owner_collected, weakref.ref(self))
-        self.fn: Callable[[], object] | None
-        self.ref: Callable[[], Any]
+        #: The listener's id, written by flux_store_add_listener.
+        self.cell = cell
         try:
-            if inspect.ismethod(listener) and listener.__self__ is owner:
-                # A bound method refers to its object: keep it apart.
-                self.ref, self.fn = weakref.WeakMethod(listener, gone), None
-            elif listener is owner:
-                self.ref, self.fn = weakref.ref(owner, gone), None
-            else:
-                self.ref, self.fn = weakref.ref(owner, gone), listener
+            # The owner's one weak reference here, whose callback is this
+            # module's one function (see _owner_collected). No WeakMethod:
+            # it adds a weakref callback of its own, a closure where an
+            # interrupt would be printed and lost.
+            watch = _OwnerWatch(owner, _owner_collected)
         except TypeError:
             raise TypeError(
                 f"owner must support weak references ({type(owner).__name__} does not:"
                 " add '__weakref__' to its __slots__)"
             ) from None
+        watch.cell = cell
+        watch.gone = store._gone
+        watch.store = self.store
+        self.watch = watch  # kept alive: a reference that is gone calls nothing
+        #: A bound method of the owner's function, called with the owner (a
+        #: bound method refers to its object: kept apart); else None.
+        self.method: Callable[[Any], object] | None = None
+        #: Any other listener but the owner itself; else None.
+        self.fn: Callable[[], object] | None = None
+        if inspect.ismethod(listener) and listener.__self__ is owner:
+            self.method = listener.__func__
+        elif listener is not owner:
+            self.fn = listener
         if self.fn is not None and getattr(listener, "__self__", None) is owner:
             # A built-in method of the owner: it would keep the owner alive.
             raise TypeError("listener is a built-in method of owner, which would keep owner alive")
 
     def __call__(self) -> None:
-        target = self.ref()  # the owner (or its bound method), alive for the call
-        if target is None:
+        owner = self.watch()  # alive for the call
+        if owner is None:
             # Collected, maybe by an earlier listener of this emit: skipped
             # from now on, and removed if the weakref callback has not yet.
             self.end()
+        elif self.method is not None:
+            self.method(owner)
         elif self.fn is None:
-            target()
+            owner()
         else:
             self.fn()
 
     def end(self) -> None:
-        """Removes the listener, once, whoever asks first."""
-        cell = self.cell
-        self.cell = None  # no call in between: a second caller finds None
+        """Removes the listener (again: a no-op)."""
         store = self.store()
-        if cell is not None and store is not None:
-            store._remove_quietly(cell)
+        if store is not None:
+            store._unlisten(self.cell.value, quiet=True)
 
 
-def _owner_collected(binding: weakref.ref[_OwnerBound], _ref: object) -> None:
-    # A weakref callback: runs wherever the owner's last reference went.
-    bound = binding()
-    if bound is not None:
-        bound.end()
+@_trampoline(rerun=True, effect_is_last_call=True)
+def _owner_collected(watch: _OwnerWatch) -> None:
+    # A weakref callback: runs wherever the owner's last reference went, and
+    # reports what escapes it (a KeyboardInterrupt from a signal handler) to
+    # sys.unraisablehook -- which, as for a trampoline, keeps it for the next
+    # call on this thread to raise, and runs this again when it was
+    # interrupted before its last call. First, with no call (where an
+    # interrupt could land), the listener is noted as gone: should what
+    # follows be cut short, the store's next add_listener or remove sweeps
+    # it (see Store._sweep).
+    watch.gone[watch.cell.value] = None
+    store = watch.store()
+    if store is not None:
+        store._sweep()
 
 
 def _error_emitted(store_ref: weakref.ref[Store]) -> None:
@@ -493,9 +523,11 @@ class Store(_ClosesOnExit):
         self._held: list[Any] = [initial, _SETTLED]
         self._next_address = 0
         self._next_cell: Any = None
-        # The listeners added and not removed (error ends included), the
-        # store's own listener's id while it has one (see _settle), whether
-        # it has one when it has no other, and the next Subscription.id.
+        # The listeners added and not removed (error ends included; changed
+        # only with _fns, and with no call in between: see _add_listener and
+        # _drop_listener), the store's own listener's id while it has one
+        # (see _settle), whether it has one when it has no other, and the
+        # next Subscription.id.
         self._listeners = 0
         # native listener id -> its function, while libflux holds it. What a
         # native removal lets go under self._lock must not be its last
@@ -504,6 +536,10 @@ class Store(_ClosesOnExit):
         # to each other's stores would deadlock. The removals keep it here
         # until they have released the lock (see _unlisten and close).
         self._fns: dict[int, Callable[[], object]] = {}
+        # The ids of owner-bound listeners whose owner went, until removed:
+        # written by the owner's weakref callback before anything it could
+        # be interrupted in (see _owner_collected and _sweep).
+        self._gone: dict[int, None] = {}
         self._settler: c_uint64 | None = None
         self._settles = settles
         self._ids = itertools.count(1).__next__
@@ -523,6 +559,8 @@ class Store(_ClosesOnExit):
                 _flux_store_create(
                     handle, _id(initial), _reduce_trampoline, None, _NO_RELEASE, key, _destroy_trampoline, out_ref
                 )
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
             finally:
                 # Also when an interrupt is raised after libflux made the store:
                 # it is then recorded, and closed with the dispatcher.
@@ -571,7 +609,10 @@ class Store(_ClosesOnExit):
         """
         changed = c_int()
         with self._lock:
-            _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
+            try:
+                _flux_store_has_changed(self._live_handle("has_changed"), byref(changed))
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
         return bool(changed.value)
 
     def emit_change(self, error: Any = None) -> None:
@@ -586,7 +627,10 @@ class Store(_ClosesOnExit):
         """
         with self._lock:
             handle = self._live_handle("emit_change")
-            _flux_store_emit_change(handle)
+            try:
+                _flux_store_emit_change(handle)
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
             if error is None:
                 return
             # One left behind (a failed dispatch ends it, unless an interrupt
@@ -628,12 +672,15 @@ class Store(_ClosesOnExit):
 
         With an ``owner`` (JBFlux's ``registerObject:forChangeEvents:``),
         the listener lives only as long as ``owner``: the store holds
-        ``owner`` weakly (a bound method of ``owner`` as a
-        ``weakref.WeakMethod``; ``listener`` may also be ``owner`` itself),
-        and once ``owner`` is collected the listener is removed, as if
+        ``owner`` weakly (of a bound method of ``owner``, only its
+        function; ``listener`` may also be ``owner`` itself), and once
+        ``owner`` is collected the listener is removed, as if
         :meth:`Subscription.remove` ran, and never runs again -- also when
-        that happens during an emit. Any other ``listener`` is held
-        strongly, so it must not refer to ``owner``.
+        that happens during an emit. An exception raised while that removal
+        runs (a KeyboardInterrupt) comes out of the next call on this
+        thread into flux, as one raised in a listener's destroy does. Any
+        other ``listener`` is held strongly, so it must not refer to
+        ``owner``.
 
         :raises TypeError: ``listener`` is not callable; ``owner`` cannot be
             weakly referenced; ``listener`` is a built-in method of ``owner``.
@@ -641,6 +688,8 @@ class Store(_ClosesOnExit):
         """
         if not callable(listener):
             raise TypeError(f"listener must be callable, not {type(listener).__name__}")
+        if self._gone:
+            self._sweep()
         out = c_uint64()
         fn = listener if owner is None else _OwnerBound(self, listener, owner, out)
         with self._lock:
@@ -650,33 +699,53 @@ class Store(_ClosesOnExit):
     def _listen(self, fn: Callable[[], object], out: c_uint64) -> None:
         """Adds ``fn`` as a listener; its id goes to ``out``. The store's
         own listener goes once it has another (see _settle)."""
+        error: FluxError | None = None
         with self._lock:
             handle = self._live_handle("add_listener")
-            self._add_listener(fn, out, handle)
-            self._listeners += 1
-            settler, self._settler = self._settler, None
-            if settler is not None and not _flux_store_remove_listener_raw(handle, settler.value):
-                self._fns.pop(settler.value, None)  # only a _Settler: nothing of the caller's goes
+            try:
+                status = self._add_listener(fn, out, handle, counted=True)
+                if status:
+                    error = _native.status_error(status)  # read at once, on this thread
+                else:
+                    settler, self._settler = self._settler, None
+                    if settler is not None:
+                        self._drop_listener(handle, settler.value, counted=False)  # only a _Settler goes
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
         # What escaped the settler's destroy (an interrupt) comes out of this
         # call, the outermost one, as out of any other with an errcheck --
         # not out of the next dispatch, which it would stop before it began.
         if _escaped:
             _native.raise_escaped()
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # no exception -> traceback -> frame cycle
 
-    def _add_listener(self, fn: Callable[[], object], out: c_uint64, handle: int) -> None:
+    def _add_listener(self, fn: Callable[[], object], out: c_uint64, handle: int, *, counted: bool) -> int:
+        """Adds ``fn`` with libflux and to _fns, and to the count of
+        listeners when ``counted`` (all but the store's own). Returns
+        libflux's status, and raises nothing that escaped on this thread:
+        the store's own listener is added inside calls that must not (an
+        owner's removal, a dispatch), and _listen raises it."""
         out.value = _native.UNTOUCHED
         out_ref = byref(out)
         owner = _Owner(self._pending, self._native_dispatcher, self._held)
         key = _add(fn, owner)
         try:
-            _flux_store_add_listener(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
+            status: int = _flux_store_add_listener_raw(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
         except BaseException:
             _native.drop(key, fn, out.value)  # libflux never ran
             raise
         finally:
-            # Also when what escaped is raised after libflux took it.
+            # Also when an interrupt came after libflux took it. No call in
+            # here: _fns and the count change together.
             if out.value and out.value != _native.UNTOUCHED:
                 self._fns[out.value] = fn
+                if counted:
+                    self._listeners += 1
+        return status
 
     def _settle(self) -> None:
         """Gives a ReduceStore with no listener one of its own, which only
@@ -690,9 +759,9 @@ class Store(_ClosesOnExit):
                 return
             out = c_uint64()
             try:
-                self._add_listener(_Settler(), out, handle)
-            except FluxError:
-                return
+                self._add_listener(_Settler(), out, handle, counted=False)  # out of memory: not added
+            except ArgumentError:
+                return  # libflux never ran (the recursion limit): as out of memory
             finally:
                 # Also when an interrupt came after libflux took it.
                 if out.value and out.value != _native.UNTOUCHED:
@@ -702,22 +771,69 @@ class Store(_ClosesOnExit):
         """Removes a listener: ``quiet``, one no caller asked to remove (its
         owner went, an emit's error ended), silently, as the store may be
         closed or the listener removed; otherwise as Subscription.remove."""
+        if not quiet and self._gone:
+            self._sweep()
+        error: FluxError | None = None
         with self._lock:
             kept = self._fns.get(native_id)  # let go once the lock is (see _fns)
             if quiet:
                 handle = self._handle
-                if handle is None or _flux_store_remove_listener_raw(handle, native_id):
-                    return
+                if handle is None or kept is None:
+                    return  # closed, or removed already: libflux holds only what _fns does
             else:
-                _flux_store_remove_listener(self._live_handle("remove"), native_id)
-            self._fns.pop(native_id, None)
-            self._listeners -= 1
-            self._settle()
+                handle = self._live_handle("remove")
+            try:
+                status = self._drop_listener(handle, native_id, counted=True)
+                if status and not quiet:
+                    error = _native.status_error(status)  # read at once, on this thread
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
+            finally:
+                self._settle()  # also when an interrupt came after the removal
         del kept  # its last reference may go here, with no lock held
+        if not quiet:
+            # As an errcheck would: what escaped (the listener's destroy)
+            # first, once the removal is recorded.
+            if _escaped:
+                _native.raise_escaped()
+            if error is not None:
+                try:
+                    raise error
+                finally:
+                    error = None  # no exception -> traceback -> frame cycle
 
-    def _remove_quietly(self, cell: c_uint64) -> None:
-        """Removes a listener whose owner went."""
-        self._unlisten(cell.value, quiet=True)
+    def _drop_listener(self, handle: int, native_id: int, *, counted: bool) -> int:
+        """flux_store_remove_listener(); ``native_id`` leaves _fns (and the
+        count, when ``counted``) once libflux holds it no more -- the two
+        change together, also when an interrupt cuts the call short. Returns
+        the call's status. Under self._lock."""
+        status: int = _NOT_RUN
+        try:
+            status = _flux_store_remove_listener_raw(handle, native_id)
+        finally:
+            if status == _NOT_RUN:
+                # Cut short: before libflux ran (the recursion limit), or
+                # after it returned (where an interrupt lands). Asked again,
+                # libflux tells: an unknown id is one the first call removed.
+                # Should this fail too, the id stays, and a later removal of
+                # it (a sweep, say) finds it unknown and takes it out.
+                status = _flux_store_remove_listener_raw(handle, native_id)
+            if (status == 0 or status == _UNKNOWN_TOKEN) and native_id in self._fns:
+                # No call from here on: an interrupt cannot come in between.
+                del self._fns[native_id]  # not the last reference (the caller's)
+                if counted:
+                    self._listeners -= 1
+        return status
+
+    def _sweep(self) -> None:
+        """Removes the owner-bound listeners whose owner went (see
+        _owner_collected): the owner's weakref callback does, and so does the
+        store's next add_listener or remove, should an interrupt have cut
+        that callback short. Takes the lock one removal at a time (see _fns)."""
+        gone = self._gone
+        for native_id in list(gone):  # other threads' callbacks may add to it
+            self._unlisten(native_id, quiet=True)
+            gone.pop(native_id, None)  # once removed: if cut short, swept again
 
     # -- lifetime ----------------------------------------------------------
 
@@ -737,7 +853,7 @@ class Store(_ClosesOnExit):
         """
         dispatcher = self._dispatcher
         status: int | None = None
-        error: FluxError | None = None
+        error: BaseException | None = None
         with self._lock:
             handle = self._handle
             if handle is None:
@@ -757,6 +873,9 @@ class Store(_ClosesOnExit):
                 status = _flux_store_destroy_raw(handle)
                 if status:
                     error = _native.status_error(status)  # read at once, on this thread
+            except ArgumentError as exc:
+                status = _NOT_RUN  # libflux never ran (the recursion limit): the store is open
+                error = _argument_error(exc)
             finally:
                 try:
                     if status is None:
@@ -773,6 +892,7 @@ class Store(_ClosesOnExit):
                         self._held[0] = None
                         self._held[1] = _SETTLED  # the C store's states go (kept above)
                         self._fns = {}
+                        self._listeners = 0  # as _fns: they went with the store
                         self._settler = None
                         self._error_state = self._error_end = None  # its listener went with the store
                         dispatcher._natives.pop(handle, None)
@@ -868,19 +988,24 @@ class ReduceStore(Store, Generic[S]):
         # store holds the object at that address now, and the object found,
         # alive (we hold it), is that one.
         held = self._held
+        if _escaped:
+            _native.raise_escaped()  # what an owner's weakref callback kept, say
         with self._lock:  # not closed meanwhile (see _create)
             handle = self._live_handle("state")
-            pointer = _flux_store_state(handle)
-            while True:
-                state = held[0]
-                if _id(state) != pointer:
-                    state = held[1]
+            try:
+                pointer = _flux_store_state(handle)
+                while True:
+                    state = held[0]
                     if _id(state) != pointer:
-                        state = _MISSING
-                again = _flux_store_state(handle)
-                if again == pointer and state is not _MISSING:
-                    return state  # type: ignore[no-any-return]
-                pointer = again
+                        state = held[1]
+                        if _id(state) != pointer:
+                            state = _MISSING
+                    again = _flux_store_state(handle)
+                    if again == pointer and state is not _MISSING:
+                        return state  # type: ignore[no-any-return]
+                    pointer = again
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
 
     def get_state(self) -> S:
         """:attr:`state`, under Facebook's name."""
@@ -985,6 +1110,8 @@ class StoreGroup(_ClosesOnExit):
             self._handle: int | None = None
             try:
                 _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, out_ref)
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
             finally:  # as in Store._create: no call before it is recorded
                 native = out.value
                 if native and native != _native.UNTOUCHED:
@@ -1005,9 +1132,13 @@ class StoreGroup(_ClosesOnExit):
             self._handle = None
             try:
                 _flux_store_group_release(handle)
+            except ArgumentError as exc:
+                self._handle = handle  # libflux never ran (the recursion limit): the group is live
+                raise _argument_error(exc) from None
             finally:  # released even when what escaped its destroy is raised
-                self._dispatcher._natives.pop(handle, None)
-                self._dispatcher._children.pop(self._ident, None)
+                if self._handle is None:
+                    self._dispatcher._natives.pop(handle, None)
+                    self._dispatcher._children.pop(self._ident, None)
 
     close = release
 

@@ -3,10 +3,12 @@ catchable error out of dispatch, never a crash, and the dispatcher goes on."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -119,6 +121,85 @@ def test_chain_reaching_the_recursion_limit_raises_recursion_error(d: flux.Dispa
     calls.clear()
     d.dispatch(2)
     assert sorted(calls) == list(range(limit * 2))
+
+
+class Counter(flux.ReduceStore[int]):
+    def get_initial_state(self) -> int:
+        return 0
+
+    def reduce(self, state: int, action: Any) -> int:
+        return state + 1
+
+
+class Plain(flux.Store):
+    def on_dispatch(self, payload: Any) -> None:
+        pass
+
+
+def _at_depth(frames: int, call: Callable[[], object]) -> object:
+    return _at_depth(frames - 1, call) if frames > 0 else call()
+
+
+def _frames_below() -> int:
+    """How many frames the caller's is, counting from the first."""
+    frame, frames = sys._getframe(1), 1
+    while frame.f_back is not None:
+        frame, frames = frame.f_back, frames + 1
+    return frames
+
+
+#: Store calls into libflux, each made from d and one store that exist.
+STORE_CALLS: dict[str, Callable[[flux.Dispatcher[Any], Counter, list[Any]], object]] = {
+    "ReduceStore()": lambda d, store, made: made.append(Counter(d)),
+    "Store()": lambda d, store, made: made.append(Plain(d)),
+    "state": lambda d, store, made: store.state,
+    "get_state": lambda d, store, made: store.get_state(),
+    "add_listener": lambda d, store, made: made.append(store.add_listener(lambda: None)),
+    "add_listener(owner=)": lambda d, store, made: made.append(store.add_listener(lambda: None, owner=made)),
+    "Subscription.remove": lambda d, store, made: store.add_listener(lambda: None).remove(),
+    "has_changed": lambda d, store, made: store.has_changed(),
+    "emit_change": lambda d, store, made: store.emit_change(),
+    "close": lambda d, store, made: Counter(d).close(),
+    "StoreGroup": lambda d, store, made: made.append(flux.StoreGroup([store], lambda: None)),
+    "StoreGroup.release": lambda d, store, made: flux.StoreGroup([store], lambda: None).release(),
+    "wait_for(store)": lambda d, store, made: d.wait_for([store]),
+}
+
+
+class Recorded(list):  # type: ignore[type-arg]
+    """A list an owner-bound listener can be bound to (a list cannot)."""
+
+
+@pytest.mark.parametrize("call", list(STORE_CALLS))
+def test_store_calls_at_the_recursion_limit_raise_recursion_error(d: flux.Dispatcher[Any], call: str) -> None:
+    # ctypes converts a call's arguments in Python code, and at the
+    # recursion limit wraps the RecursionError that raises in
+    # ctypes.ArgumentError: a store call must raise RecursionError, as
+    # dispatch does, wherever between its first call and libflux the
+    # limit is hit.
+    store = Counter(d)
+    made: list[Any] = Recorded()
+    outcomes: set[str] = set()
+    limit, below = sys.getrecursionlimit(), _frames_below()
+    for spare in range(60):  # from over the limit to well within it
+        try:
+            _at_depth(limit - below - spare, lambda: STORE_CALLS[call](d, store, made))
+        except ctypes.ArgumentError as exc:
+            outcomes.add(f"ArgumentError: {exc}")
+        except RecursionError:
+            outcomes.add("RecursionError")
+        except flux.FluxError:
+            outcomes.add("returned")  # refused by libflux (not dispatching): it ran
+        else:
+            outcomes.add("returned")
+    assert outcomes == {"RecursionError", "returned"}, outcomes
+    for thing in made:  # a store, a group or a subscription
+        if isinstance(thing, flux.Subscription):
+            thing.remove()
+        else:
+            thing.close()
+    d.dispatch("inc")  # and the store goes on
+    assert store.state == 1
 
 
 def test_a_too_deep_enqueue_is_reported_exactly_once() -> None:

@@ -396,6 +396,151 @@ def test_sigint_before_a_trace_hook_raises_from_dispatch_and_the_event_is_kept()
     )
 
 
+# -- an owner-bound listener's removal ------------------------------------------
+#
+# add_listener(fn, owner=view) removes the listener from the owner's weakref
+# callback, which Python runs wherever the owner's last reference went: an
+# exception escaping it would be printed and lost, and the listener left
+# registered, or counted after libflux let it go. The interrupt must come out
+# of the next call into flux on the thread; the listener must be gone (as if
+# sub.remove() ran) and the store's count of listeners right.
+
+OWNERS = """
+class View:
+    def __init__(self, heard):
+        self.heard = heard
+    def refresh(self):
+        self.heard.append("refresh")
+    def __call__(self):
+        self.heard.append("call")
+
+def bind(store, kind):
+    # A view and its listener: a bound method, the view itself, or a function.
+    heard = []
+    view = View(heard)
+    listener = {"method": view.refresh, "itself": view, "function": lambda: heard.append("function")}[kind]
+    return view, store.add_listener(listener, owner=view), heard
+
+def removed_as_if_by_remove(store, sub):
+    # Only the store's own listener is left, uncounted, and nothing of the view's.
+    try:
+        sub.remove()
+    except flux.UnknownTokenError:
+        pass
+    else:
+        raise AssertionError("the listener was still registered")
+    assert store._listeners == 0, store._listeners
+    assert all(type(fn) is stores._Settler for fn in store._fns.values()), store._fns
+    assert stores.live_objects() == 1, _native.objects  # the store
+"""
+
+
+@pytest.mark.parametrize("kind", ["method", "itself", "function"])
+def test_sigint_as_an_owners_weakref_callback_is_entered_comes_out_of_the_next_call(kind: str) -> None:
+    # An owner's weakref callbacks run newest first: one made after the
+    # listener's -- libc's raise() itself, handed the weak reference as a
+    # SIGINT -- sends the signal from C, and the listener's removal is
+    # interrupted as it is entered, before anything ran.
+    run_with_preamble(
+        OWNERS
+        + textwrap.dedent(
+            f"""
+        class AsSigint:
+            @staticmethod
+            def from_param(obj):
+                return signal.SIGINT
+        raise_sigint = libc["raise"]
+        raise_sigint.argtypes = (AsSigint,)
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            store = Counter(d)
+            view, sub, heard = bind(store, {kind!r})
+            d.dispatch("inc")
+            assert len(heard) == 1, heard
+            made_last = weakref.ref(view, raise_sigint)  # so called first
+            del view
+            # Removed at once all the same (made up for, as a trampoline is).
+            assert stores.live_objects() == 1 and store._listeners == 0
+            assert interrupted(lambda: store.state)  # kept, and raised once
+            assert not _native.escaped
+            removed_as_if_by_remove(store, sub)
+            d.dispatch("inc")
+            assert len(heard) == 1 and store.state.n == 2
+            d.close()
+            clean()
+        """
+        )
+    )
+
+
+def test_sigint_anywhere_in_an_owners_removal_leaves_it_removed_and_counted() -> None:
+    # Every place an interrupt can land in the removal, one per round, in
+    # order: as a function is entered, and right after a call returns (a
+    # signal handler runs nowhere else). A trace function raises SIGINT
+    # there, once.
+    run_with_preamble(
+        OWNERS
+        + textwrap.dedent(
+            """
+        import dis, sys
+
+        after_call = {}
+        def landing_points(code):
+            points = after_call.get(code)
+            if points is None:
+                points, previous = set(), None
+                for instruction in dis.get_instructions(code):
+                    if previous is not None and previous.opname.startswith("CALL") and (
+                        not previous.opname.startswith("CALL_INTRINSIC")
+                    ):
+                        points.add(instruction.offset)
+                    previous = instruction
+                after_call[code] = points
+            return points
+
+        class InterruptAt:
+            def __init__(self, place):
+                self.place, self.seen = place, 0
+            def __call__(self, frame, event, arg):
+                if event == "call":
+                    frame.f_trace_opcodes = True
+                    self.count()
+                elif event == "opcode" and frame.f_lasti in landing_points(frame.f_code):
+                    self.count()
+                return self
+            def count(self):
+                self.seen += 1
+                if self.seen == self.place:
+                    sys.settrace(None)
+                    signal.raise_signal(signal.SIGINT)  # its handler raises here
+
+        for kind in ["method", "itself", "function"]:
+            place = 0
+            while True:
+                place += 1
+                d = flux.Dispatcher()
+                store = Counter(d)
+                view, sub, heard = bind(store, kind)
+                tracer = InterruptAt(place)
+                sys.settrace(tracer)
+                del view
+                sys.settrace(None)
+                if tracer.seen < place:
+                    break  # the removal ran to its end: every place was tried
+                assert interrupted(lambda: store.state), (kind, place)  # kept for this call
+                removed_as_if_by_remove(store, sub)
+                d.dispatch("inc")
+                assert heard == [] and store.state.n == 1
+                d.close()
+                clean()
+            d.close()
+            clean()
+            assert place > 20, place  # the removal was traced
+        """
+        )
+    )
+
+
 def test_sigalrm_at_any_moment_comes_out_as_that_exception_and_leaks_nothing() -> None:
     # One SIGALRM per round, 50-450 µs in: it lands anywhere -- in Python
     # code, or in C right before any trampoline (a reduce, are_equal, a
