@@ -209,6 +209,16 @@ static void test_void_return(void)
     is_ptr(s.ret_seen, NULL, "v(i): ret is NULL for a void return");
     EXPECT_OK(flux_closure_destroy(c));
 
+    /* flux.h: the signature ends at its first NUL. */
+    static const char with_junk[] = "v(i)\0junk";
+    sink j = {0, &j, 0};
+    c = make_closure(with_junk, store_arg, &j, NULL);
+    FN(void (*)(int32_t), c)(7);
+    is_int(j.value, 7, "\"v(i)\\0junk\" is read as \"v(i)\"");
+    EXPECT_OK(flux_call(flux_closure_code(c), with_junk, NULL, (void *[]){&(int32_t){8}}));
+    is_int(j.value, 8, "by flux_call too");
+    EXPECT_OK(flux_closure_destroy(c));
+
     s.ret_seen = &s;
     c = make_closure("v()", count_only, &s, NULL);
     FN(void (*)(void), c)();

@@ -962,6 +962,12 @@ static void emit_hook(lis *l)
     l->status = flux_store_emit_change(l->s);
 }
 
+/* Emits a change on the store in user (not the one listened to). */
+static void emit_other_hook(lis *l)
+{
+    l->status = flux_store_emit_change(((tstore *)l->user)->s);
+}
+
 static void emit_change_only_during_its_own_reduce(void)
 {
     ledger_reset();
@@ -979,6 +985,17 @@ static void emit_change_only_during_its_own_reduce(void)
     is_int(b->emit_status, FLUX_OK, "emit_change from something a's reduce calls is legal");
     is_int(la->calls, 1, "so a's listener ran");
     is_int(la->status, FLUX_ERR_NOT_DISPATCHING, "emit_change from a listener: NOT_DISPATCHING");
+    /* b changes itself now: b's listener runs in b's callback, which a's
+     * wait runs inside a's reduce -- so it may emit a's change. */
+    b->user = b;
+    lis *lb = listen(b->s, 2, emit_other_hook);
+    lb->user = a;
+    EXPECT_OK(flux_dispatch(d, "same"));
+    is_int(lb->calls, 1, "b's listener ran, inside a's reduce");
+    is_int(lb->status, FLUX_OK, "emit_change of a from another store's listener that a's reduce runs is legal");
+    is_int(la->calls, 2, "so a's listener ran again");
+    EXPECT_OK(flux_store_remove_listener(b->s, lb->token));
+    b->user = a;
     /* b's reduce runs on its own now (a no longer waits): a is not reducing. */
     a->hook = NULL;
     EXPECT_OK(flux_dispatch(d, "same"));
@@ -1489,6 +1506,26 @@ static int fail_from_reduce(tstore *t, void *state, const char *action, void **n
     return 0;
 }
 
+static void fail_twice_hook(lis *l)
+{
+    flux_dispatcher *d = flux_store_dispatcher(l->s);
+    l->status = flux_store_listener_fail(d, 5);
+    if (l->status == FLUX_OK)
+        l->status = flux_store_listener_fail(d, 9);
+}
+
+static void listener_fail_again_replaces_the_value(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *failing = listen(t->s, 1, fail_twice_hook);
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    EXPECT_OK(failing->status);
+    has_substr(flux_last_error(), "returned 9", "the second value replaced the first");
+    teardown(d, &t, 1);
+}
+
 static void listener_fail_outside_a_listener_is_refused(void)
 {
     ledger_reset();
@@ -1525,8 +1562,12 @@ typedef struct other {
     lis *added;
     flux_token remove_id;
     flux_status has_changed, emit, add, remove, destroy, dispatcher_destroy;
+    flux_status observer, create, group_create, group_release;
+    tstore *created; /* a store made from the other thread */
     int changed;
 } other;
+
+static void noop_fn(void *context) { (void)context; }
 
 static int blocking_hook(tstore *t, void *state, const char *action, void **next)
 {
@@ -1551,6 +1592,19 @@ static void *other_thread(void *arg)
     o->remove = flux_store_remove_listener(o->s, o->remove_id);
     o->destroy = flux_store_destroy(o->s);
     o->dispatcher_destroy = flux_dispatcher_destroy(flux_store_dispatcher(o->s));
+    /* The reduce waits for this thread: any of these waiting for the
+     * dispatch to end would hold both for good (and the REQUIREs fail). */
+    flux_dispatcher *d = flux_store_dispatcher(o->s);
+    static const flux_observer no_hooks = {FLUX_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL};
+    o->observer = flux_dispatcher_set_observer(d, &no_hooks, NULL, NULL);
+    if (o->observer == FLUX_OK)
+        o->observer = flux_dispatcher_set_observer(d, NULL, NULL, NULL);
+    o->created = tstore_new(9, d);
+    o->create = flux_store_create(d, st_new(1), t_reduce, NULL, st_release, o->created, tstore_destroy,
+                                  &o->created->s);
+    flux_store_group *group = NULL;
+    o->group_create = flux_store_group_create(&o->s, 1, noop_fn, NULL, NULL, &group);
+    o->group_release = group ? flux_store_group_release(group) : FLUX_ERR_INVALID_ARGUMENT;
     flag_set(&o->checked);
     return NULL;
 }
@@ -1581,13 +1635,18 @@ static void another_thread_during_a_dispatch(void)
     is_int(o.remove, FLUX_OK, "remove_listener from another thread works");
     is_int(o.destroy, FLUX_ERR_ALREADY_DISPATCHING, "flux_store_destroy during a dispatch: ALREADY_DISPATCHING");
     is_int(o.dispatcher_destroy, FLUX_ERR_ALREADY_DISPATCHING, "flux_dispatcher_destroy during a dispatch: ALREADY_DISPATCHING");
+    is_int(o.observer, FLUX_OK, "set_observer from another thread, set and cleared, without waiting");
+    is_int(o.create, FLUX_OK, "flux_store_create from another thread, without waiting");
+    is_int(o.group_create, FLUX_OK, "flux_store_group_create from another thread, without waiting");
+    is_int(o.group_release, FLUX_OK, "flux_store_group_release from another thread, without waiting");
     is_int(kept->calls, 1, "the kept listener ran");
     is_int(o.added->calls, 1, "one added before the emit began runs in it");
     is_int(count_events(EV_LISTENER + 2), 0, "the removed one did not");
     t->hook = NULL;
     flag_fini(&o.in_reduce);
     flag_fini(&o.checked);
-    teardown(d, &t, 1);
+    tstore *both[2] = {t, o.created};
+    teardown(d, both, 2);
 }
 
 typedef struct remover {
@@ -2057,6 +2116,7 @@ int main(void)
     RUN(closed_dispatcher_create);
     RUN(a_failing_listener_stops_the_emit_and_fails_the_dispatch);
     RUN(listener_fail_outside_a_listener_is_refused);
+    RUN(listener_fail_again_replaces_the_value);
     RUN(a_failing_group_function_fails_the_dispatch);
     RUN(another_thread_during_a_dispatch);
     RUN(listener_removed_by_another_thread_while_running);
