@@ -105,4 +105,21 @@ final class BinderTests: XCTestCase {
 
         XCTAssertTrue(disposable.isDisposed)
     }
+
+    // Beyond VueFlux's suite: a binding (on `.mainThread` by default) is
+    // applied before the setter returns on the main thread, also inside
+    // `sync` on another queue.
+    func testBindingAppliedAtOnceWhenSetOnMainThreadInsideSyncOnAnotherQueue() {
+        XCTAssertTrue(Thread.isMainThread)
+        let object = Object()
+        let variable = Variable(0)
+        let disposable = variable.signal.bind(to: object, \.value)
+
+        DispatchQueue(label: "testBindingAppliedAtOnceWhenSetOnMainThreadInsideSyncOnAnotherQueue").sync {
+            variable.value = 1
+        }
+
+        XCTAssertEqual(object.value, 1)
+        disposable.dispose()
+    }
 }

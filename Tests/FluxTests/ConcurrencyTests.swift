@@ -233,6 +233,137 @@ final class ConcurrencyTests: XCTestCase {
         bindings.forEach { $0.dispose() }
     }
 
+    // Thread 1 sets 1; while it delivers 1, thread 2, inside a delivery of
+    // another sink, sets 2, handed to thread 1; then thread 1's observer sets
+    // 3, a nested set. The nested set stored at once and the handed-over one
+    // stored when delivered, after it: `value` ended at 2 though 3 was
+    // delivered last, and a new observer started from 3.
+    func testSetInsideObserverAfterAHandedOverSetLeavesValueAtTheLastDelivered() {
+        let variable = Variable(0)
+        let trigger = Sink<Void>()
+        let delivering = DispatchSemaphore(value: 0), handedOver = DispatchSemaphore(value: 0)
+        let gates = Gates()
+        // Observers of one variable never run concurrently: plain variables.
+        nonisolated(unsafe) var seen = [Int](), readWhileSeen = [Int](), readBack = -1
+        variable.signal.observe { value in
+            seen.append(value)
+            readWhileSeen.append(variable.value)
+            if value == 1 {
+                delivering.signal()
+                gates.pass(handedOver)
+                variable.value = 3
+                readBack = variable.value
+            }
+        }
+        trigger.signal.observe {
+            gates.pass(delivering)
+            // Inside trigger's delivery, while thread 1 delivers: handed over.
+            variable.value = 2
+            handedOver.signal()
+        }
+
+        guard onThreads([{ variable.value = 1 }, { trigger.send(value: ()) }], seconds: 30) else {
+            return XCTFail("a set handed over while a nested set is made: deadlock")
+        }
+        XCTAssertTrue(gates.allPassed)
+        XCTAssertEqual(seen, [0, 1, 2, 3])
+        // The nested set reads back at once ...
+        XCTAssertEqual(readBack, 3)
+        // ... and each observer call reads the value it is given.
+        XCTAssertEqual(readWhileSeen, [0, 1, 2, 3])
+        XCTAssertEqual(variable.value, 3)
+        var first: Int?
+        variable.signal.observe { first = first ?? $0 }.dispose()
+        XCTAssertEqual(first, 3)
+    }
+
+    // Four stores, no store shared: A and D of one State type, B and C of
+    // another. Thread 1 dispatches to A, whose mutation dispatches to B;
+    // thread 2 dispatches to C, whose mutation dispatches to D. Each thread
+    // holds its first type's dispatch lock when it dispatches across, so
+    // waiting for the other type's lock deadlocked both (VueFlux, with a lock
+    // per dispatcher, does not). A thread inside a dispatch now hands its
+    // dispatch to the holder instead.
+    func testStoresOfTwoStateTypesDispatchingAcrossFromTwoThreadsDoNotDeadlock() {
+        let a = crossStore(FirstType.self), d = crossStore(FirstType.self)
+        let b = crossStore(SecondType.self), c = crossStore(SecondType.self)
+        let inA = DispatchSemaphore(value: 0), inC = DispatchSemaphore(value: 0)
+        let gates = Gates()
+        a.computed.state.onCommit = { action in
+            guard action == 1 else { return }
+            inA.signal()
+            gates.pass(inC)
+            b.actions.dispatch(action: 2)
+        }
+        c.computed.state.onCommit = { action in
+            guard action == 1 else { return }
+            inC.signal()
+            gates.pass(inA)
+            d.actions.dispatch(action: 2)
+        }
+
+        guard onThreads([{ a.actions.dispatch(action: 1) }, { c.actions.dispatch(action: 1) }], seconds: 30) else {
+            return XCTFail("stores of two State types dispatching across from two threads: deadlock")
+        }
+        // Both threads were inside their first dispatch when they dispatched across.
+        XCTAssertTrue(gates.allPassed)
+        // Every commit ran, once.
+        XCTAssertEqual(a.computed.state.commits, [1])
+        XCTAssertEqual(b.computed.state.commits, [2])
+        XCTAssertEqual(c.computed.state.commits, [1])
+        XCTAssertEqual(d.computed.state.commits, [2])
+    }
+
+    // A thread inside no dispatch or delivery still waits for another
+    // thread's dispatch of the same State type, and its commit is done when
+    // its `dispatch` returns.
+    func testDispatchFromOutsideAnyDispatchWaitsForTheHolderAndCommitsBeforeReturning() {
+        let holder = crossStore(ThirdType.self), other = crossStore(ThirdType.self)
+        let holding = DispatchSemaphore(value: 0), waiterStarts = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let gates = Gates()
+        let log = Log()
+        nonisolated(unsafe) var waiter: pthread_t?
+        nonisolated(unsafe) var committedOnWaiter = false
+        holder.computed.state.onCommit = { _ in
+            holding.signal()
+            gates.pass(release)
+            log.append("holder done")
+        }
+        other.computed.state.onCommit = { _ in
+            committedOnWaiter = waiter.map { pthread_equal($0, pthread_self()) != 0 } ?? false
+            log.append("other committed")
+        }
+
+        guard
+            onThreads(
+                [
+                    { holder.actions.dispatch(action: 1) },
+                    {
+                        gates.pass(holding)
+                        waiter = pthread_self()
+                        waiterStarts.signal()
+                        other.actions.dispatch(action: 1)
+                        log.append("other returned")
+                    },
+                    {
+                        gates.pass(waiterStarts)
+                        // Time for the waiter to reach the lock; were it
+                        // slower, it would find the lock free: same log.
+                        Thread.sleep(forTimeInterval: 0.2)
+                        log.append("releasing")
+                        release.signal()
+                    },
+                ], seconds: 30)
+        else {
+            return XCTFail("a dispatch waiting for another thread's: deadlock")
+        }
+        XCTAssertTrue(gates.allPassed)
+        XCTAssertEqual(log.entries, ["releasing", "holder done", "other committed", "other returned"])
+        XCTAssertTrue(committedOnWaiter)
+        XCTAssertEqual(other.computed.state.commits, [1])
+    }
+
     // Sinks whose observers send to each other in a ring, from three threads:
     // every send reaches its sink's observer once, in each thread's order.
     func testRingOfSinksSentFromThreeThreadsNeitherDeadlocksNorLoses() {
@@ -345,6 +476,59 @@ private struct MirrorMutations: Mutations {
         state.mutations += 1
         if action < 0 { state.mirror.value = action }
     }
+}
+
+/// A State type per tag: `CrossState<FirstType>` and `CrossState<SecondType>`
+/// are two State types, with a dispatch lock each (a test of its own each,
+/// so that one whose threads hang leaves the others alone).
+private enum FirstType {}
+private enum SecondType {}
+private enum ThirdType {}
+
+private final class CrossState<Tag>: State, @unchecked Sendable {
+    typealias Action = Int
+    typealias Mutations = CrossMutations<Tag>
+    // Mutations of one State type run one at a time; read after the threads end.
+    var commits: [Int] = []
+    var onCommit: (Int) -> Void = { _ in }
+}
+
+private struct CrossMutations<Tag>: Mutations {
+    typealias State = CrossState<Tag>
+    func commit(action: Int, state: CrossState<Tag>) {
+        state.commits.append(action)
+        state.onCommit(action)
+    }
+}
+
+private func crossStore<Tag>(_: Tag.Type) -> Store<CrossState<Tag>> {
+    Store(state: CrossState<Tag>(), mutations: CrossMutations<Tag>(), executor: .immediate)
+}
+
+/// Semaphores a test's threads wait at, with a time limit: a gate that
+/// never opens fails the test instead of hanging it.
+private final class Gates: @unchecked Sendable {
+    private let timedOut = Atomic<Bool>(false)
+
+    func pass(_ gate: DispatchSemaphore) {
+        if gate.wait(timeout: .now() + 10) == .timedOut {
+            timedOut.store(true, ordering: .relaxed)
+        }
+    }
+
+    var allPassed: Bool { !timedOut.load(ordering: .relaxed) }
+}
+
+/// What a test's threads did, in the order they did it.
+private final class Log: @unchecked Sendable {
+    private let lock = NSLock()
+    private var recorded: [String] = []
+
+    func append(_ entry: String) {
+        lock.withLock { recorded.append(entry) }
+    }
+
+    var entries: [String] { lock.withLock { recorded } }
 }
 
 /// Runs each body on a thread of its own, all at once (dispatch queues may

@@ -85,4 +85,19 @@ final class ExecutorTests: XCTestCase {
             XCTAssertEqual(value, 1)
         }
     }
+
+    // Beyond VueFlux's suite. On the main thread inside `sync` on another
+    // queue the main queue is not the current queue, yet this is the main
+    // thread: the function runs inline.
+    func testMainThreadExecutorRunsInlineOnMainThreadInsideSyncOnAnotherQueue() {
+        XCTAssertTrue(Thread.isMainThread)
+        let excutor = Executor.mainThread
+        var ran = false
+
+        DispatchQueue(label: "testMainThreadExecutorRunsInlineOnMainThreadInsideSyncOnAnotherQueue").sync {
+            excutor.execute { ran = true }
+        }
+
+        XCTAssertTrue(ran)
+    }
 }

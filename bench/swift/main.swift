@@ -3,7 +3,8 @@
 // sink's signal observed and disposed (against a closure appended to and
 // removed from an array), and
 // Actions.dispatch with the .immediate executor (one store's own actions; the
-// shared actions of N stores). Run by `make bench`, built with `swift build -c release`.
+// shared actions of N stores), and Executor.mainThread's inline path (this
+// runs on the main thread). Run by `make bench`, built with `swift build -c release`.
 //
 // Every observer, commit and baseline closure adds its argument to one
 // counter that is printed at the end, and the closures are made behind
@@ -104,6 +105,22 @@ func benchSharedActions(_ n: Int) {
     withExtendedLifetime(stores) {}
 }
 
+// Executor.mainThread on the main thread with nothing pending: the function
+// runs inline, after the executor's main-thread test (against calling it).
+@inline(never)
+func callWork(_ work: () -> Void) {
+    work()
+}
+
+func benchMainThreadExecutor() {
+    let iterations = 2_000_000
+    let work = makeClosures(1).map { closure in { closure(1) } }[0]
+    let executor = Executor.mainThread
+    row(
+        "Executor.mainThread.execute", 1,
+        compare(iterations, { _ in executor.execute(work) }, against: { _ in callWork(work) }))
+}
+
 print("Swift VueFlux layer vs a loop over [(Int) -> Void], ns per call (best round);")
 print("ratio: the median of \(rounds) interleaved rounds (lowest-highest)")
 print(String(repeating: " ", count: 34), "   N", "     Flux", "     loop", "   ratio")
@@ -118,4 +135,5 @@ benchStoreActions()
 for n in [1, 10, 100] {
     benchSharedActions(n)
 }
+benchMainThreadExecutor()
 print("(checksum \(total.pointee))")

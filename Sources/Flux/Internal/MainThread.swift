@@ -1,8 +1,13 @@
+@_spi(Engine) import FluxCore
 import Dispatch
 
-/// Whether the caller runs on the main thread, without Foundation: the main
-/// queue carries a queue-specific value, which `getSpecific` finds on the
-/// main thread (inside main-queue work or not) and nowhere else.
+/// Whether `Executor.mainThread` may run work inline: on the process's main
+/// thread (FluxCore's `isMainThread()`, even inside `someQueue.sync { }`,
+/// where the main queue is not the current queue), or inside the main
+/// queue's work, wherever it runs (after `dispatchMain()` the main thread is
+/// gone and the main queue's work runs on a worker thread). The latter,
+/// without Foundation: the main queue carries a queue-specific value, which
+/// `getSpecific` finds inside its work.
 enum MainThread {
     private static let key: DispatchSpecificKey<UInt8> = {
         let key = DispatchSpecificKey<UInt8>()
@@ -11,6 +16,6 @@ enum MainThread {
     }()
 
     static var isCurrent: Bool {
-        DispatchQueue.getSpecific(key: key) != nil
+        isMainThread() || DispatchQueue.getSpecific(key: key) != nil
     }
 }

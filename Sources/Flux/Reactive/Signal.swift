@@ -32,6 +32,13 @@ public struct Signal<Value> {
     /// `dispose()` has returned, the observer is not called again, even for
     /// values an executor had already queued (a call that another thread had
     /// already begun, as in VueFlux, still runs to its end).
+    ///
+    /// A `Variable`'s signal first sends the current value, before `observe`
+    /// returns, except when a delivery of that variable is in progress and
+    /// the observing thread is inside a delivery (an observer of that
+    /// variable or of any sink) or a dispatch: then the first value comes
+    /// from the delivering thread, after `observe` has returned (see
+    /// `Variable`).
     @inlinable @discardableResult
     public func observe(_ observer: @escaping (Value) -> Void) -> any Disposable {
         let procedure = CancelableProcedure<Value>(observer)

@@ -1,4 +1,3 @@
-@_spi(Engine) import FluxCore
 import Synchronization
 
 /// Sends values to the observers of its `signal`, in subscription order.
@@ -95,13 +94,13 @@ final class SinkCore<Value>: @unchecked Sendable {
     // The turn: the address of the delivering thread's record, or 0 when
     // nobody delivers; deliveries happen outside the lock, one thread at a
     // time. Taken only with `lock` held; given back without it by one
-    // compare-and-swap, unless `slow` is set: someone queued a delivery,
+    // compare-and-swap, unless `Turn.slow` is set: someone queued a delivery,
     // waits for the turn, or retired what the deliverer may still read
-    // (set with `lock` held, see `markSlow`), and the end of the turn must
+    // (set with `lock` held, see `Turn.markSlow`), and the end of the turn must
     // take the lock. A send thus costs one lock, one unlock and one
-    // compare-and-swap, and no reference counting.
+    // compare-and-swap, and no reference counting. Who may wait for it and
+    // who hands over instead: see `Turn`.
     @usableFromInline let turn = Atomic<UInt>(0)
-    @inlinable static var slow: UInt { 1 }
 
     // Guards the properties below (and a Variable's stored value). Never held
     // while user code runs, so it cannot be part of a deadlock. The lock (or
@@ -186,20 +185,19 @@ final class SinkCore<Value>: @unchecked Sendable {
 
     @usableFromInline
     func waitForTurn(_ thread: ThreadRecord) -> Bool {
-        if thread.pointee != 0 || DispatchingThreads.shared.containsCurrentThread() {
-            // Inside a delivery or a dispatch (a Dispatcher's or a store's):
-            // queue rather than wait, unless the turn has been given back
+        if !Turn.mayWait(thread) {
+            // Queue rather than wait, unless the turn has been given back
             // meanwhile.
-            if markSlow() { return false }
+            if Turn.markSlow(turn) { return false }
         } else {
             waiting += 1
-            while markSlow() {
+            while Turn.markSlow(turn) {
                 turnEnded.wait(lock)
             }
             waiting -= 1
         }
         // Others still waiting: the end of this turn must wake one.
-        turn.store(UInt(bitPattern: thread) | (waiting > 0 ? Self.slow : 0), ordering: .relaxed)
+        turn.store(UInt(bitPattern: thread) | (waiting > 0 ? Turn.slow : 0), ordering: .relaxed)
         snapshotTaken = false
         thread.pointee += 1
         return true
@@ -207,22 +205,7 @@ final class SinkCore<Value>: @unchecked Sendable {
 
     /// Whether `thread` holds the turn.
     func isDelivering(_ thread: ThreadRecord) -> Bool {
-        turn.load(ordering: .relaxed) & ~Self.slow == UInt(bitPattern: thread)
-    }
-
-    /// With `lock` held: when a turn is in progress, makes its end take the
-    /// slow path (which takes the lock) and returns true; returns false when
-    /// nobody holds the turn.
-    @usableFromInline
-    func markSlow() -> Bool {
-        var current = turn.load(ordering: .acquiring)
-        while current != 0 && current & Self.slow == 0 {
-            let (exchanged, original) = turn.compareExchange(
-                expected: current, desired: current | Self.slow, ordering: .acquiringAndReleasing)
-            if exchanged { return true }
-            current = original
-        }
-        return current != 0
+        turn.load(ordering: .relaxed) & ~Turn.slow == UInt(bitPattern: thread)
     }
 
     /// With `lock` held, during the turn: the observers to deliver to now.
@@ -308,7 +291,7 @@ final class SinkCore<Value>: @unchecked Sendable {
     func prepareChange(extra: Int) {
         if snapshotTaken {
             snapshotTaken = false
-            if markSlow() {
+            if Turn.markSlow(turn) {
                 return replaceBuffer(capacity: Swift.max(capacity, count + extra), retiring: true)
             }
         }
@@ -363,7 +346,7 @@ final class SinkCore<Value>: @unchecked Sendable {
         count -= 1
         // During a turn a delivery may still be calling it: retired, and
         // released when the turn ends.
-        let retired = markSlow()
+        let retired = Turn.markSlow(turn)
         if retired {
             retiredObservers.append(removed)
         }

@@ -1,14 +1,31 @@
-/// A value whose changes are a signal. Observing `signal` sends the current
-/// value first, then every change; nothing is lost or sent twice.
+/// A value whose changes are a signal; nothing is lost or sent twice.
 ///
-/// Sets are delivered as a `Sink`'s sends are: synchronously, or, where
-/// waiting could deadlock, queued for the delivery in progress. `value` can
-/// be read anywhere, including inside an observer while a set is being
-/// delivered. A set made inside an observer of this variable stores at once
-/// (the setter reads it back) and is delivered when the current delivery
-/// ends. A set handed to a delivery in progress on another thread stores when
-/// it is delivered, so that `value` never runs ahead of what observers are
-/// getting (a two-way binding guarded by `!=` then settles).
+/// Sets are delivered as a `Sink`'s sends are: synchronously, on the setting
+/// thread, before the setter returns; or, where waiting could deadlock (the
+/// setting thread is inside a delivery or a dispatch while another delivery
+/// of this variable is in progress), handed to the delivery in progress. A
+/// set stores its value when it is delivered, so `value` follows the order
+/// observers get values in, never runs ahead of them, and ends at the value
+/// delivered last (a two-way binding guarded by `!=` then settles). So:
+/// - A set handed to another thread's delivery is not visible through
+///   `value`, not even on the setting thread, until that thread delivers it.
+/// - The one exception: a set made inside an observer of this variable, on
+///   the delivering thread, also stores at once, so the setter reads it
+///   back; it is delivered (and stored again) when the current delivery ends.
+///
+/// `value` can be read anywhere, including inside an observer while a set is
+/// being delivered.
+///
+/// Observing `signal` calls the observer with the current value (the value
+/// delivered last) and then with every change. The first call is made at
+/// once, on the observing thread, before `observe` returns, except where
+/// waiting could deadlock: when a delivery of this variable is in progress
+/// and the observing thread is inside a delivery (of this variable or of any
+/// sink) or a dispatch, the observer joins after the deliveries queued so
+/// far. Its first value, the value delivered last before it joined, then
+/// comes from the delivering thread after `observe` has returned (from the
+/// observing thread itself when it observes inside an observer of this
+/// variable, when the current delivery ends).
 public final class Variable<Value>: @unchecked Sendable {
     public var constant: Constant<Value> {
         .init(variable: self)
@@ -69,31 +86,24 @@ public final class Variable<Value>: @unchecked Sendable {
 
     /// A set while another delivery of this variable is in progress and the
     /// thread must not wait for it (see Sink.takeTurn): entered with the lock
-    /// held, queues the set's delivery.
+    /// held, queues the set's delivery, which stores the value as it delivers
+    /// it, so that `value` follows the order observers get values in.
     @usableFromInline
     func queue(_ newValue: Value, from thread: ThreadRecord) {
+        // Set inside an observer of this variable: also stored at once, so
+        // that the setter reads it back. Stored again when delivered: a set
+        // handed over by another thread may be delivered in between.
         if changes.isDelivering(thread) {
-            // Set inside an observer of this variable: this thread's sets are
-            // the only ones until its turn ends, so storing now keeps `value`
-            // in set order.
             storage = newValue
-            changes.pending.append(
-                .action { [self] in
-                    delivered = newValue
-                    changes.deliver(newValue)
-                })
-            changes.lock.unlock()
-        } else {
-            // Handed to another thread's delivery: stored when delivered.
-            changes.pending.append(
-                .action { [self] in
-                    changes.lock.lock()
-                    let current = store(newValue)
-                    delivered = newValue
-                    changes.call(current, with: newValue)
-                })
-            changes.lock.unlock()
         }
+        changes.pending.append(
+            .action { [self] in
+                changes.lock.lock()
+                let current = store(newValue)
+                delivered = newValue
+                changes.call(current, with: newValue)
+            })
+        changes.lock.unlock()
     }
 
     /// Signal.observe of `signal`: sends the value last delivered, then

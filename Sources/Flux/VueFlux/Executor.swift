@@ -13,7 +13,8 @@ public struct Executor: @unchecked Sendable {
         .init(runsInline: true) { function in function() }
     }
 
-    /// Runs the function inline when called on the main thread with nothing
+    /// Runs the function inline when called on the main thread (also inside
+    /// another queue's `sync`) or inside the main queue's work, with nothing
     /// from this value still pending there; otherwise on `DispatchQueue.main`.
     /// So calls on one value run in call order. Each access makes a new value.
     public static var mainThread: Executor {

@@ -1,5 +1,6 @@
 /// Holds a `State`, commits actions to it through its `Mutations` on its
-/// `Executor`, and exposes `actions` and `computed` for extensions.
+/// `Executor`, and exposes `actions` and `computed` for extensions. On which
+/// thread a dispatch runs, and when it waits: see `Actions`.
 ///
 /// A subclass restates the conformance in Swift 6:
 /// `final class CounterStore: Store<CounterState>, @unchecked Sendable`.
@@ -73,6 +74,20 @@ public protocol Mutations {
 /// Dispatches actions to a store (`store.actions`) or to every store of a
 /// State type (`Store<State>.actions`). Extend it with named actions.
 /// Once its store is gone it reaches nothing.
+///
+/// Dispatches to the stores of one State type are serialized across
+/// threads, and a mutation may dispatch again (recursively, before the outer
+/// commit goes on). A dispatch runs on the dispatching thread and hands each
+/// store's commit to its executor before `dispatch` returns, waiting for a
+/// dispatch of that State type in progress on another thread. Except where
+/// waiting could deadlock: when the dispatching thread is itself inside a
+/// dispatch (a store's mutation, a `Dispatcher`'s callback) or a delivery
+/// (an observer of a `Sink` or `Variable`), the dispatch is handed to the
+/// thread in progress, which runs it, after the dispatches handed over
+/// before it, before that thread's own dispatch returns; `dispatch` then
+/// returns at once, its commits not yet made. (Stores of two State types
+/// whose mutations dispatch to each other's type from two threads would
+/// otherwise wait for each other.)
 public struct Actions<State: Flux.State>: @unchecked Sendable {
     @usableFromInline let dispatcher: StoreDispatcher<State>
 
@@ -81,6 +96,8 @@ public struct Actions<State: Flux.State>: @unchecked Sendable {
         self.dispatcher = dispatcher
     }
 
+    /// Commits `action` to the store (or every store of `State`) on its
+    /// executor; see above for the thread and when it returns.
     @inlinable
     public func dispatch(action: State.Action) {
         dispatcher.dispatch(action: action)

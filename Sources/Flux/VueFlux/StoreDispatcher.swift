@@ -5,11 +5,21 @@ import Synchronization
 /// subscription order. Dispatches are serialized across threads by a
 /// recursive lock, so a commit may dispatch again on the same thread
 /// (VueFlux's recursive dispatch); each dispatch reaches the subscribers
-/// present when it started. Every dispatcher of one State type (the shared
-/// one and each store's own) holds the same lock: a store is reached through
-/// two of them, and with `.immediate` two dispatchers with locks of their own
-/// would run its mutations concurrently (VueFlux does). Not FluxCore's `Dispatcher`: that one refuses a
-/// dispatch from inside a callback, and its callbacks are @Sendable.
+/// present when it runs. Every dispatcher of one State type (the shared one
+/// and each store's own) holds the same lock: a store is reached through two
+/// of them, and with `.immediate` two dispatchers with locks of their own
+/// would run its mutations concurrently (VueFlux does).
+///
+/// A dispatch that finds the lock held by another thread waits for it,
+/// unless the dispatching thread is itself inside a dispatch or a delivery:
+/// then it is handed to the holder, which runs it before letting go (see
+/// `StoreDispatchLock`), and `dispatch` returns at once. Waiting there could
+/// deadlock: two stores of different State types whose mutations dispatch
+/// to each other's type from two threads would each hold one lock and wait
+/// for the other.
+///
+/// Not FluxCore's `Dispatcher`: that one refuses a dispatch from inside a
+/// callback, and its callbacks are @Sendable.
 @usableFromInline
 final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
     @usableFromInline typealias Observer = (State.Action) -> Void
@@ -38,8 +48,24 @@ final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
 
     @inlinable
     func dispatch(action: State.Action) {
-        dispatchLock.lock()
-        defer { dispatchLock.unlock() }
+        let thread = currentThreadID()
+        guard dispatchLock.tryLock(thread) else { return dispatchContended(action, thread: thread) }
+        deliver(action)
+        dispatchLock.unlock(thread)
+    }
+
+    /// Another thread holds the lock: waits for it, or hands the dispatch
+    /// over (the closure is made only here).
+    @usableFromInline
+    func dispatchContended(_ action: State.Action, thread: UInt) {
+        guard dispatchLock.lockOrHandOver(thread, { [self] in deliver(action) }) else { return }
+        deliver(action)
+        dispatchLock.unlock(thread)
+    }
+
+    /// Calls the subscribers present now. With the lock held.
+    @inlinable
+    func deliver(_ action: State.Action) {
         let current = observersLock.withLock { observers.elements }
         for observer in current {
             observer(action)
@@ -79,7 +105,7 @@ final class StoreDispatcherRegistry: @unchecked Sendable {
             let dispatchLock = StoreDispatchLock()
             // Kept for the process's life, as the dispatcher is.
             DispatchingThreads.shared.add(dispatchLock) {
-                dispatchLock.owner.load(ordering: .relaxed) == currentThreadID()
+                dispatchLock.isHeld(by: currentThreadID())
             }
             let dispatcher = StoreDispatcher<State>(dispatchLock: dispatchLock)
             dispatchers[identifier] = dispatcher
@@ -89,31 +115,105 @@ final class StoreDispatcherRegistry: @unchecked Sendable {
 }
 
 /// The recursive lock every dispatcher of one State type holds while its
-/// commits run, and the thread holding it. Another thread may be waiting for
-/// it from inside a Sink's delivery, so a send from a mutation must not wait
-/// for that delivery (see Sink): Sink's slow path asks FluxCore's
-/// DispatchingThreads, and the dispatch pays a thread identity and two
-/// stores, no thread-local lookup.
+/// commits run, with `Sink`'s hand-over (see `Turn`): a thread that finds
+/// another holding it waits, unless it is inside a delivery or a dispatch,
+/// which hands its dispatch to the holder instead. The holder runs what was
+/// handed over, in the order handed, at its outermost `unlock`, before it
+/// lets go. Whether a thread is inside a dispatch of this lock,
+/// `Turn.mayWait` asks FluxCore's DispatchingThreads (`isHeld(by:)`), so
+/// that a dispatch pays a thread identity and one compare-and-swap to take
+/// the lock and one to give it back, no thread-local lookup.
 @usableFromInline
 final class StoreDispatchLock: @unchecked Sendable {
-    @usableFromInline let mutex = PosixLock(recursive: true)
-    /// The holder's `currentThreadID()`, 0 when free. Written under `mutex`; read
-    /// by any thread, which only compares it with its own identity.
-    @usableFromInline let owner = Atomic<UInt>(0)
-    /// How many times the holder holds it (a commit may dispatch again).
+    /// The holder's `currentThreadID()`, or 0 when free; `Turn.slow` set when
+    /// the holder's release must take `lock` (a dispatch was handed over, or
+    /// a thread waits). Any thread reads it, to compare with its own identity.
+    @usableFromInline let holder = Atomic<UInt>(0)
+    /// How many dispatches the holder is inside (a commit may dispatch
+    /// again). Only the holder touches it.
     @usableFromInline @exclusivity(unchecked) var depth = 0
+    // Guards the hand-overs and the waiters; never held while user code runs.
+    private let lock = PosixLock()
+    private var handedOver: [() -> Void] = []
+    private var waiting = 0
+    private let released = PosixCondition()
 
+    /// Whether `thread` (a `currentThreadID()`) holds it.
+    func isHeld(by thread: UInt) -> Bool {
+        holder.load(ordering: .relaxed) & ~Turn.slow == thread
+    }
+
+    /// Takes the lock when it is free or `thread` holds it already (a commit
+    /// dispatching again); false when another thread holds it.
     @inlinable
-    func lock() {
-        mutex.lock()
-        if depth == 0 { owner.store(currentThreadID(), ordering: .relaxed) }
+    func tryLock(_ thread: UInt) -> Bool {
+        if holder.compareExchange(expected: 0, desired: thread, ordering: .acquiring).exchanged {
+            depth = 1
+            return true
+        }
+        guard holder.load(ordering: .relaxed) & ~Turn.slow == thread else { return false }
         depth += 1
+        return true
+    }
+
+    /// After `tryLock` failed: waits for the lock and returns true; or, when
+    /// the calling thread must not wait (`Turn.mayWait`), hands `dispatch` to
+    /// the holder and returns false -- unless the lock came free meanwhile,
+    /// which it then takes.
+    @usableFromInline
+    func lockOrHandOver(_ thread: UInt, _ dispatch: @escaping () -> Void) -> Bool {
+        let mayWait = Turn.mayWait(currentThreadRecord())
+        lock.lock()
+        defer { lock.unlock() }
+        while true {
+            if Turn.markSlow(holder) {
+                guard mayWait else {
+                    handedOver.append(dispatch)
+                    return false
+                }
+                waiting += 1
+                released.wait(lock)
+                waiting -= 1
+            } else if holder.compareExchange(
+                // Others still waiting: this holder's release must wake one.
+                expected: 0, desired: thread | (waiting > 0 ? Turn.slow : 0), ordering: .acquiring
+            ).exchanged {
+                depth = 1
+                return true
+            }
+        }
     }
 
     @inlinable
-    func unlock() {
-        depth -= 1
-        if depth == 0 { owner.store(0, ordering: .relaxed) }
-        mutex.unlock()
+    func unlock(_ thread: UInt) {
+        if depth > 1 {
+            depth -= 1
+        } else if !holder.compareExchange(expected: thread, desired: 0, ordering: .releasing).exchanged {
+            runHandedOverAndUnlock()
+        }
+    }
+
+    /// `unlock`'s slow path, at the outermost level: runs what was handed
+    /// over (and what that hands over), then lets go and wakes a waiter.
+    @usableFromInline
+    func runHandedOverAndUnlock() {
+        var batch: [() -> Void] = []
+        lock.lock()
+        while !handedOver.isEmpty {
+            // What the batch hands over comes after it, in the next batch.
+            swap(&batch, &handedOver)
+            lock.unlock()
+            for dispatch in batch {
+                dispatch()
+            }
+            // Released outside the lock: what a dispatch captured may come back here.
+            batch.removeAll(keepingCapacity: true)
+            lock.lock()
+        }
+        holder.store(0, ordering: .releasing)
+        if waiting > 0 {
+            released.signal()
+        }
+        lock.unlock()
     }
 }

@@ -24,9 +24,10 @@ public func currentThreadID() -> UInt {
 /// Whatever runs user code while another thread may be waiting for it to
 /// finish -- each `Dispatcher`, and in Flux each State type's store
 /// dispatch lock -- with a test of whether the calling thread is running it
-/// now. Flux's Sink asks `containsCurrentThread()` before a send waits for a
-/// delivery on another thread: that thread may be waiting for this one's
-/// dispatch, so the send is handed over instead. A dispatch pays nothing for
+/// now. Flux asks `containsCurrentThread()` before a send waits for a
+/// delivery, or a store's dispatch for a dispatch, on another thread: that
+/// thread may be waiting for this one's dispatch, so the send (or dispatch)
+/// is handed over instead. A dispatch pays nothing for
 /// it (each engine already records its dispatching thread); adding, removing
 /// and asking take a lock. The tests only read atomics: no user code runs
 /// under the lock.
@@ -224,6 +225,32 @@ private func margin(forStackOf size: UInt) -> UInt {
     private func flux_gettid() -> pid_t
 #endif
 
+/// Whether the calling thread is the process's main thread (the one `main`
+/// started on), which is not always the thread running the main queue's
+/// work, nor is the main queue always current on it (inside
+/// `someQueue.sync { }`). Public only for the Flux module's
+/// `Executor.mainThread`. Asked of the system once per thread: the answer is
+/// cached in a thread-specific value (1 main, 2 not; 0 not asked yet).
+@_spi(Engine) public func isMainThread() -> Bool {
+    let cached = UInt(bitPattern: pthread_getspecific(mainThreadKey))
+    if cached != 0 { return cached == 1 }
+    #if canImport(Glibc)
+        let isMain = getpid() == flux_gettid()
+    #elseif canImport(Darwin)
+        let isMain = pthread_main_np() != 0
+    #else
+        let isMain = false
+    #endif
+    pthread_setspecific(mainThreadKey, UnsafeRawPointer(bitPattern: isMain ? 1 : 2))
+    return isMain
+}
+
+private let mainThreadKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key, nil)
+    return key
+}()
+
 /// This thread's stack as (low-water mark, top): below the mark, `waitFor`
 /// refuses to go deeper. (0, .max) when the bounds cannot be found, which
 /// disables the check.
@@ -245,7 +272,7 @@ private func computeStackBounds() -> (limit: UInt, top: UInt) {
         // closer (always so when the limit is infinite), in which case the
         // kernel keeps a guard gap (1 MiB by default) below the stack that the
         // stack can never grow into. Stay clear of it too.
-        if getpid() == flux_gettid() {
+        if isMainThread() {
             var limit = rlimit()
             if getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0,
                 limit.rlim_cur == rlim_t.max || UInt(size) &+ 64 * 1024 < UInt(limit.rlim_cur)
