@@ -258,6 +258,21 @@ def argument_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def raise_outcome(error: BaseException | None) -> None:
+    """What an errcheck raises (see :func:`_check`), for a call whose error
+    was read right after it returned -- before releasing what the call let
+    go of, whose finalizers may call libflux and overwrite
+    ``flux_last_error()``: first what escaped a trampoline on this thread,
+    then ``error``, if any."""
+    if escaped:
+        raise_escaped()
+    if error is not None:
+        try:
+            raise error
+        finally:
+            error = None  # no exception -> traceback -> frame -> exception cycle
+
+
 def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
     """errcheck for every function returning flux_status but the hot two.
     First raises what escaped a trampoline this call ran (a destroy: see

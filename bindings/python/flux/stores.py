@@ -715,13 +715,10 @@ class Store(_ClosesOnExit):
         # What escaped the settler's destroy (an interrupt) comes out of this
         # call, the outermost one, as out of any other with an errcheck --
         # not out of the next dispatch, which it would stop before it began.
-        if _escaped:
-            _native.raise_escaped()
-        if error is not None:
-            try:
-                raise error
-            finally:
-                error = None  # no exception -> traceback -> frame cycle
+        try:
+            _native.raise_outcome(error)
+        finally:
+            error = None  # no exception -> traceback -> frame cycle
 
     def _add_listener(self, fn: Callable[[], object], out: c_uint64, handle: int, *, counted: bool) -> int:
         """Adds ``fn`` with libflux and to _fns, and to the count of
@@ -794,13 +791,10 @@ class Store(_ClosesOnExit):
         if not quiet:
             # As an errcheck would: what escaped (the listener's destroy)
             # first, once the removal is recorded.
-            if _escaped:
-                _native.raise_escaped()
-            if error is not None:
-                try:
-                    raise error
-                finally:
-                    error = None  # no exception -> traceback -> frame cycle
+            try:
+                _native.raise_outcome(error)
+            finally:
+                error = None  # no exception -> traceback -> frame cycle
 
     def _drop_listener(self, handle: int, native_id: int, *, counted: bool) -> int:
         """flux_store_remove_listener(); ``native_id`` leaves _fns (and the
@@ -902,13 +896,10 @@ class Store(_ClosesOnExit):
                         if token is not None:
                             dispatcher._names.pop(token.value, None)
         del kept  # the listeners and states go here, with no lock held
-        if _escaped:
-            _native.raise_escaped()  # this call is the outermost one
-        if error is not None:
-            try:
-                raise error
-            finally:
-                error = None  # no exception -> traceback -> frame cycle
+        try:
+            _native.raise_outcome(error)  # this call is the outermost one
+        finally:
+            error = None  # no exception -> traceback -> frame cycle
 
     def _registered_status(self) -> int:
         """0 when libflux has unregistered this store (destroyed it), else
