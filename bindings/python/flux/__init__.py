@@ -75,5 +75,5 @@ __all__ = [
 library_path: str = _native.library_path
 #: Its ``flux_version()``: MAJOR*10000 + MINOR*100 + PATCH.
 library_version: int = _native.library_version
-#: Its ``flux_version_string()``, e.g. ``"0.1.0"``.
+#: Its ``flux_version_string()``: ``"MAJOR.MINOR.PATCH"``, as the header's FLUX_VERSION_STRING.
 library_version_string: str = _native.library_version_string

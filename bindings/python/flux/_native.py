@@ -361,10 +361,9 @@ library_version_string: str = (flux_version_string() or b"").decode("ascii", "re
 #: callable, a store's weak reference, a listener's or group's function, a
 #: flux.Trampoline's entry, a flux.Trace, an enqueued call's record.
 objects: list[Any] = [None]  # slot 0 unused: context 0 is NULL
-#: context -> its companion: a registration's pending-exception table (of
-#: its dispatcher: thread ident -> the exceptions its callbacks raised on
-#: that thread), a store's held states, a listener's or group's pending
-#: table and native dispatcher; None for the others.
+#: context -> its companion: a registration's :class:`Registration`, a
+#: store's held states, a listener's or group's pending table and native
+#: dispatcher; None for the others.
 extras: list[Any] = [None]
 free_contexts: list[int] = []
 # No lock: CPython runs a signal handler, and switches threads, only at a
@@ -375,6 +374,23 @@ free_contexts: list[int] = []
 #: Calls of a trampoline with a context that is not registered: never happens
 #: unless the library breaks its contract (tests assert these stay 0).
 stray = {"callback": 0, "destroy": 0}
+
+
+class Registration:
+    """A registration's companion in the registry: its dispatcher's
+    pending-exception table (thread ident -> the exceptions its callbacks
+    raised on that thread), and where its name is kept -- the dispatcher's
+    names, under the token value, set once flux_register returned. The
+    destroy drops the name: traces and cycle messages find it until the
+    registration ends, which for one unregistered during a dispatch is at
+    that dispatch's end."""
+
+    __slots__ = ("names", "pending", "value")
+
+    def __init__(self, pending: dict[int, list[tuple[object, BaseException]]], names: dict[int, str]) -> None:
+        self.pending = pending
+        self.names = names
+        self.value = 0  # no token yet
 
 
 def add(obj: object, extra: object = None) -> int:
@@ -554,13 +570,13 @@ def _on_callback(context: int, payload: object) -> int:
         objects[context](payload)
     except BaseException as exc:  # noqa: BLE001 -- every exception aborts the dispatch
         try:
-            table = extras[context]
+            record = extras[context]
         except (IndexError, TypeError):  # not a context of ours (NULL: None)
-            table = None
-        if type(table) is not dict or objects[context] is None:
+            record = None
+        if type(record) is not Registration or objects[context] is None:
             stray["callback"] += 1
         else:
-            park_exception(table, payload, exc)
+            park_exception(record.pending, payload, exc)
         return 1
     return 0
 
@@ -602,6 +618,11 @@ def _on_destroy(context: int | None) -> None:
     objects[context] = None  # type: ignore[index]
     extras[context] = None  # type: ignore[index]
     free_contexts.append(context)  # type: ignore[arg-type]
+    if extra.__class__ is Registration:
+        # A registration ends here, not at flux_unregister (during a
+        # dispatch, it ends with the dispatch): the name goes with it, after
+        # that dispatch's trace events for the callback were named.
+        extra.names.pop(extra.value, None)
     # The last references may go here: their finalizers may call back into flux.
     del obj, extra
 

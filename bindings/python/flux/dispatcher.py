@@ -465,7 +465,8 @@ class Dispatcher(Generic[P]):
             raise _closed("register")
         out = c_uint64(_native.UNTOUCHED)
         out_ref = byref(out)
-        context = _add(callback, self._pending)
+        record = _native.Registration(self._pending, self._names)
+        context = _add(callback, record)
         try:
             # On failure libflux has already run the destroy trampoline, which
             # took the entries out again: one leak-free path.
@@ -474,8 +475,11 @@ class Dispatcher(Generic[P]):
             _native.drop(context, callback, out.value)  # an interrupt before libflux ran
             raise
         value = out.value
-        self._tokens.add(value)
+        # Named before close() can see the token: the destroy that ends the
+        # registration drops the name (see _native.Registration).
+        record.value = value
         self._names[value] = name if name is not None else getattr(callback, "__qualname__", None) or repr(callback)
+        self._tokens.add(value)
         if self._handle is None:
             # close() ran on another thread meanwhile and may have missed this
             # one: take it out again (the handle stays valid, see close()).
@@ -515,12 +519,15 @@ class Dispatcher(Generic[P]):
             raise self._owned_error(value) from None
         except FluxError as exc:
             raise self._located(exc)
+        # The name stays until libflux destroys the registration -- now, or
+        # at the end of the running dispatch -- so that dispatch's trace
+        # events for the callback still carry it.
         self._tokens.discard(value)
-        self._names.pop(value, None)
 
     def name_of(self, token: Token | int) -> str | None:
         """The name a registration was given (see :meth:`register`), by token
-        or token value; None once unregistered."""
+        or token value; None once unregistered (unregistered during a
+        dispatch: once that dispatch has finished)."""
         return self._names.get(int(token))
 
     # -- registered stores (JBFlux's registerStore:, Fluxible's getStore) --
@@ -976,7 +983,8 @@ class Dispatcher(Generic[P]):
 
     @property
     def is_dispatching(self) -> bool:
-        """True exactly while a dispatch of this dispatcher runs, on any thread."""
+        """True exactly while a dispatch of this dispatcher runs, on any thread;
+        False once closed."""
         # A closed dispatcher reaches libflux as NULL, which is never dispatching.
         return bool(_flux_is_dispatching(self._handle))
 
@@ -992,8 +1000,13 @@ class Dispatcher(Generic[P]):
     def close(self) -> None:
         """Closes its stores and groups, unregisters every callback,
         releasing them, clears its observer (a :class:`flux.Trace` stops
-        recording), and closes the dispatcher: every later call raises
-        :class:`~flux.InvalidArgumentError`. Idempotent.
+        recording), and closes the dispatcher. Idempotent.
+
+        From then on every method raises :class:`~flux.InvalidArgumentError`
+        but these, which still answer: :attr:`closed` (True),
+        :attr:`is_dispatching` (False), :attr:`stores` (``()``: every store
+        is closed), :meth:`name_of` (None: every registration has ended) and
+        ``close()`` itself (does nothing).
 
         The native dispatcher itself is freed when this object is garbage
         collected: then no thread can still be inside a call on it, so closing
@@ -1123,7 +1136,7 @@ def live_callbacks(dispatcher: Dispatcher[Any]) -> int:
     (registered, or unregistered during a dispatch that has not finished).
     For tests and debugging."""
     pending = dispatcher._pending
-    return _native.live(lambda obj, extra: extra is pending)
+    return _native.live(lambda obj, extra: type(extra) is _native.Registration and extra.pending is pending)
 
 
 def live_enqueued() -> int:

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import _native
 from .dispatcher import Dispatcher
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, Status
 
 __all__ = ["Trace", "TraceEvent"]
 
@@ -39,17 +39,19 @@ class TraceEvent:
     ``"callback_end"`` or ``"wait_for"``. ``time_ns`` is a
     ``time.perf_counter_ns()`` stamp; ``thread`` the native thread id. The
     other fields are set for the kinds they concern: ``payload`` (dispatch
-    events), ``status`` (dispatch_end: 0 or the ``flux.Status`` of the
-    failure), ``token``/``name`` (callback events; for wait_for, the
-    waiter), ``result`` (callback_end: 0, or non-zero when it raised),
-    ``tokens``/``names`` (wait_for: the tokens waited for, as given).
+    events), ``status`` (dispatch_end: a :class:`flux.Status`, ``Status.OK``
+    -- equal to 0 -- or the status of the failure), ``token``/``name``
+    (callback events; for wait_for, the waiter), ``result`` (callback_end:
+    0, or non-zero when it raised), ``tokens``/``names`` (wait_for: the
+    tokens waited for, as given). A callback's events carry the name it was
+    registered with, also when it unregistered itself during the dispatch.
     """
 
     kind: str
     time_ns: int
     thread: int
     payload: Any = None
-    status: int | None = None
+    status: Status | int | None = None
     token: int | None = None
     name: str | None = None
     result: int | None = None
@@ -70,6 +72,10 @@ _observing: weakref.WeakKeyDictionary[Dispatcher[Any], int] = weakref.WeakKeyDic
 _observer_lock = threading.RLock()
 _clock = time.perf_counter_ns
 _thread = threading.get_native_id
+# flux_status -> flux.Status, for dispatch_end: a dict lookup is some 30 ns
+# of a traced dispatch's microseconds (Status(code) costs ten times that).
+# A code this binding does not know stays an int.
+_STATUSES: dict[int, Status] = {int(status): status for status in Status}
 
 
 # The hooks are trampolines (see _native.trampoline): what escapes one is
@@ -95,7 +101,9 @@ def _on_dispatch_begin(context: int | None, payload: Any) -> None:
 def _on_dispatch_end(context: int | None, payload: Any, status: int) -> None:
     t = _trace(context)
     if t is not None:
-        t.events.append(TraceEvent("dispatch_end", _clock(), _thread(), payload=payload, status=status))
+        t.events.append(
+            TraceEvent("dispatch_end", _clock(), _thread(), payload=payload, status=_STATUSES.get(status, status))
+        )
 
 
 @_native.trampoline(rerun=True, effect_is_last_call=True)
@@ -170,15 +178,29 @@ class Trace:
     def _name(self, token: int) -> str:
         return self.dispatcher.name_of(token) or f"token {token}"
 
+    def _is_observer(self) -> bool:
+        """Whether this trace is the dispatcher's observer now. Its context
+        alone does not say: closing the dispatcher, or another trace's
+        start, ends it, and its slot may then serve another trace. Under
+        the lock."""
+        context = self._context
+        return bool(context) and _observing.get(self.dispatcher) == context and _native.objects[context] is self
+
     def start(self) -> Trace:
-        """Sets this trace as the dispatcher's observer."""
-        if self._context:
-            return self
+        """Sets this trace as the dispatcher's observer (again, if another
+        trace replaced it); nothing when it is the observer already.
+
+        :raises InvalidArgumentError: the dispatcher is closed.
+        """
         dispatcher = self.dispatcher
         with _observer_lock:
             handle = dispatcher._handle
             if handle is None:
+                # Checked first: a trace that was observing when the
+                # dispatcher closed is not observing any more.
                 raise InvalidArgumentError("Trace: the dispatcher is closed")
+            if self._is_observer():
+                return self
             hooks = byref(_HOOKS)
             context = _native.add(self)
             # On failure libflux runs the destroy at once, which forgets the trace.
@@ -191,18 +213,18 @@ class Trace:
         """Clears the dispatcher's observer if it is still this trace; a
         trace another one replaced just stops recording. Once the dispatcher
         is closed (which cleared its observer), only forgets the trace."""
-        context = self._context
-        if not context:
+        if not self._context:
             return
         dispatcher = self.dispatcher
         with _observer_lock:
+            observing = self._is_observer()
             self._context = 0
-            if _observing.get(dispatcher) != context:
+            # Not the observer (replaced, or the dispatcher closed, which
+            # cleared its observer): whichever trace observes keeps on.
+            if not observing:
                 return
             del _observing[dispatcher]
             handle = dispatcher._handle
-            # Closed, the dispatcher cleared its observer: the trace is gone
-            # from the registry already.
             if handle is not None:
                 _native.flux_dispatcher_set_observer(handle, None, None, _native.NO_DESTROY)
 
@@ -350,8 +372,6 @@ def _duration(begin: int, end: int | None) -> str:
 
 
 def _status_name(status: int | None) -> str:
-    from .errors import Status
-
     try:
         return Status(status).c_name if status else "FLUX_OK"
     except ValueError:

@@ -9,7 +9,10 @@ Signatures are ``R(A...)``, one letter a type: ``v`` void (return only), ``i``
 int32, ``I`` uint32, ``l`` int64, ``L`` uint64, ``z`` size_t, ``f`` float,
 ``d`` double, ``p`` pointer. Integers and pointers travel as Python ``int``
 (a NULL pointer is 0), floats as ``float``. A malformed signature raises
-:class:`~flux.InvalidArgumentError`, whose message names the position.
+:class:`~flux.InvalidArgumentError` with libflux's message from the function
+the call goes through -- ``flux_closure_create`` for a :class:`Trampoline`,
+``flux_call`` for :func:`call` -- which names the 0-based position and the
+character found there.
 
 Exceptions cannot cross C. An exception raised by a trampoline's handler (or a
 result that does not fit its return type) is reported through
@@ -75,30 +78,80 @@ _closure_destroy = _native.declare("flux_closure_destroy", c_int, (c_void_p,), e
 _call = _native.declare("flux_call", c_int, (c_void_p, c_char_p, c_void_p, POINTER(c_void_p)), errcheck=True)
 
 
-def _parse(signature: str) -> _Signature:
-    """Checks a signature's shape; libflux itself explains what is wrong with a
-    bad one, and enforces the argument limit (FLUX_SIGNATURE_MAX_ARGS)."""
+# The function a malformed signature is handed to flux_call with, which
+# refuses the signature without calling it: libflux's own flux_version(),
+# which takes no arguments.
+_NEVER_CALLED: int = ctypes.cast(_native.flux_version, c_void_p).value or 0
+
+
+def _as_libflux_shows(text: str, quote: str) -> str:
+    """``text`` as libflux shows a signature's bytes between two ``quote``
+    characters: printable characters as themselves (backslash and the quote
+    escaped), any other as a hex escape."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in ("\\", quote):
+            out.append("\\" + char)
+        elif char.isprintable():
+            out.append(char)
+        else:
+            out.append(f"\\x{code:02X}" if code < 0x100 else f"\\u{code:04X}" if code < 0x10000 else f"\\U{code:08X}")
+    return "".join(out)
+
+
+def _refusal(function: str, signature: str, problem: str) -> InvalidArgumentError:
+    """A refusal of ``signature`` in libflux's words, for what libflux cannot
+    see: ``function: signature "...": problem``, at most 64 characters of
+    the signature shown, as libflux shows them."""
+    shown = _as_libflux_shows(signature[:64], '"') + ("..." if len(signature) > 64 else "")
+    return InvalidArgumentError(f'{function}: signature "{shown}": {problem}', Status.ERR_INVALID_ARGUMENT)
+
+
+def _parse(signature: str, function: str) -> _Signature:
+    """Checks a signature's shape for libflux's ``function``
+    (``flux_closure_create`` or ``flux_call``), which itself explains what
+    is wrong with a bad one, and enforces the argument limit
+    (FLUX_SIGNATURE_MAX_ARGS)."""
     if not isinstance(signature, str):
         raise TypeError(f"signature must be a str, not {type(signature).__name__}")
-    text = signature.encode("ascii", "replace")
     match = _WELL_FORMED.fullmatch(signature)
     if match is None:
         nul = signature.find("\0")
         if nul >= 0:
             # libflux reads a C string: it would stop at the NUL and judge
             # only what comes before it. This one is ours to refuse.
-            raise InvalidArgumentError(
-                f"signature {signature!r}: embedded NUL at position {nul}", Status.ERR_INVALID_ARGUMENT
+            raise _refusal(function, signature, f"embedded NUL at position {nul}")
+        if not signature.isascii():
+            # libflux judges bytes: it would name the first byte of the
+            # character's encoding ('\xC3' for 'e' with an acute accent).
+            # Refused here, wherever it stands, named as given; its position
+            # is its byte offset too, everything before it being ASCII.
+            at = next(i for i, char in enumerate(signature) if not char.isascii())
+            found = _as_libflux_shows(signature[at], "'")
+            raise _refusal(
+                function,
+                signature,
+                f"unexpected '{found}' at position {at}"
+                " (a signature is ASCII: the type letters v, i, I, l, L, z, f, d, p, '(' and ')')",
             )
-        # Let the library name the offending position: it refuses the same
-        # signatures, and flux_closure_create releases what it was handed.
-        out = c_void_p()
-        _closure_create(text, _handler_trampoline, None, _native.NO_DESTROY, byref(out))
-        # Not reached (the two parsers agree; the tests hold them to it). If
-        # it were, free what libflux made, and still refuse.
-        _closure_destroy(out.value)
-        raise InvalidArgumentError(f"signature {signature!r}: not well formed", Status.ERR_INVALID_ARGUMENT)
-    return _Signature(text, match.group(1), match.group(2))
+        # Let the library name the offending position, in the words of the
+        # function the call goes through: it refuses the same signatures.
+        text = signature.encode("ascii")
+        if function == "flux_call":
+            # flux_call reads the signature before anything else, and with
+            # no args it refuses any signature with arguments: the function
+            # is never called (and it would be harmless if it were).
+            _call(_NEVER_CALLED, text, None, None)
+        else:
+            # flux_closure_create releases what it was handed.
+            out = c_void_p()
+            _closure_create(text, _handler_trampoline, None, _native.NO_DESTROY, byref(out))
+            # Not reached (the two parsers agree; the tests hold them to
+            # it). If it were, free what libflux made, and still refuse.
+            _closure_destroy(out.value)
+        raise _refusal(function, signature, "not well formed")
+    return _Signature(signature.encode("ascii"), match.group(1), match.group(2))
 
 
 def _check_value(letter: str, value: object, what: str) -> int | float:
@@ -189,7 +242,7 @@ class Trampoline:
     def __init__(self, signature: str, handler: Callable[..., Any]) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
-        sig = _parse(signature)
+        sig = _parse(signature, "flux_closure_create")
         out = c_void_p(_native.UNTOUCHED)
         out_ref = byref(out)
         entry = _Entry(handler, sig)
@@ -252,12 +305,13 @@ def call(address: int, signature: str, *args: Any) -> Any:
         ``int``, NULL as 0).
     :raises TypeError: wrong number or types of arguments.
     :raises OverflowError: an integer that does not fit its C type.
-    :raises InvalidArgumentError: a malformed signature, or ``address`` 0.
+    :raises InvalidArgumentError: a malformed signature (the message is
+        ``flux_call``'s), or ``address`` 0.
 
     The call releases the GIL; the function runs on this thread. Calling a
     bad address crashes the process, exactly as it would from C.
     """
-    sig = _parse(signature)
+    sig = _parse(signature, "flux_call")
     if isinstance(address, bool) or not isinstance(address, int):
         raise TypeError(f"address must be an int, not {type(address).__name__}")
     if len(args) != len(sig.args):

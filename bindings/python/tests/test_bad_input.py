@@ -128,6 +128,54 @@ def test_use_after_close(d: flux.Dispatcher[Any]) -> None:
     assert "closed" in repr(d)
 
 
+class _Store(flux.ReduceStore[int]):
+    def get_initial_state(self) -> int:
+        return 0
+
+    def reduce(self, state: int, action: Any) -> int:
+        return state
+
+
+def test_after_close_every_public_member_raises_but_those_close_names() -> None:
+    # close()'s docstring names the members that still answer, and what they
+    # answer; every other public member raises InvalidArgumentError.
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    token = d.register(lambda p: None, name="cb")
+    d.register_store(_Store)
+    d.close()
+    answers: dict[str, Any] = {
+        "closed": lambda: d.closed,
+        "is_dispatching": lambda: d.is_dispatching,
+        "stores": lambda: d.stores,
+        "name_of": lambda: d.name_of(token),
+        "close": lambda: d.close(),
+    }
+    expected = {"closed": True, "is_dispatching": False, "stores": (), "name_of": None, "close": None}
+    raises: dict[str, Any] = {
+        "register": lambda: d.register(lambda p: None),
+        "unregister": lambda: d.unregister(token),
+        "dispatch": lambda: d.dispatch(None),
+        "enqueue": lambda: d.enqueue(None),
+        "wait_for": lambda: d.wait_for([token]),
+        "register_store": lambda: d.register_store(_Store),
+        "store": lambda: d.store(_Store),
+    }
+    public = {name for name in vars(flux.Dispatcher) if not name.startswith("_")}
+    assert public == set(answers) | set(raises), "a new member: say in close() what it does once closed"
+    assert {name: answer() for name, answer in answers.items()} == expected
+    for name, call in raises.items():
+        with pytest.raises(flux.InvalidArgumentError, match=f"^{name}: the dispatcher is closed$"):
+            call()
+    doc = " ".join((flux.Dispatcher.close.__doc__ or "").split())
+    for said in (
+        ":attr:`closed` (True)",
+        ":attr:`is_dispatching` (False)",
+        ":attr:`stores` (``()``",
+        ":meth:`name_of` (None",
+    ):
+        assert said in doc, said
+
+
 def test_closing_from_inside_a_callback_is_refused(d: flux.Dispatcher[Any]) -> None:
     errors: list[flux.FluxError] = []
     calls: list[str] = []

@@ -74,6 +74,19 @@ def test_the_library_version_is_the_headers() -> None:
     assert flux.library_version_string == f"{major}.{minor}.{patch}"
 
 
+def test_the_package_quotes_no_other_version() -> None:
+    # A version written in the package's source or comments (an example, say)
+    # is the header's: none is left behind by a release.
+    version = ".".join(str(part) for part in header_version())
+    package = Path(flux.__file__).parent
+    quoted = {
+        (path.name, found)
+        for path in sorted(package.glob("*.py"))
+        for found in re.findall(r"\b\d+\.\d+\.\d+\b", path.read_text(encoding="utf-8"))
+    }
+    assert {found for _, found in quoted} <= {version}, sorted(quoted)
+
+
 def test_library_facts_are_plain_values_like_library_path() -> None:
     assert isinstance(flux.library_path, str)
     assert type(flux.library_version) is int

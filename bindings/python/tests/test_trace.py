@@ -246,3 +246,84 @@ def test_closing_the_dispatcher_inside_a_trace_leaks_nothing(native_destroys: li
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
     assert handle in native_destroys  # the native dispatcher too
+
+
+def test_a_callback_that_unregisters_itself_keeps_its_name_to_the_end_of_the_dispatch(
+    d: flux.Dispatcher[Any],
+) -> None:
+    # libflux ends the registration (runs its destroy) when the dispatch
+    # ends; the name goes then, not at unregister: callback_end and the
+    # callback's own waits come after it unregistered.
+    t: dict[str, flux.Token] = {}
+    names_meanwhile: list[str | None] = []
+
+    def leaver(p: Any) -> None:
+        d.unregister(t["leaver"])
+        names_meanwhile.append(d.name_of(t["leaver"]))
+        d.wait_for([t["other"]])
+
+    t["leaver"] = d.register(leaver, name="leaver")
+    t["other"] = d.register(lambda p: None, name="other")
+    with flux.Trace(d) as trace:
+        d.dispatch(1)
+    leaver_events = [(ev.kind, ev.name) for ev in trace.events if ev.token == t["leaver"].value]
+    assert leaver_events == [("callback_begin", "leaver"), ("wait_for", "leaver"), ("callback_end", "leaver")]
+    assert names_meanwhile == ["leaver"]
+    assert d.name_of(t["leaver"]) is None  # the dispatch is over: so is the registration
+    # Unregistered outside a dispatch, the registration ends, name and all, at once.
+    d.unregister(t["other"])
+    assert d.name_of(t["other"]) is None
+
+
+def test_start_on_a_closed_dispatcher_raises_also_for_the_trace_observing_at_close() -> None:
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    trace = flux.Trace(d).start()
+    d.close()  # clears the observer: the trace no longer records
+    with pytest.raises(flux.InvalidArgumentError, match="Trace: the dispatcher is closed"):
+        trace.start()
+    with pytest.raises(flux.InvalidArgumentError, match="Trace: the dispatcher is closed"):
+        flux.Trace(d).start()
+    trace.stop()  # only forgets it
+
+
+def test_start_again_after_being_replaced_observes_again(d: flux.Dispatcher[Any]) -> None:
+    first = flux.Trace(d).start()
+    second = flux.Trace(d).start()  # replaces the first
+    first.start()  # and back: the first observes, the second stops
+    d.dispatch(1)
+    assert len(first.events) == 2 and second.events == []
+    second.stop()  # not the observer: leaves the first be
+    d.dispatch(2)
+    assert len(first.events) == 4
+    first.stop()
+
+
+def test_a_stale_trace_stops_nothing_when_its_slot_went_to_another_trace(d: flux.Dispatcher[Any]) -> None:
+    # A replaced trace's context is freed and reused, newest first: the old
+    # trace's number may come to stand for the trace observing now.
+    stale = flux.Trace(d).start()
+    flux.Trace(d).start().stop()  # replaces it, and its context is free
+    others = [flux.Trace(d).start() for _ in range(2)]
+    observing = others[-1]
+    assert observing._context == stale._context  # the case this test is about
+    stale.stop()
+    d.dispatch(1)
+    assert len(observing.events) == 2
+    observing.stop()
+
+
+def test_dispatch_end_status_is_a_flux_status(d: flux.Dispatcher[Any]) -> None:
+    def bad(p: Any) -> None:
+        raise ValueError("no")
+
+    token = d.register(lambda p: None)
+    with flux.Trace(d) as trace:
+        d.dispatch(1)
+        d.unregister(token)
+        d.register(bad)
+        with pytest.raises(ValueError):
+            d.dispatch(2)
+    statuses = [ev.status for ev in trace.events if ev.kind == "dispatch_end"]
+    assert [type(status) for status in statuses] == [flux.Status, flux.Status]
+    assert statuses == [flux.Status.OK, flux.Status.ERR_CALLBACK_FAILED]
+    assert statuses == [0, 6]  # still equal to the C codes

@@ -133,6 +133,42 @@ def test_an_embedded_nul_is_refused_and_nothing_leaks(monkeypatch: pytest.Monkey
     assert set(created) <= set(destroyed)
 
 
+@pytest.mark.parametrize(
+    "signature, found, position",
+    [("é()", "é", 0), ("i(pé)", "é", 3), ("i()\u200b", "\\u200B", 3), ("i(\U0001f600)", "\U0001f600", 2)],
+)
+def test_a_non_ascii_character_is_named_as_given_at_its_position(signature: str, found: str, position: int) -> None:
+    # libflux sees bytes, and would name the first byte of the character's
+    # UTF-8 encoding; the binding refuses it in libflux's words, as given.
+    before = tr.live_closures()
+    for function, make in (
+        ("flux_closure_create", lambda: flux.Trampoline(signature, lambda *a: 0)),
+        ("flux_call", lambda: flux.call(1, signature)),
+    ):
+        with pytest.raises(flux.InvalidArgumentError) as info:
+            make()
+        assert str(info.value).startswith(f'{function}: signature "')
+        assert f"unexpected '{found}' at position {position} " in str(info.value)
+        assert "?" not in str(info.value)
+        assert info.value.status == flux.Status.ERR_INVALID_ARGUMENT
+    assert tr.live_closures() == before
+
+
+@pytest.mark.parametrize("signature", ["i(q)", "", "i(p", "ii()", "i()x"])
+def test_a_malformed_signature_is_refused_in_the_words_of_the_function_called(signature: str) -> None:
+    # flux.call goes through flux_call, a Trampoline through
+    # flux_closure_create: each message is that function's own.
+    with pytest.raises(flux.InvalidArgumentError) as info:
+        flux.call(1, signature)
+    assert str(info.value).startswith(f'flux_call: signature "{signature}": ')
+    with pytest.raises(flux.InvalidArgumentError) as info:
+        flux.Trampoline(signature, lambda *a: 0)
+    assert str(info.value).startswith(f'flux_closure_create: signature "{signature}": ')
+    # The signature is judged before the address, 0 included.
+    with pytest.raises(flux.InvalidArgumentError, match="^flux_call: signature"):
+        flux.call(0, signature)
+
+
 def test_more_than_sixteen_arguments_is_refused() -> None:
     before = tr.live_closures()
     with pytest.raises(flux.InvalidArgumentError, match="too many arguments"):
