@@ -333,6 +333,12 @@ class Observer(ctypes.Structure):
 flux_dispatcher_set_observer = declare(
     "flux_dispatcher_set_observer", c_int, (c_void_p, POINTER(Observer), c_void_p, DESTROY), True
 )
+#: The same function with no errcheck, for flux.Trace.start: libflux may
+#: have made the trace the observer when what escaped on this thread (the
+#: replaced trace's destroy, say) is raised, so it records that first.
+flux_dispatcher_set_observer_raw = lib["flux_dispatcher_set_observer"]
+flux_dispatcher_set_observer_raw.argtypes = (c_void_p, POINTER(Observer), c_void_p, DESTROY)
+flux_dispatcher_set_observer_raw.restype = c_int
 flux_status_name = declare("flux_status_name", c_char_p, (c_int,))
 flux_version = declare("flux_version", c_uint, ())
 flux_version_string = declare("flux_version_string", c_char_p, ())
@@ -617,12 +623,15 @@ def _on_destroy(context: int | None) -> None:
     extra = extras[context]  # type: ignore[index]
     objects[context] = None  # type: ignore[index]
     extras[context] = None  # type: ignore[index]
-    free_contexts.append(context)  # type: ignore[arg-type]
     if extra.__class__ is Registration:
         # A registration ends here, not at flux_unregister (during a
         # dispatch, it ends with the dispatch): the name goes with it, after
-        # that dispatch's trace events for the callback were named.
-        extra.names.pop(extra.value, None)
+        # that dispatch's trace events for the callback were named. No call
+        # (an int-keyed dict's `in` and `del` make none), as for the slot.
+        names = extra.names
+        if extra.value in names:
+            del names[extra.value]
+    free_contexts.append(context)  # type: ignore[arg-type]
     # The last references may go here: their finalizers may call back into flux.
     del obj, extra
 

@@ -361,6 +361,7 @@ class Dispatcher(Generic[P]):
     __slots__ = (
         "__weakref__",
         "_children",
+        "_closer",
         "_closing_lock",
         "_constructing",
         "_creating",
@@ -376,6 +377,7 @@ class Dispatcher(Generic[P]):
         "_registry_lock",
         "_serial",
         "_tokens",
+        "_unfinished",
         "_wait_registry",
         "_waiting",
     )
@@ -388,6 +390,12 @@ class Dispatcher(Generic[P]):
         # faster than from a c_void_p instance (make bench). None once closed,
         # which reaches libflux as NULL.
         self._handle: int | None = handle
+        # The handle, from when close() clears _handle until it has closed
+        # everything: an exception can cut a close short (an interrupt), and
+        # the next close() finishes it. And the thread running close() now
+        # (0: none), which another close() leaves to it.
+        self._unfinished: int | None = None
+        self._closer: int = 0
         self._serial: int = _serials()
         # thread ident -> the exception a callback raised in the dispatch that
         # thread is running. Dispatches of one dispatcher are serialized, but a
@@ -1006,7 +1014,8 @@ class Dispatcher(Generic[P]):
         but these, which still answer: :attr:`closed` (True),
         :attr:`is_dispatching` (False), :attr:`stores` (``()``: every store
         is closed), :meth:`name_of` (None: every registration has ended) and
-        ``close()`` itself (does nothing).
+        ``close()`` itself (does nothing -- or, after a close an exception
+        cut short, such as a KeyboardInterrupt, finishes it).
 
         The native dispatcher itself is freed when this object is garbage
         collected: then no thread can still be inside a call on it, so closing
@@ -1021,22 +1030,60 @@ class Dispatcher(Generic[P]):
         :raises AlreadyDispatchingError: a dispatch is running (from inside a
             callback, or on another thread); nothing is changed.
         """
-        handle = self._handle
-        if handle is None:
-            return
-        with self._closing_lock:
-            handle = self._handle
-            if handle is None:
-                return  # closed by another thread meanwhile
-            if _flux_is_dispatching(handle):
-                raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
-            # Cleared before anything is closed: no store or group can be
-            # made from here on (see _closing_lock), and no dispatch can
-            # start but one whose call read the handle before this.
-            self._handle = None
-            children = list(self._children.values())
-        # What escaped a destroy (see _native.trampoline) is raised
-        # once everything is released.
+        if self._handle is None and (self._unfinished is None or self._closer):
+            return  # closed, or being closed by a close() still running
+        me = get_ident()
+        mine = False  # whether this call is the close() running (see _closer)
+        try:
+            with self._closing_lock:
+                handle = self._handle
+                if handle is None:
+                    # A close cut short is finished here; one running (on
+                    # another thread, or further up this one) is left to it.
+                    handle = self._unfinished
+                    if handle is None or self._closer:
+                        return
+                if _flux_is_dispatching(handle):
+                    raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
+                # No call from marking this call the closer to clearing the
+                # handle: from then on, whatever cuts this close short leaves
+                # it unfinished, for the next close() to finish (or the
+                # finalizer, which destroys what the native dispatcher holds).
+                self._closer = me
+                mine = True
+                self._unfinished = handle
+                # Cleared before anything is closed: no store or group can be
+                # made from here on (see _closing_lock), and no dispatch can
+                # start but one whose call read the handle before this.
+                self._handle = None
+                children = list(self._children.values())
+            escaped = self._close_all(handle, children)
+            self._unfinished = None  # everything is closed
+        finally:
+            if mine:
+                self._closer = 0
+        if escaped is not None:
+            try:
+                raise escaped
+            finally:
+                escaped = None  # no cycle through this frame (see dispatch)
+
+    def _forget_child(self, child: Any) -> None:
+        """Drops a closed store or group from this dispatcher's records, as
+        its own close() does: again, for a close an exception cut short
+        after the child was closed. Out of _children last: close() cut short
+        before that finds the child again."""
+        self._store_closed(child)  # a group is in neither table
+        token = getattr(child, "_token", None)  # a store's (a group keeps none)
+        if token is not None:
+            self._names.pop(token.value, None)
+        self._children.pop(child._ident, None)
+
+    def _close_all(self, handle: int, children: list[Any]) -> BaseException | None:
+        """close()'s work once the handle is cleared: every step may run
+        again (a close cut short is finished by running them all again).
+        Returns what escaped a destroy (see _native.trampoline), for close()
+        to raise once everything is released."""
         escaped: BaseException | None = None
         for child in reversed(children):
             while True:
@@ -1045,13 +1092,15 @@ class Dispatcher(Generic[P]):
                     child.close()
                 except FluxError as exc:
                     refusal = exc
-                except BaseException as exc:  # noqa: BLE001 -- raised below
+                except BaseException as exc:  # noqa: BLE001 -- raised by close()
                     escaped = escaped or exc  # closed or not: see below
                 if child._handle is None:
+                    self._forget_child(child)
                     break
                 if refusal is not None and not isinstance(refusal, AlreadyDispatchingError):
                     # A store in a live group made outside this package: open
                     # again, as before (what closed so far stays closed).
+                    self._unfinished = None
                     self._handle = handle
                     raise refusal
                 # A dispatch whose call read the handle before it was cleared
@@ -1064,22 +1113,18 @@ class Dispatcher(Generic[P]):
         for value in list(self._tokens):
             try:
                 _flux_unregister(handle, value)
-            except UnknownTokenError:  # unregistered concurrently
+            except UnknownTokenError:  # unregistered concurrently, or by a close cut short
                 pass
-            except BaseException as exc:  # noqa: BLE001 -- raised below
+            except BaseException as exc:  # noqa: BLE001 -- raised by close()
                 escaped = escaped or exc
         self._tokens.clear()
         # Clearing the observer runs its destroy now: a flux.Trace started on
         # this dispatcher is let go, with its events and payloads.
         try:
             _flux_dispatcher_set_observer(handle, None, None, _native.NO_DESTROY)
-        except BaseException as exc:  # noqa: BLE001 -- raised below
+        except BaseException as exc:  # noqa: BLE001 -- raised by close()
             escaped = escaped or exc
-        if escaped is not None:
-            try:
-                raise escaped
-            finally:
-                escaped = None  # no cycle through this frame (see dispatch)
+        return escaped
 
     def __enter__(self) -> Dispatcher[P]:
         return self

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import weakref
-from ctypes import byref
+from ctypes import ArgumentError, byref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,12 +63,15 @@ class TraceEvent:
 # one destroy removes it once libflux is done with the observer, so the hooks
 # never see a trace that is gone, even when the trace is closed during a
 # dispatch (libflux keeps the old observer to the end of it).
-# Dispatcher -> the context of the trace that is its observer now: stop()
-# clears the observer only when it is still this trace's (replaced during a
-# dispatch, an old trace stays registered until that dispatch ends). The
-# lock makes each start/stop's check and set one step (reentrant: setting the
-# observer may let go of a trace, whose payloads' finalizers may run anything).
-_observing: weakref.WeakKeyDictionary[Dispatcher[Any], int] = weakref.WeakKeyDictionary()
+# Dispatcher -> a cell holding the context of the trace that is its observer
+# now (0: none): stop() clears the observer only when it is still this
+# trace's (replaced during a dispatch, an old trace stays registered until
+# that dispatch ends). A cell, made before libflux is called, so recording
+# the observer is a store that makes no call: no interrupt can come between
+# libflux's change and its record. The lock makes each start/stop's check
+# and set one step (reentrant: setting the observer may let go of a trace,
+# whose payloads' finalizers may run anything).
+_observing: weakref.WeakKeyDictionary[Dispatcher[Any], list[int]] = weakref.WeakKeyDictionary()
 _observer_lock = threading.RLock()
 _clock = time.perf_counter_ns
 _thread = threading.get_native_id
@@ -178,13 +181,13 @@ class Trace:
     def _name(self, token: int) -> str:
         return self.dispatcher.name_of(token) or f"token {token}"
 
-    def _is_observer(self) -> bool:
-        """Whether this trace is the dispatcher's observer now. Its context
-        alone does not say: closing the dispatcher, or another trace's
-        start, ends it, and its slot may then serve another trace. Under
-        the lock."""
+    def _observes(self, cell: list[int] | None) -> bool:
+        """Whether this trace is the dispatcher's observer now, ``cell``
+        being the dispatcher's in _observing. Its context alone does not
+        say: closing the dispatcher, or another trace's start, ends it, and
+        its slot may then serve another trace. Under the lock."""
         context = self._context
-        return bool(context) and _observing.get(self.dispatcher) == context and _native.objects[context] is self
+        return bool(context) and cell is not None and cell[0] == context and _native.objects[context] is self
 
     def start(self) -> Trace:
         """Sets this trace as the dispatcher's observer (again, if another
@@ -199,14 +202,35 @@ class Trace:
                 # Checked first: a trace that was observing when the
                 # dispatcher closed is not observing any more.
                 raise InvalidArgumentError("Trace: the dispatcher is closed")
-            if self._is_observer():
+            cell = _observing.get(dispatcher)
+            if self._observes(cell):
                 return self
+            if cell is None:
+                cell = _observing[dispatcher] = [0]
             hooks = byref(_HOOKS)
+            error: BaseException | None = None
             context = _native.add(self)
-            # On failure libflux runs the destroy at once, which forgets the trace.
-            _native.flux_dispatcher_set_observer(handle, hooks, context, _native.destroy_trampoline)
-            self._context = context
-            _observing[dispatcher] = context
+            try:
+                # No errcheck: it would raise what escaped on this thread (the
+                # replaced trace's destroy interrupted, say) after libflux made
+                # this trace the observer, before it was recorded.
+                status = _native.flux_dispatcher_set_observer_raw(handle, hooks, context, _native.destroy_trampoline)
+                if status:
+                    error = _native.status_error(status)  # read at once, on this thread
+            except ArgumentError as exc:
+                _native.drop(context, self, _native.UNTOUCHED)  # libflux never ran (the recursion limit)
+                raise _native.argument_error(exc) from None
+            finally:
+                # libflux holds the context exactly when its slot still holds
+                # this trace (on failure it ran the destroy at once, which
+                # freed it): recorded with no call, whatever comes out.
+                if _native.objects[context] is self:
+                    self._context = context
+                    cell[0] = context
+            try:
+                _native.raise_outcome(error)  # what escaped first, then the failure
+            finally:
+                error = None  # no exception -> traceback -> frame cycle
         return self
 
     def stop(self) -> None:
@@ -217,14 +241,18 @@ class Trace:
             return
         dispatcher = self.dispatcher
         with _observer_lock:
-            observing = self._is_observer()
+            cell = _observing.get(dispatcher)
+            observing = self._observes(cell)
+            handle = dispatcher._handle
+            # Forgotten with no call between this and libflux's: an interrupt
+            # comes before (nothing changed) or after libflux cleared it, as
+            # does what its errcheck raises.
             self._context = 0
             # Not the observer (replaced, or the dispatcher closed, which
             # cleared its observer): whichever trace observes keeps on.
-            if not observing:
+            if not observing or cell is None:
                 return
-            del _observing[dispatcher]
-            handle = dispatcher._handle
+            cell[0] = 0
             if handle is not None:
                 _native.flux_dispatcher_set_observer(handle, None, None, _native.NO_DESTROY)
 

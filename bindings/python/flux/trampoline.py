@@ -55,7 +55,11 @@ _INTEGER_BITS = {
     "z": (False, 8 * ctypes.sizeof(ctypes.c_size_t)),
     "p": (False, 8 * ctypes.sizeof(ctypes.c_void_p)),
 }
-_WELL_FORMED = re.compile(r"([vilLIzfdp])\(([ilLIzfdp]*)\)")
+#: FLUX_SIGNATURE_MAX_ARGS (flux.h): the most arguments a signature may have.
+_MAX_ARGS = 16
+_WELL_FORMED = re.compile(rf"([vilLIzfdp])\(([ilLIzfdp]{{0,{_MAX_ARGS}}})\)")
+#: Where libflux's message names the position of a signature's first error.
+_POSITION = re.compile(r"at position (\d+)")
 
 
 class _Signature(NamedTuple):
@@ -100,58 +104,79 @@ def _as_libflux_shows(text: str, quote: str) -> str:
     return "".join(out)
 
 
+def _shown(signature: str) -> str:
+    """``signature`` as libflux quotes it in a message: at most 64
+    characters of it, shown as libflux shows them."""
+    return _as_libflux_shows(signature[:64], '"') + ("..." if len(signature) > 64 else "")
+
+
 def _refusal(function: str, signature: str, problem: str) -> InvalidArgumentError:
     """A refusal of ``signature`` in libflux's words, for what libflux cannot
-    see: ``function: signature "...": problem``, at most 64 characters of
-    the signature shown, as libflux shows them."""
-    shown = _as_libflux_shows(signature[:64], '"') + ("..." if len(signature) > 64 else "")
-    return InvalidArgumentError(f'{function}: signature "{shown}": {problem}', Status.ERR_INVALID_ARGUMENT)
+    see: ``function: signature "...": problem``, the signature shown as
+    libflux shows it (see :func:`_shown`)."""
+    return InvalidArgumentError(f'{function}: signature "{_shown(signature)}": {problem}', Status.ERR_INVALID_ARGUMENT)
+
+
+def _libflux_refuses(text: str, function: str) -> None:
+    """Hands the ASCII signature ``text``, which _WELL_FORMED does not match,
+    to libflux's ``function``, which raises its InvalidArgumentError naming
+    the first error (the tests hold the two parsers to agree)."""
+    data = text.encode("ascii")
+    if function == "flux_call":
+        # flux_call reads the signature before anything else, and with
+        # no args it refuses any signature with arguments: the function
+        # is never called (and it would be harmless if it were).
+        _call(_NEVER_CALLED, data, None, None)
+    else:
+        # flux_closure_create releases what it was handed.
+        out = c_void_p()
+        _closure_create(data, _handler_trampoline, None, _native.NO_DESTROY, byref(out))
+        # Not reached. If it were, free what libflux made (the caller refuses).
+        _closure_destroy(out.value)
 
 
 def _parse(signature: str, function: str) -> _Signature:
-    """Checks a signature's shape for libflux's ``function``
-    (``flux_closure_create`` or ``flux_call``), which itself explains what
-    is wrong with a bad one, and enforces the argument limit
-    (FLUX_SIGNATURE_MAX_ARGS)."""
+    """Checks a signature for libflux's ``function`` (``flux_closure_create``
+    or ``flux_call``), whose parser explains what is wrong with a bad one:
+    the first error, its position, the character found there. The argument
+    limit (FLUX_SIGNATURE_MAX_ARGS) is part of the shape."""
     if not isinstance(signature, str):
         raise TypeError(f"signature must be a str, not {type(signature).__name__}")
     match = _WELL_FORMED.fullmatch(signature)
-    if match is None:
-        nul = signature.find("\0")
-        if nul >= 0:
-            # libflux reads a C string: it would stop at the NUL and judge
-            # only what comes before it. This one is ours to refuse.
-            raise _refusal(function, signature, f"embedded NUL at position {nul}")
-        if not signature.isascii():
-            # libflux judges bytes: it would name the first byte of the
-            # character's encoding ('\xC3' for 'e' with an acute accent).
-            # Refused here, wherever it stands, named as given; its position
-            # is its byte offset too, everything before it being ASCII.
-            at = next(i for i, char in enumerate(signature) if not char.isascii())
-            found = _as_libflux_shows(signature[at], "'")
-            raise _refusal(
-                function,
-                signature,
-                f"unexpected '{found}' at position {at}"
-                " (a signature is ASCII: the type letters v, i, I, l, L, z, f, d, p, '(' and ')')",
-            )
-        # Let the library name the offending position, in the words of the
-        # function the call goes through: it refuses the same signatures.
-        text = signature.encode("ascii")
-        if function == "flux_call":
-            # flux_call reads the signature before anything else, and with
-            # no args it refuses any signature with arguments: the function
-            # is never called (and it would be harmless if it were).
-            _call(_NEVER_CALLED, text, None, None)
-        else:
-            # flux_closure_create releases what it was handed.
-            out = c_void_p()
-            _closure_create(text, _handler_trampoline, None, _native.NO_DESTROY, byref(out))
-            # Not reached (the two parsers agree; the tests hold them to
-            # it). If it were, free what libflux made, and still refuse.
-            _closure_destroy(out.value)
-        raise _refusal(function, signature, "not well formed")
-    return _Signature(signature.encode("ascii"), match.group(1), match.group(2))
+    if match is not None:
+        return _Signature(signature.encode("ascii"), match.group(1), match.group(2))
+    # libflux reads a C string of bytes: it would stop at a NUL and judge
+    # only what comes before it, and it would name a non-ASCII character by
+    # the first byte of its encoding ('\xC3' for 'e' with an acute accent).
+    # It is handed what comes before the first such character, to find any
+    # error before it; that character is ours to name only when there is none.
+    at = next((i for i, char in enumerate(signature) if char == "\0" or not char.isascii()), len(signature))
+    prefix = signature[:at]
+    if _WELL_FORMED.fullmatch(prefix) is None:
+        try:
+            _libflux_refuses(prefix, function)
+        except InvalidArgumentError as exc:
+            if at == len(signature):
+                raise  # libflux saw it all: its message as it is
+            head = f'{function}: signature "{_shown(prefix)}": '
+            position = _POSITION.search(exc.message)
+            if position is not None and int(position.group(1)) < at and exc.message.startswith(head):
+                # An error before the character: libflux's words, quoting
+                # the whole signature (libflux saw only the part before it).
+                raise _refusal(function, signature, exc.message[len(head) :]) from None
+    if at == len(signature):
+        raise _refusal(function, signature, "not well formed")  # not reached: libflux refused it above
+    if signature[at] == "\0":
+        raise _refusal(function, signature, f"embedded NUL at position {at}")
+    # Named as given; its position is its byte offset too, everything
+    # before it being ASCII.
+    found = _as_libflux_shows(signature[at], "'")
+    raise _refusal(
+        function,
+        signature,
+        f"unexpected '{found}' at position {at}"
+        " (a signature is ASCII: the type letters v, i, I, l, L, z, f, d, p, '(' and ')')",
+    )
 
 
 def _check_value(letter: str, value: object, what: str) -> int | float:
@@ -315,7 +340,7 @@ def call(address: int, signature: str, *args: Any) -> Any:
     if isinstance(address, bool) or not isinstance(address, int):
         raise TypeError(f"address must be an int, not {type(address).__name__}")
     if len(args) != len(sig.args):
-        raise TypeError(f"signature {signature!r} takes {len(sig.args)} arguments, got {len(args)}")
+        raise TypeError(f'signature "{_shown(signature)}" takes {len(sig.args)} arguments, got {len(args)}')
     values = [
         _CTYPES[letter](_check_value(letter, value, f"argument {k + 1}"))
         for k, (letter, value) in enumerate(zip(sig.args, args))

@@ -10,6 +10,7 @@ import pytest
 
 import flux
 from flux import _native
+from flux import trampoline as tr
 from flux.errors import error_for_status
 
 HEADER = Path(__file__).resolve().parents[3] / "include" / "flux.h"
@@ -91,3 +92,9 @@ def test_library_facts_are_plain_values_like_library_path() -> None:
     assert isinstance(flux.library_path, str)
     assert type(flux.library_version) is int
     assert type(flux.library_version_string) is str
+
+
+def test_the_signature_argument_limit_is_the_headers() -> None:
+    match = re.search(r"^#define FLUX_SIGNATURE_MAX_ARGS (\d+)$", header_text(), re.MULTILINE)
+    assert match is not None, "no FLUX_SIGNATURE_MAX_ARGS in flux.h"
+    assert tr._MAX_ARGS == int(match.group(1))

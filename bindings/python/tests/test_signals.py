@@ -396,6 +396,40 @@ def test_sigint_before_a_trace_hook_raises_from_dispatch_and_the_event_is_kept()
     )
 
 
+def test_sigint_in_a_replaced_traces_destroy_leaves_the_new_trace_observing_and_stoppable() -> None:
+    # The replaced trace's destroy runs inside flux_dispatcher_set_observer,
+    # after libflux made the new trace the observer: SIGINT as it is
+    # entered comes out of start(), and the new trace must be recorded as
+    # the observer all the same, so that stop() stops it.
+    run_with_preamble(
+        f"""
+        import sys
+        def sigint_as_a_destroy_is_entered(frame, event, arg):
+            if event == "call" and frame.f_code is _native._on_destroy.__code__:
+                sys.settrace(None)
+                signal.raise_signal(signal.SIGINT)
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            d.register(lambda p: None)
+            old, new = flux.Trace(d).start(), flux.Trace(d)
+            sys.settrace(sigint_as_a_destroy_is_entered)
+            try:
+                assert interrupted(new.start)
+            finally:
+                sys.settrace(None)
+            d.dispatch("recorded")
+            new.stop()
+            old.stop()
+            d.dispatch("not recorded")
+            assert [e.payload for e in new.events if e.kind == "dispatch_begin"] == ["recorded"], new.events
+            assert old.events == []
+            assert _native.live(lambda obj, extra: isinstance(obj, flux.Trace)) == 0
+            d.close()
+            clean()
+        """
+    )
+
+
 # -- an owner-bound listener's removal ------------------------------------------
 #
 # add_listener(fn, owner=view) removes the listener from the owner's weakref
@@ -473,47 +507,51 @@ def test_sigint_as_an_owners_weakref_callback_is_entered_comes_out_of_the_next_c
     )
 
 
+# Every place an interrupt can land, one per round, in order: as a function
+# is entered, and right after a call returns (a signal handler runs nowhere
+# else). A trace function raises SIGINT there, once, in whatever the traced
+# call runs.
+INTERRUPT_AT = """
+import dis, sys
+
+after_call = {}
+def landing_points(code):
+    points = after_call.get(code)
+    if points is None:
+        points, previous = set(), None
+        for instruction in dis.get_instructions(code):
+            if previous is not None and previous.opname.startswith("CALL") and (
+                not previous.opname.startswith("CALL_INTRINSIC")
+            ):
+                points.add(instruction.offset)
+            previous = instruction
+        after_call[code] = points
+    return points
+
+class InterruptAt:
+    def __init__(self, place):
+        self.place, self.seen = place, 0
+    def __call__(self, frame, event, arg):
+        if event == "call":
+            frame.f_trace_opcodes = True
+            self.count()
+        elif event == "opcode" and frame.f_lasti in landing_points(frame.f_code):
+            self.count()
+        return self
+    def count(self):
+        self.seen += 1
+        if self.seen == self.place:
+            sys.settrace(None)
+            signal.raise_signal(signal.SIGINT)  # its handler raises here
+"""
+
+
 def test_sigint_anywhere_in_an_owners_removal_leaves_it_removed_and_counted() -> None:
-    # Every place an interrupt can land in the removal, one per round, in
-    # order: as a function is entered, and right after a call returns (a
-    # signal handler runs nowhere else). A trace function raises SIGINT
-    # there, once.
     run_with_preamble(
         OWNERS
+        + INTERRUPT_AT
         + textwrap.dedent(
             """
-        import dis, sys
-
-        after_call = {}
-        def landing_points(code):
-            points = after_call.get(code)
-            if points is None:
-                points, previous = set(), None
-                for instruction in dis.get_instructions(code):
-                    if previous is not None and previous.opname.startswith("CALL") and (
-                        not previous.opname.startswith("CALL_INTRINSIC")
-                    ):
-                        points.add(instruction.offset)
-                    previous = instruction
-                after_call[code] = points
-            return points
-
-        class InterruptAt:
-            def __init__(self, place):
-                self.place, self.seen = place, 0
-            def __call__(self, frame, event, arg):
-                if event == "call":
-                    frame.f_trace_opcodes = True
-                    self.count()
-                elif event == "opcode" and frame.f_lasti in landing_points(frame.f_code):
-                    self.count()
-                return self
-            def count(self):
-                self.seen += 1
-                if self.seen == self.place:
-                    sys.settrace(None)
-                    signal.raise_signal(signal.SIGINT)  # its handler raises here
-
         for kind in ["method", "itself", "function"]:
             place = 0
             while True:
@@ -536,6 +574,48 @@ def test_sigint_anywhere_in_an_owners_removal_leaves_it_removed_and_counted() ->
             d.close()
             clean()
             assert place > 20, place  # the removal was traced
+        """
+        )
+    )
+
+
+def test_sigint_anywhere_in_close_leaves_a_close_the_next_one_finishes() -> None:
+    # close() cut short once it cleared its handle reads as closed: the next
+    # close() must finish it -- every store and group closed, every
+    # registration ended, the observer cleared -- not return at once.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            """
+        from flux.dispatcher import live_callbacks
+
+        place = 0
+        while True:
+            place += 1
+            d = flux.Dispatcher()
+            registered, other = d.register_store(Counter), Counter(d)
+            registered.add_listener(lambda: None)
+            group = flux.StoreGroup([registered, other], lambda: None)
+            token = d.register(lambda p: None, name="callback")
+            trace = flux.Trace(d).start()
+            tracer = InterruptAt(place)
+            sys.settrace(tracer)
+            try:
+                d.close()
+            except KeyboardInterrupt as exc:
+                assert exc is sent[-1], place
+            finally:
+                sys.settrace(None)
+            if tracer.seen < place:
+                break  # close() ran to its end: every place was tried
+            d.close()  # finishes what the interrupt cut short
+            assert d.closed and registered.closed and other.closed and group._handle is None, place
+            assert d.stores == () and d.name_of(token) is None and live_callbacks(d) == 0, place
+            assert _native.live(lambda obj, extra: obj is trace) == 0, place  # the observer was cleared
+            del registered, other, group, trace
+            clean()
+            assert all(c is None for c in _native.objects), (place, _native.objects)
+        assert place > 50, place  # close() was traced
         """
         )
     )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import flux
+from flux import _native
 
 
 def flight(d: flux.Dispatcher[Any]) -> dict[str, flux.Token]:
@@ -187,6 +189,32 @@ def test_stopping_a_replaced_trace_leaves_its_replacement_observing(d: flux.Disp
     second.stop()
     d.dispatch(3)
     assert len(second.events) == 4
+
+
+@pytest.mark.parametrize("replacing", [False, True])
+def test_start_records_the_trace_before_raising_what_escaped_earlier(d: flux.Dispatcher[Any], replacing: bool) -> None:
+    # An exception that escaped a trampoline earlier on this thread comes out
+    # of the next call into libflux -- start()'s, after libflux made the
+    # trace the observer: it must be recorded as the observer, so that
+    # stop() stops it.
+    d.register(lambda p: None)
+    old = flux.Trace(d).start() if replacing else None
+    new = flux.Trace(d)
+    pending = KeyboardInterrupt("escaped before start()")
+    _native.escaped[threading.get_ident()] = pending
+    with pytest.raises(KeyboardInterrupt) as info:
+        new.start()
+    assert info.value is pending
+    d.dispatch("recorded")
+    new.stop()
+    d.dispatch("not recorded")
+    assert [ev.payload for ev in new.events if ev.kind == "dispatch_begin"] == ["recorded"]
+    if old is not None:
+        assert old.events == []
+        old.stop()  # replaced: stops nothing
+        d.dispatch("not recorded")
+        assert old.events == [] and len(new.events) == 4
+    assert _native.live(lambda obj, extra: isinstance(obj, flux.Trace)) == 0
 
 
 class Unrepresentable:

@@ -178,6 +178,52 @@ def test_more_than_sixteen_arguments_is_refused() -> None:
     assert tr.live_closures() == before
 
 
+def test_too_many_arguments_is_the_librarys_refusal_whatever_the_arguments_given() -> None:
+    # The limit is part of a signature's shape: flux_call refuses it before
+    # the arguments are counted, showing what libflux shows of a signature
+    # (64 characters), however long it is.
+    for letters in (17, 10**6):
+        signature = "v(" + "p" * letters + ")"
+        for count in (0, 3):
+            with pytest.raises(flux.InvalidArgumentError) as info:
+                flux.call(1, signature, *range(count))
+            shown = signature if letters == 17 else signature[:64] + "..."
+            assert str(info.value).startswith(
+                f'flux_call: signature "{shown}": too many arguments: argument 17 at position 18; at most 16'
+            )
+            assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize(
+    "signature, position",
+    [
+        ("q(\u00e9)", 0),  # the return letter is wrong before the 'é'
+        ("x(p\x00)", 0),
+        ("i)\u00e9", 1),
+        ("v(v\x00)", 2),
+        ("i(p)x\u00e9", 4),  # after the closing ')'
+        ("v(" + "i" * 17 + "\x00)", 18),  # too many arguments
+    ],
+)
+def test_the_first_error_is_named_when_a_nul_or_non_ascii_character_comes_after_it(
+    signature: str, position: int
+) -> None:
+    # libflux's parser names the first error: one before the character it
+    # cannot see is named in its words, as if any ASCII character stood there.
+    bad = next(char for char in signature if char == "\x00" or not char.isascii())
+    for function, make in (
+        ("flux_closure_create", lambda s: flux.Trampoline(s, lambda *a: 0)),
+        ("flux_call", lambda s: flux.call(1, s)),
+    ):
+        with pytest.raises(flux.InvalidArgumentError) as info:
+            make(signature)
+        with pytest.raises(flux.InvalidArgumentError) as ascii_info:
+            make(signature.replace(bad, "#"))  # libflux sees all of this one
+        problem = str(ascii_info.value).split('": ', 1)[1]
+        assert f" at position {position}" in problem
+        assert str(info.value) == f'{function}: signature "{tr._shown(signature)}": {problem}'
+
+
 def test_bad_arguments_are_refused_before_reaching_c() -> None:
     with pytest.raises(TypeError):
         flux.Trampoline("i()", 42)  # type: ignore[arg-type]
