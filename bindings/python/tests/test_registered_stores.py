@@ -12,10 +12,10 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
+from on_threads import all_return
 
 import flux
 from flux.stores import live_objects
@@ -242,18 +242,6 @@ def test_a_constructor_registering_its_own_class_is_a_cycle(d: flux.Dispatcher[A
     assert d.stores == ()
     with pytest.raises(RuntimeError, match="cycle"):
         d.register_store(Ouroboros)  # nothing was left half made: the same answer
-
-
-def all_return(target: Callable[[Any], None], args: Iterable[Any], timeout: float = 1.5) -> bool:
-    """Runs target(arg) for each arg on a thread of its own, all at once;
-    whether every one returned within ``timeout`` (a stuck one is a daemon,
-    left behind)."""
-    threads = [threading.Thread(target=target, args=(arg,), daemon=True) for arg in args]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=timeout)
-    return not any(thread.is_alive() for thread in threads)
 
 
 def test_a_cycle_of_store_classes_across_two_threads_raises_on_both(d: flux.Dispatcher[Any]) -> None:

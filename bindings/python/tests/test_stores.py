@@ -12,6 +12,7 @@ import weakref
 from typing import Any
 
 import pytest
+from on_threads import all_return
 
 import flux
 from flux.dispatcher import Token
@@ -833,10 +834,7 @@ class ClosingHook(Counter):
 
 
 def on_another_thread(fn: Any) -> None:
-    thread = threading.Thread(target=fn, daemon=True)
-    thread.start()
-    thread.join(timeout=1)
-    assert not thread.is_alive()
+    assert all_return(lambda _: fn(), [None], timeout=1)
 
 
 def test_a_store_or_group_made_while_the_dispatcher_closes_is_refused() -> None:
