@@ -13,7 +13,8 @@
 #                        check-luajit, check-python)
 #   make check-memory    the C harness under valgrind memcheck
 #   make check-thread    the Swift tests under ThreadSanitizer
-#   make check-address   the C harness against an ASan build of the library, with UBSan
+#   make check-address   the C harness against an ASan build of the library, with UBSan;
+#                        the out-of-memory tests against one with the invariants checked
 #   make check-thread-c  the C tests with threads under ThreadSanitizer
 #   make fuzz            libFuzzer targets, FUZZ_SECONDS (60) each, after their regressions
 #   make check-types     mypy --strict and ruff on the Python package and example
@@ -330,13 +331,28 @@ $(B)/tsan/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/tsan/lib/$(SONAME
 	$(Q)$(CLANG) $(TEST_CFLAGS) -fuse-ld=lld -fsanitize=thread -o $@ $< -L$(B)/tsan/lib -lflux -Wl,-rpath,$(abspath $(B)/tsan/lib) \
 	    -L$(SWIFT_RUNTIME_DIR) -ldispatch -lBlocksRuntime -Wl,-rpath,$(realpath $(SWIFT_RUNTIME_DIR))
 
+# The tests that replace malloc skip under a sanitizer (it owns malloc): they
+# run against a library with the invariants checked and no sanitizer.
+$(B)/checked/lib/$(SONAME): $(SWIFT_SOURCES) include/flux.h Makefile
+	@$(if $(Q),echo "  SWIFT  $@ (invariants checked)")
+	$(call swift-lib,.build-checked,$(CHECKED_LIB_FLAGS))
+	@mkdir -p $(B)/checked/lib
+	cp .build-checked/release/libflux.so $@
+	ln -sf $(SONAME) $(B)/checked/lib/libflux.so
+
+CHECKED_TESTS := $(patsubst %,$(B)/checked/tests/test-%,oom stores-nomem)
+$(B)/checked/tests/%: Tests/c/%.c Tests/c/*.h include/flux.h $(B)/checked/lib/$(SONAME)
+	@mkdir -p $(B)/checked/tests
+	$(Q)$(CC) $(TEST_CFLAGS) -o $@ $< -L$(B)/checked/lib -lflux -Wl,-rpath,$(abspath $(B)/checked/lib)
+
 # Leak checking on; the first report of either sanitizer fails the program.
 # No fake stacks for use-after-return: they move locals off the thread's
 # stack, and the depth check (flux.h, "Depth") measures the stack by a
 # local's address.
-check-address: $(ASAN_TESTS)
+check-address: $(ASAN_TESTS) $(CHECKED_TESTS)
 	@ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    $(SUITE) c-asan $(PYTHON) Tests/c/run.py $(ASAN_TESTS)
+	@$(SUITE) c-checked $(PYTHON) Tests/c/run.py $(CHECKED_TESTS)
 
 # The C tests with threads in them: dispatch, enqueue from other threads,
 # observers set from another thread, stores read and changed across threads.
@@ -472,5 +488,5 @@ uninstall:
 	rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DATADIR)/libflux 2>/dev/null || true
 
 clean:
-	rm -rf $(B) .build-lib .build-tsan .build-asan .build-tsan-lib
+	rm -rf $(B) .build-lib .build-tsan .build-asan .build-tsan-lib .build-checked
 	$(SWIFT) package clean

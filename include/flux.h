@@ -89,7 +89,10 @@
  * -O2) stop at about 56,000 links with one-token waits, 26,000 with
  * two-token waits; the test prints the depth it measured ("it went N links
  * deep", build/check/c.log). A callback that itself uses more stack than
- * the margin between two waits is not protected.
+ * the margin between two waits is not protected, and neither is a chain on
+ * a stack other than the thread's own (a fiber's or coroutine's from
+ * makecontext(), a signal handler's alternate stack): its bounds are
+ * unknown there, so the check is off; keep such chains within that stack.
  *
  * fork
  * ----

@@ -841,8 +841,10 @@ import Synchronization
             }
             // Room reserved by each unregistration: no allocation here.
             slots.pointee.removeMarked { locked.pointee.releasing.append($0) }
-            locked.pointee.leaving.drain { _ in }
         }
+        // Empty, it may still hold storage: an unregistration that ran out
+        // of memory after reserving room here changed nothing else.
+        locked.pointee.leaving.drain { _ in }
         if var joined = locked.pointee.joined {
             if slots.pointee.count + joined.count > slots.pointee.capacity, var spare = locked.pointee.spare {
                 slots.pointee.moveAll(appendingTo: &spare)
