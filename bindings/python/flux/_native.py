@@ -297,6 +297,12 @@ flux_dispatcher_create = declare("flux_dispatcher_create", c_void_p, ())
 flux_dispatcher_destroy = declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
 flux_register = declare("flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)), True)
 flux_unregister = declare("flux_unregister", c_int, (c_void_p, c_uint64), True)
+#: flux_register with no errcheck, for Dispatcher.register: it records the
+#: registration before anything can raise (an interrupt as the errcheck is
+#: entered would leave it registered and unknown to close()).
+flux_register_raw = lib["flux_register"]
+flux_register_raw.argtypes = (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64))
+flux_register_raw.restype = c_int
 # The payload is declared void* and passed as id(payload): in CPython that is
 # the object's address, and c_void_p's int conversion is the cheapest path
 # ctypes has (py_object's from_param costs an isinstance check through the

@@ -50,7 +50,7 @@ from ._native import (
     flux_is_dispatching as _flux_is_dispatching,
 )
 from ._native import (
-    flux_register as _flux_register,
+    flux_register_raw as _flux_register_raw,
 )
 from ._native import (
     flux_store_destroy as _flux_store_destroy,
@@ -96,6 +96,7 @@ _TOO_DEEP = int(Status.ERR_TOO_DEEP)
 _UNKNOWN_TOKEN = int(Status.ERR_UNKNOWN_TOKEN)
 _INVALID_ARGUMENT = int(Status.ERR_INVALID_ARGUMENT)
 _CIRCULAR = int(Status.ERR_CIRCULAR)
+_RAN = (0, _CALLBACK_FAILED, _TOO_DEEP)  # a dispatch ran: not a refusal
 
 __all__ = ["Dispatcher", "Token"]
 
@@ -207,7 +208,7 @@ def _discard(store: Store) -> None:
 
 
 class _Enqueued:
-    __slots__ = ("done", "erring", "locate", "on_error", "payload", "pending", "queued_errors")
+    __slots__ = ("done", "erring", "locate", "on_error", "payload", "pending", "queued_errors", "status")
 
     def __init__(
         self,
@@ -227,6 +228,7 @@ class _Enqueued:
         # names its Token.
         self.locate: Callable[[FluxError], FluxError] | None = locate
         self.done = False
+        self.status = 0  # done's status, set with done
 
 
 def _continues(later: BaseException, earlier: BaseException) -> bool:
@@ -254,6 +256,7 @@ def _on_done(context: int | None, address: int | None, status: int) -> None:
     if record.__class__ is not _Enqueued:
         _native.stray["done"] = _native.stray.get("done", 0) + 1
         return
+    record.status = status
     record.done = True
     locate, record.locate = record.locate, None
     _objects[context] = None  # type: ignore[index]
@@ -309,6 +312,17 @@ def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseExce
         raise first
     finally:
         first = None  # no cycle through this frame (see dispatch)
+
+
+def _take_queued(queued_errors: dict[int, list[BaseException]], exc: BaseException) -> None:
+    """An exception (an interrupt) is escaping the outermost call of this
+    thread that ran the queue: that call still takes this thread's queued
+    failures, as notes on ``exc``, so no later call raises them."""
+    later = queued_errors.pop(get_ident(), None)
+    if later:
+        for failure in later:
+            if failure is not exc:
+                exc.add_note(f"a queued dispatch also failed: {type(failure).__name__}: {failure}")
 
 
 def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
@@ -471,23 +485,38 @@ class Dispatcher(Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("register")
+        label = name if name is not None else getattr(callback, "__qualname__", None) or repr(callback)
         out = c_uint64(_native.UNTOUCHED)
         out_ref = byref(out)
         record = _native.Registration(self._pending, self._names)
         context = _add(callback, record)
+        error: FluxError | None = None
         try:
             # On failure libflux has already run the destroy trampoline, which
             # took the entries out again: one leak-free path.
-            _flux_register(handle, _CALLBACK, context, _DESTROY, out_ref)
-        except BaseException:
+            status = _flux_register_raw(handle, _CALLBACK, context, _DESTROY, out_ref)
+            if status:
+                error = _status_error(status)  # read at once, on this thread
+        except BaseException as exc:
             _native.drop(context, callback, out.value)  # an interrupt before libflux ran
+            if isinstance(exc, ArgumentError):
+                raise _argument_error(exc) from None
             raise
-        value = out.value
-        # Named before close() can see the token: the destroy that ends the
-        # registration drops the name (see _native.Registration).
-        record.value = value
-        self._names[value] = name if name is not None else getattr(callback, "__qualname__", None) or repr(callback)
-        self._tokens.add(value)
+        finally:
+            # Recorded before anything can raise once libflux registered it
+            # (an interrupt included), so close() unregisters it. No call
+            # before the last step. Named before close() can see the token:
+            # the destroy that ends the registration drops the name (see
+            # _native.Registration).
+            value = out.value
+            if value and value != _native.UNTOUCHED:
+                record.value = value
+                self._names[value] = label
+                self._tokens.add(value)
+        try:
+            _native.raise_outcome(error)
+        finally:
+            error = None  # no exception -> traceback -> frame cycle
         if self._handle is None:
             # close() ran on another thread meanwhile and may have missed this
             # one: take it out again (the handle stays valid, see close()).
@@ -495,6 +524,8 @@ class Dispatcher(Generic[P]):
                 _flux_unregister(handle, value)
             except UnknownTokenError:
                 pass
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
             raise _closed("register")
         return Token(self._serial, value)
 
@@ -522,6 +553,8 @@ class Dispatcher(Generic[P]):
         value = self._token_value(token)
         try:
             _flux_unregister(handle, value)
+        except ArgumentError as exc:
+            raise _argument_error(exc) from None
         except InvalidArgumentError:
             # The dispatcher is open: libflux refused an owned registration.
             raise self._owned_error(value) from None
@@ -737,31 +770,46 @@ class Dispatcher(Generic[P]):
         # as its PyObject* (id() in CPython); the frame keeps it alive
         # meanwhile, and the trampoline turns the pointer back into the very
         # same object.
+        handle = self._handle
         try:
-            status = _flux_dispatch(self._handle, _id(payload))
-        except ArgumentError as exc:
-            raise _argument_error(exc) from None
-        if status:
-            if self._erring and (status == _CALLBACK_FAILED or status == _TOO_DEEP):
-                # Only this call's own failed dispatch ends the errors it left:
-                # a refusal (from inside a running dispatch, say) ran nothing,
-                # and the running emit's error is not over.
-                _end_errors(self._erring)
-            # Raised here, so the traceback goes dispatch -> the callback.
-            error = self._dispatch_error(status)
             try:
-                if (status == _CALLBACK_FAILED or status == _TOO_DEEP) and self._queued_errors:
-                    # This call ran the queue too: what failed there with no
-                    # on_error comes out now, attached to the call's own error.
-                    _raise_queued(self._queued_errors, error)
-                raise error
-            finally:
-                # This frame is in the traceback: a local naming the exception
-                # would make a cycle (exception -> traceback -> frame -> exception)
-                # that only the cycle collector frees, with every frame in it.
-                del error
-        if _escaped or self._queued_errors:  # tested here: no call on the hot path
-            self._raise_left_over()
+                status = _flux_dispatch(handle, _id(payload))
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
+            if status:
+                if self._erring and (status == _CALLBACK_FAILED or status == _TOO_DEEP):
+                    # Only this call's own failed dispatch ends the errors it left:
+                    # a refusal (from inside a running dispatch, say) ran nothing,
+                    # and the running emit's error is not over.
+                    _end_errors(self._erring)
+                # Raised here, so the traceback goes dispatch -> the callback.
+                error = self._dispatch_error(status)
+                try:
+                    if (status == _CALLBACK_FAILED or status == _TOO_DEEP) and self._queued_errors:
+                        # This call ran the queue too: what failed there with no
+                        # on_error comes out now, attached to the call's own error.
+                        _raise_queued(self._queued_errors, error)
+                    raise error
+                finally:
+                    # This frame is in the traceback: a local naming the exception
+                    # would make a cycle (exception -> traceback -> frame -> exception)
+                    # that only the cycle collector frees, with every frame in it.
+                    del error
+            if _escaped or self._queued_errors:  # tested here: no call on the hot path
+                self._raise_left_over()
+        except BaseException as exc:
+            # Whatever escapes (an interrupt anywhere after libflux returned
+            # included), this call ran the queue unless libflux refused it
+            # (refused within a running dispatch of this thread: the queue's
+            # failures are the outer call's), so it takes them with it.
+            if self._queued_errors:
+                try:
+                    ran = status == 0 or status == _CALLBACK_FAILED or status == _TOO_DEEP
+                except UnboundLocalError:  # interrupted as libflux returned
+                    ran = not _flux_is_dispatching(handle)
+                if ran:
+                    _take_queued(self._queued_errors, exc)
+            raise
 
     def _raise_left_over(self) -> None:
         """Raises what the dispatches this call ran left to its outermost
@@ -818,13 +866,26 @@ class Dispatcher(Generic[P]):
             if isinstance(exc, ArgumentError):
                 raise _argument_error(exc) from None
             raise
-        if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
-            # Refused: done has run and let the record go.
-            raise _closed("enqueue") if self._handle is None else self._error(status)
-        if record.done:
-            # Dispatched here, so this call ran the queue (the payload's own
-            # failure, if any, is first in line).
-            self._raise_left_over()
+        except BaseException as exc:
+            # An interrupt as libflux returned: as below.
+            if record.done and self._queued_errors and record.status in _RAN:
+                _take_queued(self._queued_errors, exc)
+            raise
+        try:
+            if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
+                # Refused: done has run and let the record go.
+                raise _closed("enqueue") if self._handle is None else self._error(status)
+            if record.done:
+                # Dispatched here, so this call ran the queue (the payload's own
+                # failure, if any, is first in line).
+                self._raise_left_over()
+        except BaseException as exc:
+            # Dispatched here (done's status says so), this call takes the
+            # queue's failures even when an interrupt cuts it short: never a
+            # later call.
+            if record.done and self._queued_errors and record.status in _RAN:
+                _take_queued(self._queued_errors, exc)
+            raise
 
     def _dispatch_error(self, status: int) -> BaseException:
         if status == _CALLBACK_FAILED or status == _TOO_DEEP:
@@ -994,7 +1055,10 @@ class Dispatcher(Generic[P]):
         """True exactly while a dispatch of this dispatcher runs, on any thread;
         False once closed."""
         # A closed dispatcher reaches libflux as NULL, which is never dispatching.
-        return bool(_flux_is_dispatching(self._handle))
+        try:
+            return bool(_flux_is_dispatching(self._handle))
+        except ArgumentError as exc:  # at the recursion limit (see _native.argument_error)
+            raise _argument_error(exc) from None
 
     # -- lifetime ----------------------------------------------------------
 
@@ -1043,7 +1107,11 @@ class Dispatcher(Generic[P]):
                     handle = self._unfinished
                     if handle is None or self._closer:
                         return
-                if _flux_is_dispatching(handle):
+                try:
+                    dispatching = _flux_is_dispatching(handle)
+                except ArgumentError as exc:
+                    raise _argument_error(exc) from None
+                if dispatching:
                     raise AlreadyDispatchingError("close: a dispatch of this dispatcher is running")
                 # No call from marking this call the closer to clearing the
                 # handle: from then on, whatever cuts this close short leaves
@@ -1093,7 +1161,7 @@ class Dispatcher(Generic[P]):
                 except FluxError as exc:
                     refusal = exc
                 except BaseException as exc:  # noqa: BLE001 -- raised by close()
-                    escaped = escaped or exc  # closed or not: see below
+                    escaped = escaped or _argument_error(exc)  # closed or not: see below
                 if child._handle is None:
                     self._forget_child(child)
                     break
@@ -1108,6 +1176,11 @@ class Dispatcher(Generic[P]):
                 # waited for, and close() stays all or nothing.
                 while _flux_is_dispatching(handle):
                     time.sleep(0.0002)
+        # With no store to close the loop above waited for nothing: a
+        # dispatch whose call read the handle before it was cleared is
+        # waited for here too, so close() returns only once it is over.
+        while _flux_is_dispatching(handle):
+            time.sleep(0.0002)
         # Should another thread start a dispatch right now, unregistering
         # during it is legal too; libflux then releases these at its end.
         for value in list(self._tokens):
@@ -1116,14 +1189,14 @@ class Dispatcher(Generic[P]):
             except UnknownTokenError:  # unregistered concurrently, or by a close cut short
                 pass
             except BaseException as exc:  # noqa: BLE001 -- raised by close()
-                escaped = escaped or exc
+                escaped = escaped or _argument_error(exc)
         self._tokens.clear()
         # Clearing the observer runs its destroy now: a flux.Trace started on
         # this dispatcher is let go, with its events and payloads.
         try:
             _flux_dispatcher_set_observer(handle, None, None, _native.NO_DESTROY)
         except BaseException as exc:  # noqa: BLE001 -- raised by close()
-            escaped = escaped or exc
+            escaped = escaped or _argument_error(exc)
         return escaped
 
     def __enter__(self) -> Dispatcher[P]:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import flux
+from flux.dispatcher import live_callbacks
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
 
@@ -269,3 +270,43 @@ def test_a_too_deep_enqueue_is_reported_exactly_once() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok"), result.stdout + result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def _closed_dispatcher() -> None:
+    other: flux.Dispatcher[Any] = flux.Dispatcher()
+    try:
+        other.close()
+    finally:
+        try:
+            other.close()  # finishes a close the limit cut short
+        except RecursionError:
+            pass
+
+
+#: Dispatcher calls into libflux, each made from an open dispatcher.
+DISPATCHER_CALLS: dict[str, Callable[[flux.Dispatcher[Any]], object]] = {
+    "register": lambda d: d.unregister(d.register(print)),
+    "is_dispatching": lambda d: d.is_dispatching,
+    "close": lambda d: _closed_dispatcher(),
+    "dispatch": lambda d: d.dispatch(1),
+    "enqueue": lambda d: d.enqueue(1),
+}
+
+
+@pytest.mark.parametrize("call", list(DISPATCHER_CALLS))
+def test_dispatcher_calls_at_the_recursion_limit_raise_recursion_error(d: flux.Dispatcher[Any], call: str) -> None:
+    # As for store calls: ctypes.ArgumentError never leaks out of a
+    # Dispatcher method (see _native.argument_error).
+    outcomes: set[str] = set()
+    limit, below = sys.getrecursionlimit(), _frames_below()
+    for spare in range(80):
+        try:
+            _at_depth(limit - below - spare, lambda: DISPATCHER_CALLS[call](d))
+        except ctypes.ArgumentError as exc:
+            outcomes.add(f"ArgumentError: {exc}")
+        except RecursionError:
+            outcomes.add("RecursionError")
+        else:
+            outcomes.add("returned")
+    assert outcomes == {"RecursionError", "returned"}, outcomes
+    assert live_callbacks(d) == 0

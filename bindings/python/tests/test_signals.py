@@ -863,3 +863,85 @@ def test_sigalrm_inside_a_trace_hook_loses_no_event() -> None:
         """
         )
     )
+
+
+def test_sigint_anywhere_in_a_failing_enqueue_leaves_no_failure_for_a_later_call() -> None:
+    # "each failure is reported exactly once, never by a later call": an
+    # interrupt anywhere in the enqueue (or dispatch) that ran the queue --
+    # as libflux returns, as _raise_left_over is entered -- takes the queued
+    # failures with it.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            """
+        class Boom(Exception):
+            pass
+
+        for mode in ["enqueue", "enqueue_in_callback"]:
+            place = 0
+            while True:
+                place += 1
+                d = flux.Dispatcher()
+                tracer = InterruptAt(place)
+                def first(p):
+                    if p == "go":
+                        d.enqueue("fail")
+                def second(p):
+                    if p == "fail":
+                        raise Boom(p)
+                d.register(first)
+                d.register(second)
+                sys.settrace(tracer)
+                try:
+                    d.enqueue("fail") if mode == "enqueue" else d.dispatch("go")
+                except BaseException:
+                    pass
+                finally:
+                    sys.settrace(None)
+                if tracer.seen < place:
+                    break
+                assert not d._queued_errors, (mode, place, d._queued_errors)
+                d.dispatch("ok")  # raises nothing
+                d._pending.clear()  # not this test's concern
+                d.close()
+                sent.clear()
+                del d, first, second
+                gc.collect()  # no finalizer left to run under the next trace
+            assert place > 10, place
+        """
+        )
+    )
+
+
+def test_sigint_anywhere_in_register_leaves_no_registration_after_close() -> None:
+    # Registered by libflux, then interrupted (as the errcheck was entered,
+    # say): the registration is still recorded, and close() ends it.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            """
+        from flux.dispatcher import live_callbacks
+
+        place = 0
+        while True:
+            place += 1
+            d = flux.Dispatcher()
+            tracer = InterruptAt(place)
+            sys.settrace(tracer)
+            try:
+                d.register(lambda p: None)  # named by its __qualname__: a call
+            except KeyboardInterrupt as exc:
+                assert exc is sent[-1], place
+            finally:
+                sys.settrace(None)
+            if tracer.seen < place:
+                break
+            d.dispatch("x")
+            d.close()
+            assert live_callbacks(d) == 0, place
+            del d
+            clean()
+        assert place > 5, place
+        """
+        )
+    )

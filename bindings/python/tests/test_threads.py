@@ -368,3 +368,53 @@ def close_while_hammered() -> None:
 
     run_threads([hammer, hammer, hammer, closer])
     assert d.closed and live_callbacks(d) == 0 and calls[0] > 0
+
+
+def test_close_with_no_stores_waits_for_a_dispatch_entering_libflux(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "a dispatch whose call was already entering libflux on another thread
+    # as this began is waited for": the other thread has read the handle,
+    # close() finds the dispatcher idle, then the dispatch starts. With no
+    # store to close, close() must still wait for it.
+    from flux import dispatcher
+
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    entering, go, started, release = (threading.Event() for _ in range(4))
+    ended: list[Any] = []
+
+    def callback(payload: Any) -> None:
+        started.set()
+        release.wait(5)
+        ended.append(payload)
+
+    d.register(callback)
+    real_dispatch, real_is_dispatching = vars(dispatcher)["_flux_dispatch"], vars(dispatcher)["_flux_is_dispatching"]
+
+    def entering_dispatch(handle: Any, payload: Any) -> Any:
+        entering.set()  # the handle is read
+        go.wait(5)
+        return real_dispatch(handle, payload)
+
+    checks: list[bool] = []
+
+    def is_dispatching(handle: Any) -> Any:
+        result = real_is_dispatching(handle)
+        if not checks:  # close()'s own check: idle, then the dispatch starts
+            checks.append(bool(result))
+            go.set()
+            started.wait(5)
+            threading.Timer(0.1, release.set).start()
+        return result
+
+    monkeypatch.setattr(dispatcher, "_flux_dispatch", entering_dispatch)
+    monkeypatch.setattr(dispatcher, "_flux_is_dispatching", is_dispatching)
+    thread = threading.Thread(target=d.dispatch, args=("x",))
+    thread.start()
+    entering.wait(5)
+    d.close()
+    try:
+        assert checks == [False]
+        assert ended == ["x"]  # close() returned only once the dispatch was over
+    finally:
+        release.set()
+        thread.join()
+    assert live_callbacks(d) == 0
