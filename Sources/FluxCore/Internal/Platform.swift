@@ -130,6 +130,16 @@ final class Guarded<Value>: @unchecked Sendable {
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
     }
+
+    /// Puts `newValue` in and hands back the value it replaces, for the
+    /// caller to let go of with the lock released (its deinit may come back
+    /// here).
+    func exchange(_ newValue: Value) -> Value {
+        withLock { current in
+            defer { current = newValue }
+            return current
+        }
+    }
 }
 
 /// `value` rounded up to a multiple of `alignment`: where a part of a block

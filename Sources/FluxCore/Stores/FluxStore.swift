@@ -123,11 +123,7 @@ public class StoreBase<Payload>: DispatchingStore, SweepsGoneOwners, @unchecked 
     /// Replaces the emit's error; the one replaced goes after the lock is
     /// released (its deinit may read `error`).
     private func setEmitError(_ error: (any Error)?) {
-        let replaced = emitError.withLock { current in
-            defer { current = error }
-            return current
-        }
-        _ = replaced
+        _ = emitError.exchange(error)
     }
 
     /// Adds `listener`, run once per dispatch that changed the store (from

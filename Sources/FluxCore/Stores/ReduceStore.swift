@@ -47,11 +47,7 @@ public final class ReduceStore<State, Payload>: StoreBase<Payload>, @unchecked S
         unowned(unsafe) let store: ReduceStore<State, Payload>
         func loadState() -> State { store.state }
         func storeState(_ state: State) {
-            let replaced = store.current.withLock { current in
-                defer { current = state }
-                return current
-            }
-            _ = replaced  // let go of outside the lock: its deinit may read `state`
+            _ = store.current.exchange(state)  // let go of outside the lock: its deinit may read `state`
         }
         func reduce(_ state: State, _ payload: Payload) -> Result<State, any Error> {
             Result { try store.reduce(state, payload) }

@@ -44,7 +44,7 @@ public final class StoreGroup: Sendable {
     public func release() {
         // Taken out under the lock, ended outside it: a store let go of here
         // may unregister itself.
-        let held = self.held.withLock { $0.take() }
+        let held = self.held.exchange(nil)
         held?.unregister()
     }
 
