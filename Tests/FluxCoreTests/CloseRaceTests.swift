@@ -1,4 +1,3 @@
-import Synchronization
 import Testing
 @_spi(Engine) @testable import FluxCore
 
@@ -32,9 +31,9 @@ final class CoreBox: @unchecked Sendable {
             let box = CoreBox()
             let entered = Gate()
             let release = Gate()
-            let closeResult = Mutex<FluxError.Code?>(nil)
-            let closed = Mutex(false)
-            let ranSecond = Mutex(false)
+            let closeResult = Guarded<FluxError.Code?>(nil)
+            let closed = Guarded(false)
+            let ranSecond = Guarded(false)
             let holder = try box.core.register(
                 HookCallback(
                     body: { payload in
@@ -63,7 +62,7 @@ final class CoreBox: @unchecked Sendable {
                 try? box.core.dispatch(1)
             }
             #expect(entered.wait())
-            let waiterResult = Mutex<String>("")
+            let waiterResult = Guarded<String>("")
             let waiter = Thread {
                 do throws(DispatchError<Boom>) {
                     try box.core.dispatch(2)

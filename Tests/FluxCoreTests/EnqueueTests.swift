@@ -102,7 +102,7 @@ import Synchronization
 
     @Test func enqueueFromOtherThreadsNeverBlocksAndNothingIsLostOrRunTwice() throws {
         let d = Dispatcher<Int>()
-        let seen = Mutex<[Int: Int]>([:])
+        let seen = Guarded<[Int: Int]>([:])
         let entered = Gate()
         let release = Gate()
         d.register { p in
@@ -128,7 +128,7 @@ import Synchronization
 
     @Test func enqueueRacingTheEndOfDispatchesLosesNothing() throws {
         let d = Dispatcher<Int>()
-        let seen = Mutex<[Int: Int]>([:])
+        let seen = Guarded<[Int: Int]>([:])
         d.register { p in
             if p >= 0 { seen.withLock { $0[p, default: 0] += 1 } }
         }

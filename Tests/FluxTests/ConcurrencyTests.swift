@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import Flux
+@testable import FluxCore  // Guarded: a pthread mutex, which ThreadSanitizer sees
 import Synchronization
 
 // Two threads at once on one object; ThreadSanitizer (`make check-thread`)
@@ -53,7 +54,7 @@ final class ConcurrencyTests: XCTestCase {
                 for disposable in leading {
                     disposable.dispose()
                     // And one added at the end and removed (the list grows).
-                    let seen = Mutex([Int]())
+                    let seen = Guarded([Int]())
                     let transient = sink.signal.observe { value in seen.withLock { $0.append(value) } }
                     transient.dispose()
                     transientRuns.append(seen.withLock { $0 })
@@ -84,7 +85,7 @@ final class ConcurrencyTests: XCTestCase {
                 for _ in 0..<200 {
                     // Behind a lock: a delivery that began on the other
                     // thread before dispose() may still be finishing.
-                    let seen = Mutex([Int]())
+                    let seen = Guarded([Int]())
                     let disposable = variable.signal.observe { value in
                         seen.withLock { $0.append(value) }
                     }
