@@ -105,7 +105,7 @@ from ._native import (
     trampoline as _trampoline,
 )
 from .dispatcher import Dispatcher, Token
-from .errors import FluxError, InvalidArgumentError, Status
+from .errors import FluxError, InvalidArgumentError, NotDispatchingError, Status
 
 __all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "handles"]
 
@@ -297,7 +297,8 @@ def handles(action_type: Any) -> Callable[[Callable[..., Any]], Callable[..., An
     :class:`ReduceStore`: ``method(self, state, action) -> new state``.
 
     Actions of a type no method handles go to ``reduce`` when the class
-    defines one; otherwise the state stays as it is.
+    defines one; otherwise the state stays as it is. A subclass that
+    overrides the method (decorated again or not) gets them in its override.
     """
 
     def mark(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -473,8 +474,9 @@ class Store(_ClosesOnExit):
     listeners then run once, after ``on_dispatch``, still in the dispatch.
 
     The store is registered with its dispatcher until :meth:`close` (or the
-    dispatcher's ``close``); until then the dispatcher keeps it alive. Every
-    method may be called from any thread.
+    dispatcher's ``close``); until then the dispatcher keeps it alive, and
+    initializing it again raises :class:`RuntimeError`. Every method may be
+    called from any thread.
     An exception raised by ``on_dispatch`` or by a listener aborts the
     dispatch and comes out of ``dispatch`` unchanged.
     """
@@ -491,6 +493,10 @@ class Store(_ClosesOnExit):
     def _create(self, dispatcher: Dispatcher[Any], initial: Any, settles: bool = False) -> None:
         if not isinstance(dispatcher, Dispatcher):
             raise TypeError(f"expected a flux.Dispatcher, not {type(dispatcher).__name__}")
+        if self.__dict__.get("_handle") is not None:
+            # A second native store under this object would leave the first
+            # running, out of reach of close() and of the dispatcher's.
+            raise RuntimeError(f"{self!r} is already made: close() it before initializing it again")
         handle = dispatcher._handle
         if handle is None:
             raise InvalidArgumentError("store: the dispatcher is closed")
@@ -694,7 +700,20 @@ class Store(_ClosesOnExit):
         fn = listener if owner is None else _OwnerBound(self, listener, owner, out)
         with self._lock:
             self._listen(fn, out)
-            return Subscription(self, self._ids(), out.value)
+            sub = Subscription(self, self._ids(), out.value)
+            state = self._error_state
+            if state is not None and state[1] == _get_ident():
+                # Added while this thread's handling that emitted an error
+                # still runs? Then it runs in that emit: the error is
+                # emitted again, so that its end goes after this listener.
+                # Outside that handling (in a listener of the emit, where
+                # the end still runs in it), libflux refuses, and nothing
+                # changes.
+                try:
+                    self.emit_change(error=state[0])
+                except NotDispatchingError:
+                    pass
+            return sub
 
     def _listen(self, fn: Callable[[], object], out: c_uint64) -> None:
         """Adds ``fn`` as a listener; its id goes to ``out``. The store's
@@ -935,12 +954,15 @@ class ReduceStore(Store, Generic[S]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        routes: dict[Any, Callable[..., Any]] = {}
+        # action type -> the name of the method that handles it, then that
+        # name's definition in this class (an override of a routed method,
+        # decorated or not, handles its types, as a method call would).
+        names: dict[Any, str] = {}
         for klass in reversed(cls.__mro__):
-            for value in vars(klass).values():
+            for name, value in vars(klass).items():
                 for action_type in getattr(value, "_flux_handles", ()):
-                    routes[action_type] = value
-        cls._routes = routes
+                    names[action_type] = name
+        cls._routes = {action_type: inspect.getattr_static(cls, name) for action_type, name in names.items()}
         cls._flux_reduce = _reducer(cls)
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
@@ -1058,7 +1080,8 @@ ReduceStore._flux_reduce = _reducer(ReduceStore)
 class StoreGroup(_ClosesOnExit):
     """Facebook's FluxStoreGroup: ``fn()`` runs once per dispatch, after
     every store of the group. Needs at least one store, all on one
-    dispatcher. While the group lives its stores cannot be closed.
+    dispatcher. While the group lives its stores cannot be closed, and
+    initializing it again raises :class:`RuntimeError`.
 
     An exception ``fn`` raises aborts the dispatch and comes out of
     ``dispatch`` unchanged.
@@ -1073,6 +1096,9 @@ class StoreGroup(_ClosesOnExit):
                 raise TypeError(f"expected flux stores, not {type(store).__name__}")
         if not stores:
             raise InvalidArgumentError("StoreGroup: a group needs at least one store")
+        if self.__dict__.get("_handle") is not None:
+            # As for a store (see Store._create): the first would stay live.
+            raise RuntimeError("StoreGroup: this group is already made: release() it before initializing it again")
         dispatcher = stores[0]._dispatcher
         if any(store._dispatcher is not dispatcher for store in stores):
             raise InvalidArgumentError("StoreGroup: all stores in a group must use the same dispatcher")

@@ -170,9 +170,14 @@ class Trace:
     """Records every event of ``dispatcher`` while active (a context
     manager, or :meth:`start` / :meth:`stop`). The dispatcher has one observer:
     starting a trace replaces any other. Events of a dispatch already running
-    when the trace starts or stops go to whoever observed its start."""
+    when the trace starts or stops go to whoever observed its start. Until it
+    stops (or the dispatcher closes), a started trace is kept by the
+    dispatcher's observer, and keeps the dispatcher alive in turn."""
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
+        """:raises TypeError: ``dispatcher`` is not a :class:`flux.Dispatcher`."""
+        if not isinstance(dispatcher, Dispatcher):
+            raise TypeError(f"Trace: expected a flux.Dispatcher, not {type(dispatcher).__name__}")
         self.dispatcher = dispatcher
         #: Every event recorded, in order (:class:`TraceEvent`).
         self.events: list[TraceEvent] = []
@@ -196,7 +201,11 @@ class Trace:
         :raises InvalidArgumentError: the dispatcher is closed.
         """
         dispatcher = self.dispatcher
-        with _observer_lock:
+        # Under the lock Dispatcher.close() clears its handle with (as a
+        # store's creation): either this sets the observer before, and
+        # close() clears it, or this finds the dispatcher closed -- never an
+        # observer of a closed dispatcher, kept (with it) by the registry.
+        with _observer_lock, dispatcher._closing_lock:
             handle = dispatcher._handle
             if handle is None:
                 # Checked first: a trace that was observing when the

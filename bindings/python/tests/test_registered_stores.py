@@ -675,6 +675,33 @@ def test_the_error_is_any_object_and_every_listener_sees_it(d: flux.Dispatcher[A
     assert seen == ["timed out"] * 3
 
 
+def test_a_listener_added_after_an_error_emit_in_the_same_handling_sees_the_error(
+    d: flux.Dispatcher[Any],
+) -> None:
+    # Added while the store handles the payload, after emit_change(error=...):
+    # it is a listener of this emit (the emit has not begun), so it runs in
+    # it, and sees the error as every listener of the emit does.
+    seen: list[Any] = []
+    view = View([])
+
+    class Log(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.emit_change(error=payload)
+            if payload == "first":
+                self.add_listener(lambda: seen.append(("added", self.error)))
+                self.add_listener(lambda: seen.append(("owned", self.error)), owner=view)
+
+    log = Log(d)
+    log.add_listener(lambda: seen.append(("before", log.error)))
+    d.dispatch("first")
+    assert seen == [("before", "first"), ("added", "first"), ("owned", "first")]
+    assert log.error is None, "the emit is over"
+    seen.clear()
+    d.dispatch("second")
+    assert seen == [("before", "second"), ("added", "second"), ("owned", "second")]
+    assert log.error is None
+
+
 def test_a_refused_error_emit_keeps_no_error(d: flux.Dispatcher[Any]) -> None:
     users = d.register_store(CurrentUserStore)
     with pytest.raises(flux.NotDispatchingError):

@@ -619,6 +619,31 @@ def test_handles_routes_by_action_type_and_falls_back(d: flux.Dispatcher[Any]) -
     assert user.state is None, "a mapping with a 'type' routes too; one method may handle several types"
 
 
+def test_a_subclass_overriding_a_routed_method_is_routed_to_its_override(d: flux.Dispatcher[Any]) -> None:
+    # As a method call would: the route names the method, and the class's
+    # own (most derived) definition of it handles the action.
+    class User(flux.ReduceStore[Any]):
+        def get_initial_state(self) -> Any:
+            return None
+
+        @flux.handles("user-refreshed")
+        def on_refreshed(self, state: Any, action: flux.Action) -> Any:
+            return ("base", action.payload)
+
+    class Admin(User):
+        def on_refreshed(self, state: Any, action: flux.Action) -> Any:
+            return ("admin", action.payload)
+
+    class Guest(Admin):
+        pass
+
+    user, admin, guest = User(d), Admin(d), Guest(d)
+    d.dispatch(flux.Action("user-refreshed", "ada"))
+    assert user.state == ("base", "ada")
+    assert admin.state == ("admin", "ada"), "the override, not the method it overrides"
+    assert guest.state == ("admin", "ada"), "inherited from the override"
+
+
 def test_an_unhashable_action_type_is_unhandled(d: flux.Dispatcher[Any]) -> None:
     class Todos(flux.ReduceStore[Any]):
         def get_initial_state(self) -> Any:
@@ -778,6 +803,40 @@ def test_closing_the_dispatcher_closes_its_stores_and_groups() -> None:
     d.close()
     assert a.closed and b.closed
     assert live_objects() == 0
+
+
+def test_initializing_a_live_store_or_group_again_is_refused_and_changes_nothing() -> None:
+    # A second __init__ would register a second native store or group under
+    # the same object: the first left running, out of reach of close(),
+    # release() and the dispatcher's close() (which a live group then
+    # refuses for good).
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    other: flux.Dispatcher[Any] = flux.Dispatcher()
+    store = Counter(d)
+    spy = Spy()
+    group = flux.StoreGroup([store], spy)
+    for dispatcher in (d, other):
+        with pytest.raises(RuntimeError, match="already"):
+            Counter.__init__(store, dispatcher)
+    with pytest.raises(RuntimeError, match="already"):
+        flux.StoreGroup.__init__(group, [store], Spy())
+    assert store.dispatcher is d
+    d.dispatch("inc")
+    assert store.state == 1 and spy.calls == 1, "one store, one group"
+    other.dispatch("inc")
+    assert store.state == 1
+    group.release()
+    d.close()
+    other.close()
+    assert store.closed
+    assert live_objects() == 0
+    # Closed, a store or group may be made anew.
+    d2: flux.Dispatcher[Any] = flux.Dispatcher()
+    Counter.__init__(store, d2)
+    flux.StoreGroup.__init__(group, [store], spy)
+    d2.dispatch("inc")
+    assert store.state == 1 and spy.calls == 2
+    d2.close()
 
 
 class Valued(flux.Store):

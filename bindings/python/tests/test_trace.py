@@ -355,3 +355,60 @@ def test_dispatch_end_status_is_a_flux_status(d: flux.Dispatcher[Any]) -> None:
     assert [type(status) for status in statuses] == [flux.Status, flux.Status]
     assert statuses == [flux.Status.OK, flux.Status.ERR_CALLBACK_FAILED]
     assert statuses == [0, 6]  # still equal to the C codes
+
+
+@pytest.mark.parametrize("bad", [None, 1, "dispatcher", object()])
+def test_a_trace_of_something_not_a_dispatcher_is_a_type_error(bad: Any) -> None:
+    # A clear error where the trace is made, not an AttributeError from
+    # start() (or, from stop() and render(), none at all).
+    with pytest.raises(TypeError, match="expected a flux.Dispatcher"):
+        flux.Trace(bad)
+
+
+def test_a_trace_started_as_another_thread_closes_the_dispatcher_is_let_go(native_destroys: list[int]) -> None:
+    # start() found the dispatcher open; close() then ran to its end on
+    # another thread before start() set the observer. Either close() clears
+    # the trace start() set, or start() finds the dispatcher closed: never
+    # an observer of a closed dispatcher, held by the registry (which keeps
+    # the trace, and through it the dispatcher, alive for good).
+    import gc
+    import sys
+    import weakref
+
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    handle = d._handle
+    trace = flux.Trace(d)
+    closed = threading.Event()
+
+    def close(dispatcher: flux.Dispatcher[Any]) -> None:
+        dispatcher.close()
+        closed.set()
+
+    closer = threading.Thread(target=close, args=(d,))
+
+    def pause_before_the_observer_is_set(frame: Any, event: str, arg: Any) -> None:
+        # As start() makes the context it hands libflux: past its check.
+        caller = frame.f_back
+        if frame.f_code is _native.add.__code__ and caller is not None and caller.f_code is flux.Trace.start.__code__:
+            sys.settrace(None)
+            closer.start()
+            closed.wait(0.5)  # a close() that waits for start() waits no longer than this
+
+    sys.settrace(pause_before_the_observer_is_set)
+    try:
+        try:
+            trace.start()
+        except flux.InvalidArgumentError:
+            pass  # found the dispatcher closed: as good
+    finally:
+        sys.settrace(None)
+    assert closer.ident is not None, "the pause was reached"
+    closer.join()
+    assert d.closed
+    observing = _native.live(lambda obj, extra: isinstance(obj, flux.Trace))
+    assert observing == 0, "close() left the trace observing"
+    refs = [weakref.ref(x) for x in (trace, d)]
+    del trace, d
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+    assert handle in native_destroys
