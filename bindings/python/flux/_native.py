@@ -49,6 +49,7 @@ from ctypes import (
     c_void_p,
 )
 from threading import get_ident
+from types import FrameType
 from typing import Any
 
 from ._version import __version__
@@ -399,7 +400,7 @@ class Registration:
 
     __slots__ = ("names", "pending", "value")
 
-    def __init__(self, pending: dict[int, list[tuple[object, BaseException]]], names: dict[int, str]) -> None:
+    def __init__(self, pending: Pending, names: dict[int, str]) -> None:
         self.pending = pending
         self.names = names
         self.value = 0  # no token yet
@@ -598,17 +599,44 @@ def _on_callback(context: int, payload: object) -> int:
 UNKNOWN_PAYLOAD = object()
 
 
-def park_exception(table: dict[int, list[tuple[object, BaseException]]], payload: object, exc: BaseException) -> None:
+#: A pending-exception table: thread ident -> the exceptions parked on that
+#: thread, oldest first, each as (payload, exception, the trampoline frame
+#: that parked it, whether it began a failed dispatch's entries).
+Pending = dict[int, list[tuple[object, BaseException, FrameType, bool]]]
+
+
+def park_exception(table: Pending, payload: object, exc: BaseException) -> None:
     """Keeps ``exc`` for the thread running the dispatch, with its payload,
     oldest first: a dispatch that failed may drain queued dispatches
     (flux_enqueue) before it returns, and each queued one's done takes only
-    its own entries."""
+    its own entries. Called by a trampoline, on failure only.
+
+    A failed dispatch's later entries come from the callbacks that waited
+    for the failed one, as its failure unwinds them: each parked by a
+    trampoline further up the stack than the one before (libflux starts no
+    callback once a dispatch is aborting). An entry parked anywhere else
+    begins the entries of another dispatch -- a queued one, whose payload
+    and exception may well be the outer dispatch's own."""
+    frame = sys._getframe(1)  # the trampoline's
     ident = get_ident()
     entries = table.get(ident)
     if entries is None:
-        table[ident] = [(payload, exc)]
-    else:
-        entries.append((payload, exc))
+        table[ident] = [(payload, exc, frame, True)]
+        return
+    # A few frames up from the last entry's when it continues that dispatch;
+    # to the stack's root, once per failed dispatch, when it does not.
+    up = entries[-1][2].f_back
+    while up is not None and up is not frame:
+        up = up.f_back
+    entries.append((payload, exc, frame, up is None))
+
+
+def own_entries(entries: list[tuple[object, BaseException, FrameType, bool]]) -> int:
+    """Where the entries of the last failed dispatch that parked any begin."""
+    start = len(entries) - 1
+    while start > 0 and not entries[start][3]:
+        start -= 1
+    return start
 
 
 @trampoline(rerun=True)

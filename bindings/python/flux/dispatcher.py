@@ -208,13 +208,24 @@ def _discard(store: Store) -> None:
 
 
 class _Enqueued:
-    __slots__ = ("done", "erring", "locate", "on_error", "payload", "pending", "queued_errors", "status")
+    __slots__ = (
+        "done",
+        "erring",
+        "failure",
+        "locate",
+        "on_error",
+        "payload",
+        "pending",
+        "queued_errors",
+        "reported",
+        "status",
+    )
 
     def __init__(
         self,
         payload: object,
         on_error: Callable[[BaseException], object] | None,
-        pending: dict[int, list[tuple[object, BaseException]]],
+        pending: _native.Pending,
         queued_errors: dict[int, list[BaseException]],
         locate: Callable[[FluxError], FluxError],
         erring: dict[int, Any],
@@ -224,16 +235,20 @@ class _Enqueued:
         self.on_error = on_error
         self.pending = pending
         self.queued_errors = queued_errors
-        # The dispatcher's _located, until done: a native callback's failure
-        # names its Token.
+        # The dispatcher's _located, until the failure is known: a native
+        # callback's failure names its Token.
         self.locate: Callable[[FluxError], FluxError] | None = locate
         self.done = False
         self.status = 0  # done's status, set with done
+        # A failed dispatch's exception, once done took it; and whether it
+        # was reported (see _report).
+        self.failure: BaseException | None = None
+        self.reported = False
 
 
 def _continues(later: BaseException, earlier: BaseException) -> bool:
     """Whether ``later`` is ``earlier`` again, or was raised while handling
-    (or from) it: the same failure unwinding one dispatch."""
+    (or from) it."""
     seen: set[int] = set()
     exc: BaseException | None = later
     while exc is not None and _id(exc) not in seen:
@@ -258,71 +273,102 @@ def _on_done(context: int | None, address: int | None, status: int) -> None:
         return
     record.status = status
     record.done = True
-    locate, record.locate = record.locate, None
     _objects[context] = None  # type: ignore[index]
-    _free_contexts.append(context)  # type: ignore[arg-type]
-    if status != _CALLBACK_FAILED and status != _TOO_DEEP:
-        return  # success, or a refusal that enqueue raises itself
+    try:
+        _free_contexts.append(context)  # type: ignore[arg-type]
+        if status == _CALLBACK_FAILED or status == _TOO_DEEP:
+            _report(record)
+        else:
+            record.locate = None  # success, or a refusal that enqueue raises itself
+    except BaseException:
+        # An interrupt cut the report short: it is finished all the same,
+        # each step once, and the interrupt goes the way of what escapes a
+        # trampoline (this rerun is not interrupted before its work began).
+        if status == _CALLBACK_FAILED or status == _TOO_DEEP:
+            _report(record)
+        raise
+
+
+def _report(record: _Enqueued) -> None:
+    """A failed enqueued dispatch's done: takes its entries and reports its
+    failure, once -- to ``on_error``, else for the outermost call. Run again
+    after an interrupt cut it short, it does what is left: each step is
+    recorded with no call between it and its record."""
     if record.erring:
         _end_errors(record.erring)  # before the next queued dispatch runs
     ident = get_ident()
-    # This dispatch's entries are the trailing ones with its payload (or
-    # none known: a store's listener) that continue one failure: its first
-    # exception, then the same object re-raised by unwinding waiters, or one
-    # raised while handling it. Any before them belong to the failed
-    # dispatch that is draining the queue, whose call raises them.
-    exc = None
-    entries = record.pending.get(ident)
-    later: BaseException | None = None
-    while entries and (entries[-1][0] is record.payload or entries[-1][0] is _native.UNKNOWN_PAYLOAD):
-        earlier = entries[-1][1]
-        if later is not None and not _continues(later, earlier):
-            break  # a failure of an earlier dispatch
-        entries.pop()
-        if exc is None:
-            exc = earlier  # the last raised, as dispatch() re-raises
-        later = earlier
-    if entries is not None and not entries:
-        del record.pending[ident]
-    if exc is None:  # a native callback failed: no Python exception
-        exc = locate(_status_error(status)) if locate else _status_error(status)
-    if record.on_error is not None:
+    if record.failure is None:
+        # This dispatch's entries are the last failed dispatch's (see
+        # park_exception), when that one was it: any before them belong to
+        # the failed dispatch draining the queue, whose call raises them.
+        entries = record.pending.get(ident)
+        if entries:
+            start = _native.own_entries(entries)
+            first = entries[start][0]
+            if first is record.payload or first is _native.UNKNOWN_PAYLOAD:
+                record.failure = entries[-1][1]  # the last raised, as dispatch() re-raises
+                del entries[start:]
+                if not entries:
+                    del record.pending[ident]
+        if record.failure is None:  # a native callback failed: no Python exception
+            locate = record.locate
+            error = _status_error(record.status)
+            record.failure = locate(error) if locate else error
+    record.locate = None
+    if record.reported:
+        return
+    on_error = record.on_error
+    if on_error is not None:
+        record.on_error = None  # given once
         try:
-            record.on_error(exc)
+            on_error(record.failure)
         except BaseException as handler_exc:  # noqa: BLE001 -- the handler's own failure is not lost
-            record.queued_errors.setdefault(ident, []).append(handler_exc)
+            given = record.failure
+            if not _continues(handler_exc, given):  # an interrupt as on_error began, say
+                handler_exc.add_note(f"raised by on_error, given: {type(given).__name__}: {given}")
+            record.failure = handler_exc  # for the outermost call, in its place
+            del given  # no cycle through this frame (see Dispatcher.dispatch)
+        else:
+            record.reported = True
+            return
+    errors = record.queued_errors.get(ident)
+    if errors is None:
+        record.queued_errors[ident] = [record.failure]
     else:
-        record.queued_errors.setdefault(ident, []).append(exc)
+        errors += (record.failure,)  # no call between this and its record
+    record.reported = True
 
 
 _DONE = _DONE_TYPE(_on_done)
 
 
-def _raise_queued(queued_errors: dict[int, list[BaseException]], first: BaseException | None) -> None:
-    """Raises ``first`` or this thread's first queued failure, the later
-    ones attached as notes; returns when there is nothing to raise."""
-    later = queued_errors.pop(get_ident(), [])
-    if first is None:
-        if not later:
-            return
-        first, later = later[0], later[1:]
-    for exc in later:
-        first.add_note(f"a later queued dispatch also failed: {type(exc).__name__}: {exc}")
-    try:
-        raise first
-    finally:
-        first = None  # no cycle through this frame (see dispatch)
-
-
-def _take_queued(queued_errors: dict[int, list[BaseException]], exc: BaseException) -> None:
-    """An exception (an interrupt) is escaping the outermost call of this
-    thread that ran the queue: that call still takes this thread's queued
-    failures, as notes on ``exc``, so no later call raises them."""
-    later = queued_errors.pop(get_ident(), None)
-    if later:
-        for failure in later:
-            if failure is not exc:
-                exc.add_note(f"a queued dispatch also failed: {type(failure).__name__}: {failure}")
+def _take_left(pending: _native.Pending, queued_errors: dict[int, list[BaseException]], exc: BaseException) -> None:
+    """As ``exc`` escapes the outermost call of this thread that ran the
+    queue, takes what that call reports: its own dispatch's failure (the
+    last of this thread's entries: the queued dispatches took theirs) and
+    the queued dispatches' failures; each but the one ``exc`` is becomes a
+    note on it -- on an interrupt that took the call's place too. Nothing
+    is left for a later call. Each is deleted with no call after its notes:
+    a run an interrupt cut short leaves the rest to a run that follows."""
+    ident = get_ident()
+    entries = pending.get(ident)
+    own = entries[-1][1] if entries else None
+    if entries:
+        # The last entry of each dispatch's (see park_exception): more than
+        # one when an interrupt kept a drained dispatch from taking its own.
+        for i, (_, failure, _, _) in enumerate(entries):
+            if (i + 1 == len(entries) or entries[i + 1][3]) and not _continues(exc, failure):
+                exc.add_note(f"a dispatch it ran failed: {type(failure).__name__}: {failure}")
+        del pending[ident]
+    errors = queued_errors.get(ident)
+    if errors:
+        # Skipped by place, not by identity: one object raised by two failed
+        # dispatches is two failures, and the second is noted on itself.
+        raised = own is None and errors[0] is exc  # the first raised by _raise_left_over
+        later = "a later" if raised or own is exc else "a"
+        for failure in errors[1:] if raised else errors:
+            exc.add_note(f"{later} queued dispatch also failed: {type(failure).__name__}: {failure}")
+        del queued_errors[ident]
 
 
 def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
@@ -415,8 +461,8 @@ class Dispatcher(Generic[P]):
         # thread is running. Dispatches of one dispatcher are serialized, but a
         # finished dispatch's thread may read its entry after the next thread's
         # dispatch started, so the key is the thread, not the dispatcher.
-        # Entries are (payload, exception), oldest first (see _native).
-        self._pending: dict[int, list[tuple[object, BaseException]]] = {}
+        # Entries are oldest first, each with its payload (see _native.Pending).
+        self._pending: _native.Pending = {}
         # The token values registered and not yet unregistered, for close().
         self._tokens: set[int] = set()
         # The live stores and groups on this dispatcher (flux/stores.py), in
@@ -785,10 +831,6 @@ class Dispatcher(Generic[P]):
                 # Raised here, so the traceback goes dispatch -> the callback.
                 error = self._dispatch_error(status)
                 try:
-                    if (status == _CALLBACK_FAILED or status == _TOO_DEEP) and self._queued_errors:
-                        # This call ran the queue too: what failed there with no
-                        # on_error comes out now, attached to the call's own error.
-                        _raise_queued(self._queued_errors, error)
                     raise error
                 finally:
                     # This frame is in the traceback: a local naming the exception
@@ -798,35 +840,43 @@ class Dispatcher(Generic[P]):
             if _escaped or self._queued_errors:  # tested here: no call on the hot path
                 self._raise_left_over()
         except BaseException as exc:
-            # Whatever escapes (an interrupt anywhere after libflux returned
-            # included), this call ran the queue unless libflux refused it
-            # (refused within a running dispatch of this thread: the queue's
-            # failures are the outer call's), so it takes them with it.
-            if self._queued_errors:
+            # Whatever escapes -- its own failure, or an interrupt anywhere after
+            # libflux returned -- this call ran the queue unless libflux refused it
+            # (refused within a running dispatch of this thread: the entries and
+            # the queue's failures are the outer call's), so it takes what its
+            # dispatches left with it (see _take_left).
+            if self._pending or self._queued_errors:
                 try:
                     ran = status == 0 or status == _CALLBACK_FAILED or status == _TOO_DEEP
                 except UnboundLocalError:  # interrupted as libflux returned
                     ran = not _flux_is_dispatching(handle)
                 if ran:
-                    _take_queued(self._queued_errors, exc)
+                    try:
+                        _take_left(self._pending, self._queued_errors, exc)
+                    except BaseException as interrupt:  # cut short: the interrupt takes the rest
+                        _take_left(self._pending, self._queued_errors, interrupt)
+                        raise
             raise
 
     def _raise_left_over(self) -> None:
         """Raises what the dispatches this call ran left to its outermost
         call: an exception that escaped where C could not see it fail (see
-        ``_native.escaped``: the dispatch failed all the same), then what
-        failed in the queue with no ``on_error``."""
+        ``_native.escaped``: the dispatch failed all the same), else the
+        first queued failure with no ``on_error``. The caller's ``except``
+        takes the rest with it (see _take_left)."""
         if _escaped:
             escaped = _escaped.pop(get_ident(), None)
             if escaped is not None:
                 try:
-                    if self._queued_errors:
-                        _raise_queued(self._queued_errors, escaped)
                     raise escaped
                 finally:
                     del escaped  # no exception -> traceback -> frame cycle
-        if self._queued_errors:
-            _raise_queued(self._queued_errors, None)
+        errors = self._queued_errors.get(get_ident())
+        if errors:
+            try:
+                raise errors[0]
+            finally:
+                del errors  # no exception -> traceback -> frame cycle
 
     def enqueue(self, payload: P, on_error: Callable[[BaseException], object] | None = None) -> None:
         """Dispatches ``payload`` now when the dispatcher is idle; while a
@@ -843,7 +893,11 @@ class Dispatcher(Generic[P]):
         very call when it dispatched ``payload`` at once -- the first
         failure, with any later ones attached as notes (``add_note``).
         Either way each failure is reported exactly once, never by a later
-        call.
+        call: one exception object raised by two failed dispatches is two
+        failures (given to each one's ``on_error``, or raised for one and
+        noted on itself for the other). An exception that cuts the call
+        short in its place -- a KeyboardInterrupt -- carries them instead,
+        chained or as notes.
 
         :raises BaseException: as above.
         :raises InvalidArgumentError: the dispatcher is closed.
@@ -868,8 +922,12 @@ class Dispatcher(Generic[P]):
             raise
         except BaseException as exc:
             # An interrupt as libflux returned: as below.
-            if record.done and self._queued_errors and record.status in _RAN:
-                _take_queued(self._queued_errors, exc)
+            if record.done and (self._pending or self._queued_errors) and record.status in _RAN:
+                try:
+                    _take_left(self._pending, self._queued_errors, exc)
+                except BaseException as interrupt:
+                    _take_left(self._pending, self._queued_errors, interrupt)
+                    raise
             raise
         try:
             if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
@@ -880,25 +938,32 @@ class Dispatcher(Generic[P]):
                 # failure, if any, is first in line).
                 self._raise_left_over()
         except BaseException as exc:
-            # Dispatched here (done's status says so), this call takes the
-            # queue's failures even when an interrupt cuts it short: never a
-            # later call.
-            if record.done and self._queued_errors and record.status in _RAN:
-                _take_queued(self._queued_errors, exc)
+            # Dispatched here (done's status says so), this call takes what its
+            # dispatches left even when an interrupt cuts it short: never a
+            # later call (see dispatch).
+            if record.done and (self._pending or self._queued_errors) and record.status in _RAN:
+                try:
+                    _take_left(self._pending, self._queued_errors, exc)
+                except BaseException as interrupt:  # cut short: the interrupt takes the rest
+                    _take_left(self._pending, self._queued_errors, interrupt)
+                    raise
             raise
 
     def _dispatch_error(self, status: int) -> BaseException:
         if status == _CALLBACK_FAILED or status == _TOO_DEEP:
             # Queued dispatches drained since took their own entries: what
             # is left is this dispatch's, the last one the one to raise.
+            # Left in place: dispatch() takes them as the exception escapes,
+            # whatever escapes (an interrupt before this returns included).
             ident = get_ident()
-            entries = self._pending.pop(ident, None)
+            entries = self._pending.get(ident)
             exc = entries[-1][1] if entries else None
             if _escaped:
-                # The exception that escaped a callback ended this dispatch
-                # (this thread's innermost): clear it either way.
+                # What escaped a trampoline of this call (an interrupt, in a
+                # callback of this dispatch or of one it drained) comes out in
+                # place of the failure, which goes with it (see _take_left).
                 other = _escaped.pop(ident, None)
-                if exc is None:
+                if other is not None:
                     exc = other
             if exc is not None:
                 # The callback's own object, with its traceback (for a chain

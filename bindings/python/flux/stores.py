@@ -157,7 +157,7 @@ class _Owner(NamedTuple):
     """What a listener's or group's trampoline needs beside its function."""
 
     #: The dispatcher's pending-exception table (see _native.park_exception).
-    pending: dict[int, list[tuple[object, BaseException]]]
+    pending: _native.Pending
     #: The native dispatcher, for flux_store_listener_fail().
     dispatcher: int | None
     #: The store's held states (see above).

@@ -334,3 +334,90 @@ def test_no_record_is_left_when_enqueue_fails_before_reaching_libflux(
         d.enqueue(1)
     assert not isinstance(info.value, ArgumentError), "ctypes' wrapper leaked out"
     assert not module.live_enqueued(), "the record was left behind"
+
+
+@pytest.mark.parametrize("outer", ["dispatch", "enqueue"])
+@pytest.mark.parametrize("shape", ["raises", "a wait unwinds it"])
+@pytest.mark.parametrize("with_on_error", [False, True])
+def test_a_queued_dispatch_of_the_same_payload_failing_with_the_same_object_is_a_failure_of_its_own(
+    d: flux.Dispatcher[Any], outer: str, shape: str, with_on_error: bool
+) -> None:
+    # Two dispatches of one payload raising one exception object: the queued
+    # one's done must take only its own entries (not the outer dispatch's,
+    # which then raised a CallbackFailedError), and each failure is reported
+    # once -- the outer one raised, the queued one to on_error, or noted on
+    # the raised object (itself: it is the same object).
+    shared = Boom("shared")
+    payload = object()
+    queued = [False]
+    handed: list[BaseException] = []
+    tokens: list[flux.Token] = []
+
+    def fails(p: object) -> None:
+        if p is not payload:
+            return
+        if not queued[0]:
+            queued[0] = True
+            d.enqueue(p, on_error=handed.append) if with_on_error else d.enqueue(p)
+        raise shared
+
+    def waits(p: object) -> None:
+        if p is payload:
+            d.wait_for(tokens)  # re-raises the shared object: a second entry of the same dispatch
+
+    if shape == "raises":
+        d.register(fails)
+    else:
+        d.register(waits)
+        tokens.append(d.register(fails))
+    with pytest.raises(Boom) as info:
+        getattr(d, outer)(payload)
+    assert info.value is shared
+    notes = getattr(shared, "__notes__", [])
+    if with_on_error:
+        assert handed == [shared]
+        assert notes == []
+    else:
+        assert handed == []
+        assert notes == ["a later queued dispatch also failed: Boom: shared"]
+    assert d._pending == {} and d._queued_errors == {}
+    d.dispatch("after")  # nothing left over
+    d.enqueue("after")
+
+
+@pytest.mark.parametrize("with_on_error", [False, True])
+def test_a_listener_failing_again_in_the_queued_dispatch_it_caused_is_a_failure_of_its_own(with_on_error: bool) -> None:
+    # As above with a store's listener, whose entries carry no payload: it
+    # enqueues a payload that changes the store again, and both times raises
+    # one exception object.
+    shared = KeyError("the listener's")
+    handed: list[BaseException] = []
+    with flux.Dispatcher[Any]() as d:
+
+        class Counter(flux.ReduceStore[int]):
+            def get_initial_state(self) -> int:
+                return 0
+
+            def reduce(self, state: int, action: Any) -> int:
+                return state + 1 if action == "go" else state
+
+        store = Counter(d)
+
+        def listener() -> None:
+            if store.state == 1:
+                d.enqueue("go", on_error=handed.append) if with_on_error else d.enqueue("go")
+            if store.state <= 2:
+                raise shared
+
+        store.add_listener(listener)
+        with pytest.raises(KeyError) as info:
+            d.dispatch("go")
+        assert info.value is shared
+        notes = getattr(shared, "__notes__", [])
+        if with_on_error:
+            assert handed == [shared] and notes == []
+        else:
+            assert handed == [] and notes == ['a later queued dispatch also failed: KeyError: "the listener\'s"']
+        assert d._pending == {} and d._queued_errors == {}
+        d.dispatch("after")  # nothing left over
+        store.close()

@@ -907,8 +907,8 @@ def test_sigint_anywhere_in_a_failing_enqueue_leaves_no_failure_for_a_later_call
                 if not reached:
                     break
                 assert not d._queued_errors, (mode, place, d._queued_errors)
+                assert not d._pending, (mode, place, d._pending)
                 d.dispatch("ok")  # raises nothing
-                d._pending.clear()  # not this test's concern
                 d.close()
                 sent.clear()
                 del d, first, second
@@ -942,6 +942,83 @@ def test_sigint_anywhere_in_register_leaves_no_registration_after_close() -> Non
             del d
             clean()
         assert place > 5, place
+        """
+        )
+    )
+
+
+def test_sigint_anywhere_in_a_failing_dispatch_that_drains_a_failing_one_reports_each_failure() -> None:
+    # A dispatch fails and drains a queued dispatch that fails too. Wherever
+    # the interrupt lands -- in dispatch/enqueue as they report, in the
+    # queued dispatch's done as it takes its entries or calls on_error --
+    # no entry is left in _pending (a later call would raise it, or take it
+    # for its own), no failure is left for a later call, and each failure
+    # is given to on_error, raised, or attached (noted or chained) to what
+    # the call raised instead: the interrupt that took its place.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            """
+        class Boom(Exception):
+            pass
+
+        def carries(raised, failure):
+            # raised, chained to what was raised, or in one of their notes
+            text = f"{type(failure).__name__}: {failure}"
+            seen = set()
+            while raised is not None and id(raised) not in seen:
+                seen.add(id(raised))
+                if raised is failure or any(text in note for note in getattr(raised, "__notes__", [])):
+                    return True
+                raised = raised.__cause__ or raised.__context__
+            return False
+
+        def reported(raised, failure):
+            # or carried by an interrupt that is (one raised as on_error
+            # began carries the failure it was given)
+            return carries(raised, failure) or any(carries(k, failure) and carries(raised, k) for k in sent)
+
+        def on_error(exc):  # a landing point as it is entered, unlike handed.append
+            handed.append(exc)
+
+        for outer in ["dispatch", "enqueue"]:
+            for handler in [None, "append", "function"]:
+                place = 0
+                while True:
+                    place += 1
+                    d = flux.Dispatcher()
+                    own, queued = Boom("own"), Boom("queued")
+                    handed = []
+                    def fails(p):
+                        if p == "go":
+                            if handler == "append":
+                                d.enqueue("queued", on_error=handed.append)
+                            elif handler == "function":
+                                d.enqueue("queued", on_error=on_error)
+                            else:
+                                d.enqueue("queued")
+                            raise own
+                        if p == "queued":
+                            raise queued
+                    d.register(fails)
+                    reached, raised = interrupt_at(place, getattr(d, outer), "go")
+                    if not reached:
+                        break
+                    where = (outer, handler, place, raised, handed)
+                    assert not d._pending and not d._queued_errors, (where, d._pending, d._queued_errors)
+                    if own.__traceback__ is not None:  # raised
+                        assert reported(raised, own), where
+                    if queued.__traceback__ is not None:
+                        assert reported(raised, queued) or handed == [queued], where
+                    assert len(handed) <= 1, where  # given once (aborted at once by an interrupt that escaped: a FluxError)
+                    d.dispatch("ok")  # raises nothing
+                    d.enqueue("ok")
+                    assert not d._pending and not d._queued_errors, where
+                    d.close()
+                    sent.clear()
+                    del d, fails, raised, own, queued, handed
+                    gc.collect()  # no finalizer left to run under the next trace
+                assert place > 50, (outer, handler, place)
         """
         )
     )
