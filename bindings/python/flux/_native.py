@@ -480,6 +480,8 @@ _PROLOGUE = frozenset({"RESUME", "MAKE_CELL", "COPY_FREE_VARS", "NOP", "EXTENDED
 #: for a function whose only effect is its last call, that call's first
 #: instruction.
 _unstarted: dict[Any, int] = {}
+#: The code of every trampoline: what marks where libflux called Python.
+_trampoline_codes: set[Any] = set()
 
 
 def _last_call(code: Any) -> int:
@@ -532,6 +534,7 @@ def trampoline(
             body = next(i.offset for i in dis.get_instructions(f) if i.opname not in _PROLOGUE)
             _unstarted[f.__code__] = _last_call(f.__code__) if effect_is_last_call else body
         _trampolines[id(fn)] = (fn, recover)
+        _trampoline_codes.add(fn.__code__)
         return fn
 
     return mark
@@ -637,6 +640,22 @@ def own_entries(entries: list[tuple[object, BaseException, FrameType, bool]]) ->
     while start > 0 and not entries[start][3]:
         start -= 1
     return start
+
+
+def parked_under_caller(frame: FrameType) -> bool:
+    """Whether an entry parked by the trampoline ``frame`` belongs to the
+    dispatch the caller runs in: whether ``frame`` ran under the innermost
+    trampoline of this thread's stack (the callback, reduce or listener
+    whose wait failed). A failure further down, in this dispatch, did; the
+    failed dispatch draining the queue had unwound before the queued one
+    began, so its entries did not. Called on failure only."""
+    here: FrameType | None = sys._getframe(1)
+    while here is not None and here.f_code not in _trampoline_codes:
+        here = here.f_back
+    up: FrameType | None = frame
+    while up is not None and up is not here:
+        up = up.f_back
+    return here is not None and up is here
 
 
 @trampoline(rerun=True)

@@ -1070,12 +1070,13 @@ class Dispatcher(Generic[P]):
         the Python callback aborting this thread's dispatch, if there is one
         (not popped: dispatch() re-raises it when the abort reaches it,
         whether or not the waiting callback lets it propagate); else the
-        libflux error. Returned, not raised: no frame holding it is in its
-        traceback (see dispatch)."""
+        libflux error -- also when the entries are those of the failed
+        dispatch draining the queue, not this queued one's. Returned, not
+        raised: no frame holding it is in its traceback (see dispatch)."""
         if status == _CALLBACK_FAILED or status == _TOO_DEEP:
             ident = get_ident()
             entries = self._pending.get(ident)
-            if entries:
+            if entries and _native.parked_under_caller(entries[-1][2]):
                 return entries[-1][1]
             if _escaped and ident in _escaped:
                 return _escaped[ident]

@@ -421,3 +421,47 @@ def test_a_listener_failing_again_in_the_queued_dispatch_it_caused_is_a_failure_
         assert d._pending == {} and d._queued_errors == {}
         d.dispatch("after")  # nothing left over
         store.close()
+
+
+@pytest.mark.parametrize("with_on_error", [False, True])
+def test_a_wait_for_a_native_callback_failing_in_a_queued_dispatch_is_not_given_the_outer_failure(
+    d: flux.Dispatcher[Any], with_on_error: bool
+) -> None:
+    # The outer dispatch failed in Python; the queued one fails in a native
+    # callback (no Python exception) that a Python callback waits for. The
+    # wait must raise the native failure, a CallbackFailedError -- not the
+    # outer dispatch's exception, still parked while the queue drains.
+    from ctypes import byref, c_uint64
+
+    from flux import _native
+
+    outer_exc = Boom("the outer dispatch's")
+    native_token = c_uint64()
+    seen: list[BaseException] = []
+    handed: list[BaseException] = []
+
+    def first(p: object) -> None:
+        if p == "outer":
+            d.enqueue("queued", on_error=handed.append) if with_on_error else d.enqueue("queued")
+            raise outer_exc
+        try:
+            d.wait_for([flux.Token(d._serial, native_token.value)])
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+
+    d.register(first)
+    native = _native.CALLBACK(lambda context, payload: 7)
+    _native.flux_register(d._handle, native, None, _native.DESTROY(), byref(native_token))
+    with pytest.raises(Boom) as info:
+        d.dispatch("outer")
+    assert info.value is outer_exc
+    assert len(seen) == 1 and isinstance(seen[0], flux.CallbackFailedError), seen
+    if with_on_error:
+        assert handed == seen
+    else:
+        assert getattr(outer_exc, "__notes__", []) == [
+            f"a later queued dispatch also failed: CallbackFailedError: {seen[0]}"
+        ]
+    assert d._pending == {} and d._queued_errors == {}
+    _native.flux_unregister(d._handle, native_token.value)
