@@ -645,6 +645,9 @@ FLUX_API flux_status flux_store_listener_fail(flux_dispatcher *d, int value);
  *         another thread); checked first. Nothing is changed.
  *         FLUX_ERR_INVALID_ARGUMENT: the store is in a live group (release
  *         the group first). Nothing is changed.
+ *         FLUX_ERR_NO_MEMORY: only should a dispatch start on another thread
+ *         during this call and memory to note the removal run out (as for
+ *         flux_unregister()). Nothing is changed.
  * Threads: any thread, but no other call on s may be in flight or follow.
  *          (Should a dispatch start on another thread during this call, the
  *          releases run on that thread when its dispatch ends.)
@@ -692,6 +695,11 @@ FLUX_API flux_status flux_store_group_create(flux_store *const *stores, size_t c
  * Releasing NULL is a no-op returning FLUX_OK.
  *
  * @return FLUX_OK, and g is gone (do not use it again).
+ *         FLUX_ERR_NO_MEMORY: only while a dispatch runs, when there is no
+ *         memory to note the removal (as for flux_unregister()); nothing
+ *         changed: the group stays registered and keeps its stores, and g
+ *         must still be released. With no dispatch running this call
+ *         allocates nothing.
  * Threads: any thread, from inside a callback, reduce or listener too; but
  *          no other call on g may be in flight or follow.
  */

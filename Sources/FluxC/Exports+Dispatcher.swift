@@ -20,9 +20,14 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     guard let handle else { return 0 }
     let dispatcher = handle.dispatcher
     // Stores and groups point into the dispatcher: it outlives them. A
-    // dispatch running is reported first, as the close below would.
+    // dispatch running is reported first, as the close below would -- but
+    // not left to close to report: one on another thread may end before
+    // close looks, which would then close the dispatcher under its stores.
     let stores = handle.storeSide.pointee.count.load(ordering: .acquiring)
-    if stores > 0 && !dispatcher.pointee.isDispatching {
+    if stores > 0 {
+        if dispatcher.pointee.isDispatching {
+            return fail("flux_dispatcher_destroy", FluxError.closingWhileDispatching)
+        }
         return fail(
             "flux_dispatcher_destroy", .invalidArgument,
             "the dispatcher still has \(stores) store(s) or group(s); destroy them first")

@@ -423,7 +423,7 @@ import Synchronization
         }
         guard claimTable(orSet: 0) else {
             lock.unlock()
-            throw FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
+            throw .closingWhileDispatching
         }
         // Taken out by value, not copied into an array (which would
         // allocate, and Swift's allocator traps when memory runs out): the
@@ -1369,6 +1369,11 @@ import Synchronization
 extension FluxError {
     static var closed: FluxError { FluxError(.invalidArgument, "the dispatcher is closed (being destroyed)") }
     static var outOfMemory: FluxError { FluxError(.noMemory, "out of memory") }
+    /// `close()` refused: a dispatch runs. (flux_dispatcher_destroy reports
+    /// it without calling `close()` when the dispatcher has stores.)
+    @_spi(Engine) public static var closingWhileDispatching: FluxError {
+        FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
+    }
     @usableFromInline static var orphaned: FluxError {
         FluxError(
             .alreadyDispatching,

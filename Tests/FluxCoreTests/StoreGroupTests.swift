@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 @_spi(Engine) @testable import FluxCore
 
@@ -99,5 +100,30 @@ import Testing
         }
         #expect(kept == nil)
         try d.dispatch(1)
+    }
+
+    /// A group let go of on another thread while a dispatch runs: that
+    /// dispatch may be starting the group's callback, whose wait must still
+    /// find the stores registered (they went with the group at once, and a
+    /// store that goes unregisters: the dispatch failed with "token N was
+    /// unregistered during this dispatch"). A race, so a stream of them.
+    @Test("a group let go of on another thread never fails a running dispatch", .timeLimit(.minutes(1)))
+    func aGroupLetGoOfOnAnotherThreadNeverFailsARunningDispatch() throws {
+        let d = Dispatcher<Int>()
+        let stop = Atomic<Bool>(false)
+        let churn = Thread {
+            while !stop.load(ordering: .relaxed) {
+                let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+                _ = try? StoreGroup([store]) {}
+            }
+        }
+        defer {
+            stop.store(true, ordering: .relaxed)
+            churn.join()
+        }
+        let start = ContinuousClock.now
+        while ContinuousClock.now - start < .seconds(3) {
+            try d.dispatch(1)
+        }
     }
 }

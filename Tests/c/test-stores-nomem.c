@@ -151,6 +151,70 @@ static void group_create_out_of_memory(void)
     }
 }
 
+/* flux_store_group_release from a listener, during a dispatch, with the n-th
+ * allocation failing: noting the removal needs memory then, as
+ * flux_unregister's does. The release is refused and changes nothing: the
+ * group still runs and still holds its store; releasing it later works. */
+static flux_store_group *release_me;
+static int release_failing_at, release_status = -1, group_calls;
+
+static void count_group_call(void *context)
+{
+    (void)context;
+    group_calls++;
+}
+
+static void release_from_listener(void *context)
+{
+    (void)context;
+    if (release_me == NULL)
+        return;
+    fail_countdown = release_failing_at;
+    release_status = flux_store_group_release(release_me);
+    fail_countdown = 0;
+}
+
+static int changing_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context;
+    (void)payload;
+    *next = (char *)state + 1;
+    return 0;
+}
+
+static void group_release_out_of_memory_during_a_dispatch(void)
+{
+    for (int n = 1; n <= 2; n++) {
+        events.n = 0;
+        flux_dispatcher *d = flux_dispatcher_create();
+        REQUIRE(d != NULL);
+        flux_store *s;
+        REQUIRE(flux_store_create(d, NULL, changing_reduce, NULL, NULL, NULL, NULL, &s) == FLUX_OK);
+        flux_listener_id id;
+        REQUIRE(flux_store_add_listener(s, release_from_listener, NULL, NULL, &id) == FLUX_OK);
+        int group_context = 4;
+        flux_store_group *g;
+        REQUIRE(flux_store_group_create(&s, 1, count_group_call, &group_context, destroy_context, &g) == FLUX_OK);
+        group_calls = 0;
+        release_me = g;
+        release_failing_at = n;
+        EXPECT_OK(flux_dispatch(d, NULL));
+        release_me = NULL;
+        diag("allocation %d fails", n);
+        is_int(release_status, FLUX_ERR_NO_MEMORY, "the release reports FLUX_ERR_NO_MEMORY");
+        is_str(flux_status_name((flux_status)release_status), "FLUX_ERR_NO_MEMORY", "by name");
+        is_int(group_calls, 1, "the group still ran in that dispatch");
+        is_int((int)events.n, 0, "nothing was destroyed");
+        EXPECT_STATUS(flux_store_destroy(s), FLUX_ERR_INVALID_ARGUMENT); /* still grouped */
+        EXPECT_OK(flux_dispatch(d, NULL));
+        is_int(group_calls, 2, "the group is still registered");
+        EXPECT_OK(flux_store_group_release(g));
+        is_trace(&events, INTS(EV_DESTROY + 4), "a later release destroys the context once");
+        EXPECT_OK(flux_store_destroy(s));
+        EXPECT_OK(flux_dispatcher_destroy(d));
+    }
+}
+
 /* Runs every path once first: the Swift runtime allocates some metadata
  * lazily, on first use, which would shift the count of allocations. */
 static void warm_up(void)
@@ -183,5 +247,6 @@ int main(void)
     RUN(store_create_register_out_of_memory);
     RUN(add_listener_out_of_memory);
     RUN(group_create_out_of_memory);
+    RUN(group_release_out_of_memory_during_a_dispatch);
     return tap_done();
 }

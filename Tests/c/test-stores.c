@@ -2066,6 +2066,66 @@ static void listeners_added_and_removed_by_other_threads_during_emits(void)
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
 
+/* flux_dispatcher_destroy on a dispatcher with a store, as a dispatch on
+ * another thread ends: refused (FLUX_ERR_ALREADY_DISPATCHING while it runs,
+ * FLUX_ERR_INVALID_ARGUMENT once it has ended), never done. It used to skip
+ * the store check whenever a dispatch ran, leaving the refusal to the close,
+ * which found the dispatcher idle when that dispatch had ended meanwhile --
+ * and freed the store under its owner. A race: many rounds, each releasing
+ * the dispatch a little earlier or later against the destroy. */
+typedef struct ending {
+    atomic_int entered, go; /* spun on, not waited: a wake-up is too slow */
+} ending;
+
+static int ending_cb(void *context, const void *payload)
+{
+    (void)payload;
+    ending *e = context;
+    atomic_store(&e->entered, 1);
+    while (!atomic_load(&e->go)) {
+    }
+    return 0;
+}
+
+static void *ending_dispatch(void *arg)
+{
+    flux_dispatcher *d = arg;
+    REQUIRE(flux_dispatch(d, NULL) == FLUX_OK);
+    return NULL;
+}
+
+static void dispatcher_with_stores_is_not_destroyed_as_a_dispatch_ends(void)
+{
+    int rounds = tap_under_valgrind() ? 50 : 3000, destroyed = 0, refused = 0;
+    for (int round = 0; round < rounds && destroyed == 0; round++) {
+        flux_dispatcher *d = new_dispatcher();
+        flux_store *s;
+        REQUIRE(flux_store_create(d, NULL, keep_state, NULL, NULL, NULL, NULL, &s) == FLUX_OK);
+        ending e = {0, 0};
+        flux_token token;
+        REQUIRE(flux_register(d, ending_cb, &e, NULL, &token) == FLUX_OK);
+        pthread_t th;
+        REQUIRE(pthread_create(&th, NULL, ending_dispatch, d) == 0);
+        while (!atomic_load(&e.entered)) {
+        }
+        atomic_store(&e.go, 1);
+        for (volatile int spin = 0; spin < round % 1000; spin++) {
+        }
+        flux_status status = flux_dispatcher_destroy(d);
+        pthread_join(th, NULL);
+        if (status == FLUX_OK) {
+            destroyed++; /* d and s are gone: nothing more to do with them */
+            continue;
+        }
+        if (status == FLUX_ERR_ALREADY_DISPATCHING || status == FLUX_ERR_INVALID_ARGUMENT)
+            refused++;
+        REQUIRE(flux_store_destroy(s) == FLUX_OK);
+        REQUIRE(flux_dispatcher_destroy(d) == FLUX_OK);
+    }
+    is_int(destroyed, 0, "never destroyed while its store lives");
+    ok(refused > 0, "refused instead (%d rounds)", refused);
+}
+
 int main(void)
 {
     tap_init();
@@ -2124,5 +2184,6 @@ int main(void)
     RUN(a_listener_whose_wait_meets_a_failure_stops_the_emit);
     RUN(listener_rules_hold_across_many_removals);
     RUN(listeners_added_and_removed_by_other_threads_during_emits);
+    RUN(dispatcher_with_stores_is_not_destroyed_as_a_dispatch_ends);
     return tap_done();
 }

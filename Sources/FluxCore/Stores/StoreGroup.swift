@@ -5,15 +5,11 @@
 /// Keep a reference: the group is released when it goes away, or by
 /// `release()`. Until then it keeps its stores alive (as a C group keeps its
 /// stores from being destroyed): a store that went away would leave the
-/// group waiting for a token that no longer exists.
+/// group waiting for a token that no longer exists. Its registration holds
+/// them, so they outlive a dispatch that may still be running the group.
 public final class StoreGroup: Sendable {
-    /// The stores and the group's registration, until `release()`.
-    private let held: Guarded<Held?>
-
-    private struct Held: Sendable {
-        let stores: [any AnyObject & Sendable]
-        let unregister: @Sendable () -> Void
-    }
+    /// Ends the group's registration; nil once `release()` has.
+    private let unregister: Guarded<(@Sendable () -> Void)?>
 
     /// - Throws: `FluxError` with `.invalidArgument` when `stores` is empty
     ///   or the stores are not all on one dispatcher.
@@ -29,23 +25,28 @@ public final class StoreGroup: Sendable {
             throw FluxError(.invalidArgument, "all stores in a store group must use the same dispatcher")
         }
         let tokens = stores.map(\.dispatchToken)
+        // The stores go with the registration: at once when it ends while the
+        // dispatcher is idle, else when the running dispatch ends -- which
+        // may be running the group on another thread, and its wait must not
+        // meet a store that unregistered meanwhile.
+        let kept = stores.map { $0 as any AnyObject & Sendable }
         let token = dispatcher.register(owner: .group) { [unowned dispatcher] _ in
-            try dispatcher.waitFor(tokens)
-            try callback()
+            try withExtendedLifetime(kept) {
+                try dispatcher.waitFor(tokens)
+                try callback()
+            }
         }
-        held = Guarded(
-            Held(
-                stores: stores.map { $0 as any AnyObject & Sendable },
-                unregister: { dispatcher.unregister(owned: token) }))
+        unregister = Guarded({ dispatcher.unregister(owned: token) })
     }
 
     /// Unregisters the group's callback (no dispatch that starts later runs
-    /// it) and lets go of its stores. Calling it again does nothing.
+    /// it) and lets go of its stores: at once, or, while a dispatch runs (on
+    /// any thread), when that dispatch ends. Calling it again does nothing.
     public func release() {
         // Taken out under the lock, ended outside it: a store let go of here
         // may unregister itself.
-        let held = self.held.exchange(nil)
-        held?.unregister()
+        let unregister = self.unregister.exchange(nil)
+        unregister?()
     }
 
     deinit { release() }
