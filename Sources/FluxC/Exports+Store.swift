@@ -326,7 +326,8 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
     if groups > 0 {
         return fail(
             "flux_store_destroy", .invalidArgument,
-            "the store is in \(groups) live group(s); release them first")
+            // Memberships, not groups: one group may list a store twice.
+            "the store is a member of a live group (\(groups) membership(s)); release its groups first")
     }
     return status("flux_store_destroy") { () throws(FluxError) in
         // Runs storeRelease now (or, should a dispatch have started on

@@ -1204,6 +1204,13 @@ static void dispatcher_destroyed_while_stores_exist_is_refused(void)
     is_int(gc.calls, 1, "the group still works");
     EXPECT_OK(flux_store_group_release(g));
     EXPECT_OK(flux_store_group_release(NULL));
+    /* One group listing the store twice: one group, two memberships, and
+     * the refusal says so (it said "in 2 live group(s)"). */
+    flux_store *twice[2] = {t->s, t->s};
+    EXPECT_OK(flux_store_group_create(twice, 2, group_fn, &gc, NULL, &g));
+    EXPECT_STATUS(flux_store_destroy(t->s), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "a live group (2 membership(s))", "memberships, not groups, are counted");
+    EXPECT_OK(flux_store_group_release(g));
     teardown(d, &t, 1);
 }
 
