@@ -86,7 +86,7 @@
  * (or FLUX_ERR_CALLBACK_FAILED when a callback had failed first). How deep
  * a chain fits depends on each link's own frames: on the main thread's
  * 8 MiB stack, chains of small C callbacks (Tests/c/test-depth.c, built with
- * -O2) stop at about 56,000 links with one-token waits, 26,000 with
+ * -O2) stop at about 72,000 links with one-token waits, 31,000 with
  * two-token waits; the test prints the depth it measured ("it went N links
  * deep", build/check/c.log). A callback that itself uses more stack than
  * the margin between two waits is not protected, and neither is a chain on

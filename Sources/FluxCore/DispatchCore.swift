@@ -692,6 +692,9 @@ import Synchronization
         // Every callback a wait runs is one more link on this thread's stack:
         // past the low-water mark, abort instead of overflowing.
         if currentStackAddress() < run.pointee.stackLimit && !stackHasRoom(token: table.tokens[i]) { return false }
+        // Read again past the depth check's call rather than kept across it:
+        // fewer registers to save in every link's frame.
+        let table = slots.pointee
         table.setMark(i, pending)
         // Who waits for whom, for circular errors and observers: the waiter
         // stays in a register, one store records it. (Indices fit in Int32:
@@ -707,17 +710,17 @@ import Synchronization
         // The table and the epoch are read again rather than kept across the
         // call (they cannot change during a dispatch): fewer registers to
         // save, so a smaller frame for every link of a chain of waits.
-        let table = slots.pointee
+        let after = slots.pointee
         if let observer = choice.observer {
-            hook { observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error) }
+            hook { observer.callbackEnd(DispatchToken(rawValue: after.tokens[i]), error) }
         }
         // Handled, unless the callback was unregistered meanwhile (removedMark
         // is the largest mark, so max keeps it). An unregistration from
         // another thread can slip in between the load and the store and be
         // overwritten; that only loses the skip hint for a callback that has
         // already run, and the end of the dispatch removes it by `leaving`.
-        table.setMark(i, max(table.mark(i), run.pointee.epoch &* 2 | 1))
-        if let error { recordFailure(error, token: table.tokens[i]) }
+        after.setMark(i, max(after.mark(i), run.pointee.epoch &* 2 | 1))
+        if let error { recordFailure(error, token: after.tokens[i]) }
         return !run.pointee.aborted
     }
 
