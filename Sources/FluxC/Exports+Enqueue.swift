@@ -11,9 +11,11 @@ public func flux_enqueue(
 ) -> Int32 {
     let done = CDone(function: done, context: context)
     guard let handle else {
-        let status = fail("flux_enqueue", .invalidArgument, "the dispatcher is NULL")
-        done(payload, status)
-        return status
+        // As the engine refuses: done reads the failure while it runs, and
+        // what it fails itself is gone once it returns.
+        let error = FluxError(.invalidArgument, "the dispatcher is NULL")
+        CCallback.complete(done, UnsafeRawPointer(payload), .flux(error))
+        return fail("flux_enqueue", error)
     }
     switch handle.dispatcher.pointee.enqueue(UnsafeRawPointer(payload), done) {
     case .queued, .dispatched(nil):

@@ -289,6 +289,46 @@ static void test_other_statuses_and_lifetime(void)
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
 
+/* ---- a done's own failures --------------------------------------------- */
+
+static flux_status done_saw;
+static char done_read[160];
+
+/* Reads the failure it reports, then fails a call of its own. */
+static void failing_done(void *context, void *p, flux_status status)
+{
+    (void)context;
+    (void)p;
+    done_saw = status;
+    snprintf(done_read, sizeof done_read, "%s", flux_last_error());
+    flux_token none = 0;
+    (void)flux_wait_for(NULL, &none, 1);
+}
+
+/* flux_enqueue's done runs before flux_enqueue returns; a call it fails is
+ * its own business: what the caller reads afterwards is flux_enqueue's
+ * failure, whatever refused the payload. */
+static void test_a_done_failing_a_call_leaves_flux_enqueues_error(void)
+{
+    done_saw = FLUX_OK;
+    done_read[0] = '\0';
+    EXPECT_STATUS(flux_enqueue(NULL, (void *)payload, failing_done, NULL), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(done_saw, FLUX_ERR_INVALID_ARGUMENT, "a NULL dispatcher: done gets the refusal");
+    has_substr(done_read, "flux_enqueue: the dispatcher is NULL", "and reads it");
+    has_substr(flux_last_error(), "flux_enqueue: the dispatcher is NULL",
+               "after the call: flux_enqueue's error, not the done's");
+
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_token failing;
+    EXPECT_OK(flux_register(d, fail_cb, NULL, NULL, &failing));
+    EXPECT_STATUS(flux_enqueue(d, (void *)payload, failing_done, NULL), FLUX_ERR_CALLBACK_FAILED);
+    is_int(done_saw, FLUX_ERR_CALLBACK_FAILED, "a failed dispatch: done gets its status");
+    has_substr(flux_last_error(), "flux_enqueue: callback for token", "after the call: flux_enqueue's error");
+    is_uint(flux_last_error_token(), failing, "and its token");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 int main(void)
 {
     tap_init();
@@ -298,5 +338,6 @@ int main(void)
     RUN(test_unknown_token_names_the_first_rejected);
     RUN(test_circular_gives_the_cycle);
     RUN(test_cycle_capacity);
+    RUN(test_a_done_failing_a_call_leaves_flux_enqueues_error);
     return tap_done();
 }

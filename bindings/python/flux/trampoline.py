@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import threading
 import weakref
 from collections.abc import Callable
 from ctypes import CFUNCTYPE, POINTER, byref, c_char_p, c_int, c_void_p
@@ -79,6 +78,15 @@ _closure_create = _native.declare(
 )
 _closure_code = _native.declare("flux_closure_code", c_void_p, (c_void_p,))
 _closure_destroy = _native.declare("flux_closure_destroy", c_int, (c_void_p,), errcheck=True)
+#: The same two with no errcheck, for Trampoline: it records the closure
+#: made, or forgets the one destroyed, before anything can raise (an
+#: interrupt as the errcheck is entered would leave a closure nothing frees).
+_closure_create_raw = _native.lib["flux_closure_create"]
+_closure_create_raw.argtypes = (c_char_p, _HANDLER, c_void_p, _native.DESTROY, POINTER(c_void_p))
+_closure_create_raw.restype = c_int
+_closure_destroy_raw = _native.lib["flux_closure_destroy"]
+_closure_destroy_raw.argtypes = (c_void_p,)
+_closure_destroy_raw.restype = c_int
 _call = _native.declare("flux_call", c_int, (c_void_p, c_char_p, c_void_p, POINTER(c_void_p)), errcheck=True)
 
 
@@ -239,15 +247,18 @@ def _on_call(userdata: int | None, ret: int | None, args: Any) -> None:
 
 
 _handler_trampoline = _HANDLER(_on_call)
-_destroy_lock = threading.Lock()
 
 
 def _destroy(handle: list[int | None]) -> None:
     # Shared by close() and the finalizer; the list cell makes it idempotent.
-    with _destroy_lock:
-        closure, handle[0] = handle[0], None
+    # No lock, and no call from taking the closure to libflux destroying it
+    # (as for the registry's slots, see _native.free_contexts): neither
+    # another thread nor an interrupt can come between, so the closure is
+    # destroyed once, or not yet taken and left for a later call.
+    closure, handle[0] = handle[0], None
     if closure:
-        _closure_destroy(closure)
+        status = _closure_destroy_raw(closure)
+        _native.raise_outcome(_native.status_error(status) if status else None)
 
 
 @final
@@ -260,28 +271,41 @@ class Trampoline:
 
     Keep the trampoline open for as long as C code may call it: ``close()``
     (or leaving a ``with`` block, or garbage collection of an unclosed
-    trampoline) frees the native code, and a later call would crash. The
-    handler may be called from any thread.
+    trampoline) frees the native code, and a later call would crash. But
+    libflux holds the handler until then, so a handler that refers to its
+    trampoline (a bound method of the object that holds it, say) keeps it
+    alive for good: close trampolines you are done with. The handler may be
+    called from any thread.
     """
 
     def __init__(self, signature: str, handler: Callable[..., Any]) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         sig = _parse(signature, "flux_closure_create")
+        self.signature: str = signature
+        self._address: int = 0
+        handle: list[int | None] = [None]
+        self._handle = handle
+        # Attached before the closure exists: whatever cuts this constructor
+        # short once libflux made it, the closure goes with this object.
+        self._finalizer = weakref.finalize(self, _destroy, handle)
         out = c_void_p(_native.UNTOUCHED)
         out_ref = byref(out)
         entry = _Entry(handler, sig)
         key = _native.add(entry)
         # On failure libflux runs the destroy callback, which drops the entry.
         try:
-            _closure_create(sig.text, _handler_trampoline, key, _native.destroy_trampoline, out_ref)
-        except BaseException:
-            _native.drop(key, entry, out.value)  # an interrupt before libflux ran
-            raise
-        self._handle: list[int | None] = [out.value]
-        self._address: int = _closure_code(out.value) or 0
-        self.signature: str = signature
-        self._finalizer = weakref.finalize(self, _destroy, self._handle)
+            status = _closure_create_raw(sig.text, _handler_trampoline, key, _native.destroy_trampoline, out_ref)
+        finally:
+            # No call from libflux's return to here: the closure it made is
+            # recorded whatever interrupts this.
+            made = out.value
+            if made == _native.UNTOUCHED:
+                _native.drop(key, entry, made)  # an interrupt before libflux ran
+            else:
+                handle[0] = made  # None when it failed (and dropped the entry)
+        _native.raise_outcome(_native.status_error(status) if status else None)
+        self._address = _closure_code(made) or 0
 
     @property
     def address(self) -> int:
@@ -298,8 +322,8 @@ class Trampoline:
 
     def close(self) -> None:
         """Frees the native code; idempotent."""
-        self._finalizer.detach()
         _destroy(self._handle)
+        self._finalizer.detach()  # only once the closure is gone (an interrupt)
 
     def __enter__(self) -> Trampoline:
         return self
@@ -312,6 +336,10 @@ class Trampoline:
     def __call__(self, *args: Any) -> Any:
         """Calls the trampoline through C, as C code would (see :func:`call`)."""
         return call(self.address, self.signature, *args)
+
+    def __reduce__(self) -> Any:
+        # A copy would own the same native code: two closes, two destroys.
+        raise TypeError("a flux.Trampoline owns its native code: it cannot be copied or pickled")
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"at {self._address:#x}"
@@ -329,7 +357,8 @@ def call(address: int, signature: str, *args: Any) -> Any:
     :returns: the result as a Python value (``None`` for ``v``; pointers as
         ``int``, NULL as 0).
     :raises TypeError: wrong number or types of arguments.
-    :raises OverflowError: an integer that does not fit its C type.
+    :raises OverflowError: an integer that does not fit its C type, or an
+        ``address`` that is not one (negative, or too large for a pointer).
     :raises InvalidArgumentError: a malformed signature (the message is
         ``flux_call``'s), or ``address`` 0.
 
@@ -337,8 +366,11 @@ def call(address: int, signature: str, *args: Any) -> Any:
     bad address crashes the process, exactly as it would from C.
     """
     sig = _parse(signature, "flux_call")
-    if isinstance(address, bool) or not isinstance(address, int):
-        raise TypeError(f"address must be an int, not {type(address).__name__}")
+    if address is None:
+        raise TypeError("address must be an int, not NoneType")
+    # As a pointer argument: ctypes would take 2**64 + a for a, and -1 for
+    # the top of the address space.
+    address = int(_check_value("p", address, "address"))
     if len(args) != len(sig.args):
         raise TypeError(f'signature "{_shown(signature)}" takes {len(sig.args)} arguments, got {len(args)}')
     values = [

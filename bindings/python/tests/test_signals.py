@@ -1022,3 +1022,39 @@ def test_sigint_anywhere_in_a_failing_dispatch_that_drains_a_failing_one_reports
         """
         )
     )
+
+
+@pytest.mark.parametrize("action", ["make", "close"])
+def test_sigint_anywhere_in_making_or_closing_a_trampoline_leaks_no_closure(action: str) -> None:
+    # Between libflux making the closure and the Trampoline recording it (the
+    # errcheck, flux_closure_code, the finalizer), or between close() taking
+    # it and libflux destroying it, an interrupt left a live closure that
+    # nothing would ever free.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            f"""
+        from flux import trampoline
+
+        place = 0
+        while True:
+            place += 1
+            made = []
+            if {action!r} == "make":
+                reached, raised = interrupt_at(place, lambda: made.append(flux.Trampoline("i(i)", lambda n: n + 1)))
+            else:
+                made.append(flux.Trampoline("i(i)", lambda n: n + 1))
+                reached, raised = interrupt_at(place, made[0].close)
+            assert raised is None or raised is sent[-1], (place, raised)
+            if made and not made[0].closed:
+                assert made[0](41) == 42, place  # whole, and callable
+            sent.clear()  # its traceback holds the trampoline
+            del made, raised
+            clean()
+            assert trampoline.live_closures() == 0, place
+            if not reached:
+                break
+        assert place > 10, place
+        """
+        )
+    )

@@ -3,11 +3,14 @@ signature (libflux's flux_closure_* and flux_call)."""
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import gc
+import pickle
 import re
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -242,6 +245,23 @@ def test_bad_arguments_are_refused_before_reaching_c() -> None:
         flux.call(0, "i()")
 
 
+def test_an_address_that_is_no_pointer_is_refused_before_reaching_c() -> None:
+    # ctypes would wrap it: 2**64 read as NULL ("function is NULL"), 2**64 + a
+    # as a (a call of it), -1 as the top of the address space (a crash).
+    with flux.Trampoline("i(i)", lambda x: x) as t:
+        with pytest.raises(OverflowError, match="address"):
+            flux.call(2**64, "i()")
+        with pytest.raises(OverflowError, match="address"):
+            flux.call(2**64 + t.address, "i(i)", 1)
+        with pytest.raises(OverflowError, match="address"):
+            flux.call(-1, "i()")
+        with pytest.raises(TypeError, match="address"):
+            flux.call(True, "i(i)", 1)
+        with pytest.raises(TypeError, match="address"):
+            flux.call(None, "i()")  # type: ignore[arg-type]
+        assert flux.call(t.address, "i(i)", 5) == 5
+
+
 def test_an_exception_in_a_handler_is_unraisable_and_c_gets_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     reported: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
@@ -277,6 +297,19 @@ def test_close_is_idempotent_and_releases_the_handler() -> None:
     assert tr.live_closures() == before
     with pytest.raises(ValueError, match="closed"):
         _ = t.address
+
+
+@pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
+def test_a_trampoline_cannot_be_copied_or_pickled(duplicate: Callable[[Any], Any]) -> None:
+    # A copy held the same closure: closing both destroyed it twice (a
+    # deep copy or an unpickled one, with its own handle), and a shallow
+    # copy's address outlived the closure its original closed.
+    before = tr.live_closures()
+    with flux.Trampoline("i()", lambda: 1) as t:
+        with pytest.raises(TypeError, match="cannot be copied or pickled"):
+            duplicate(t)
+        assert t() == 1
+    assert tr.live_closures() == before
 
 
 def test_an_unclosed_trampoline_is_freed_when_collected() -> None:
