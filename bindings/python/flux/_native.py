@@ -389,6 +389,17 @@ free_contexts: list[int] = []
 stray = {"callback": 0, "destroy": 0}
 
 
+class Unshareable:
+    """A base for what owns native state (a dispatcher, a store, a group, a
+    trace's observer, a trampoline's closure): a copy would share it, and
+    the original's close() or finalizer would free it under the copy."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"{type(self).__name__} owns native state: it cannot be copied or pickled")
+
+
 class Registration:
     """A registration's companion in the registry: its dispatcher's
     pending-exception table (thread ident -> the exceptions its callbacks

@@ -386,7 +386,7 @@ def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
         pass
 
 
-class Dispatcher(Generic[P]):
+class Dispatcher(_native.Unshareable, Generic[P]):
     """Facebook's Flux dispatcher: every payload goes to every callback.
 
     ::

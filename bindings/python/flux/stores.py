@@ -453,7 +453,7 @@ def _handle_payload(store: Store, state: Any, payload: Any) -> Any:
 _Closing = TypeVar("_Closing", bound="_ClosesOnExit")
 
 
-class _ClosesOnExit:
+class _ClosesOnExit(_native.Unshareable):
     """A context manager that closes what it manages on exit."""
 
     def close(self) -> None:

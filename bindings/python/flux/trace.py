@@ -166,7 +166,7 @@ class _Node:
     items: list[str | _Node] = field(default_factory=list)
 
 
-class Trace:
+class Trace(_native.Unshareable):
     """Records every event of ``dispatcher`` while active (a context
     manager, or :meth:`start` / :meth:`stop`). The dispatcher has one observer:
     starting a trace replaces any other. Events of a dispatch already running

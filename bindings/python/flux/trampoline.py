@@ -262,7 +262,7 @@ def _destroy(handle: list[int | None]) -> None:
 
 
 @final
-class Trampoline:
+class Trampoline(_native.Unshareable):
     """A C function pointer of a run-time signature whose calls run ``handler``.
 
     ``handler`` receives the arguments as Python values and returns the result
@@ -336,10 +336,6 @@ class Trampoline:
     def __call__(self, *args: Any) -> Any:
         """Calls the trampoline through C, as C code would (see :func:`call`)."""
         return call(self.address, self.signature, *args)
-
-    def __reduce__(self) -> Any:
-        # A copy would own the same native code: two closes, two destroys.
-        raise TypeError("a flux.Trampoline owns its native code: it cannot be copied or pickled")
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"at {self._address:#x}"

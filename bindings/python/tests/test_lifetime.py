@@ -345,3 +345,31 @@ def test_callbacks_of_a_failed_dispatch_are_freed_without_the_cycle_collector(
     d.unregister(tokens[0])
     del tokens
     assert [r() for r in refs] == [None, None]
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "dumps"])
+@pytest.mark.parametrize("what", ["Dispatcher", "ReduceStore", "StoreGroup", "Trace"])
+def test_what_owns_native_state_cannot_be_copied_or_pickled(how: str, what: str) -> None:
+    # A copy shared the native handle: the original's finalizer or close()
+    # freed it under the copy, and closing both freed it twice.
+    import copy
+    import pickle
+
+    class Counter(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        def reduce(self, state: int, action: Any) -> int:
+            return state
+
+    with flux.Dispatcher[Any]() as d:
+        store = Counter(d)
+        group = flux.StoreGroup([store], lambda: None)
+        trace = flux.Trace(d).start()
+        target = {"Dispatcher": d, "ReduceStore": store, "StoreGroup": group, "Trace": trace}[what]
+        action: Any = {"copy": copy.copy, "deepcopy": copy.deepcopy, "dumps": pickle.dumps}[how]
+        with pytest.raises(TypeError, match="cannot be copied or pickled"):
+            action(target)
+        trace.stop()
+        group.release()
+        store.close()
