@@ -851,6 +851,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                 except UnboundLocalError:  # interrupted as libflux returned
                     ran = not _flux_is_dispatching(handle)
                 if ran:
+                    # Inline, not a helper: an interrupt can land as a Python
+                    # function is entered, and would then skip the take.
                     try:
                         _take_left(self._pending, self._queued_errors, exc)
                     except BaseException as interrupt:  # cut short: the interrupt takes the rest
