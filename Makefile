@@ -219,7 +219,11 @@ check-header: include/flux.h
 	@$(SUITE) header sh -c '$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-c.o Tests/c/header.c \
 	    && echo "ok - compiles alone as C99 -pedantic" \
 	    && $(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-cxx.o Tests/c/header.c \
-	    && echo "ok - compiles alone as C++11" && echo "2 passed, 0 failed"'
+	    && echo "ok - compiles alone as C++11" \
+	    && missing=$$(for f in $$(CC="$(CC)" support/api-functions.sh include/flux.h); do \
+	        grep -q "= $$f;" Tests/c/header.c || echo $$f; done) \
+	    && if [ -n "$$missing" ]; then echo "not ok - header.c does not pin the signature of:" $$missing; exit 1; fi \
+	    && echo "ok - header.c pins every FLUX_API function" && echo "3 passed, 0 failed"'
 
 # The header as LuaJIT's FFI takes it (flux_cdef.h, verbatim): the flight
 # example, a cycle's values. Skipped, saying so, without luajit; under CI

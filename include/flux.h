@@ -146,10 +146,10 @@ extern "C" {
 
 #define FLUX_STRINGIFY_(x) #x
 #define FLUX_STRINGIFY(x) FLUX_STRINGIFY_(x)
-/** "MAJOR.MINOR.PATCH" */
-#define FLUX_VERSION_STRING                                                    \
-    FLUX_STRINGIFY(FLUX_VERSION_MAJOR) "." FLUX_STRINGIFY(FLUX_VERSION_MINOR) \
-    "." FLUX_STRINGIFY(FLUX_VERSION_PATCH)
+/** "MAJOR.MINOR.PATCH". A plain literal, not stringized from the numbers,
+ *  so that importers that do not expand macros (Swift's, ctypesgen) see it;
+ *  bindings/python/tests/test_header.py checks it. */
+#define FLUX_VERSION_STRING "0.2.0"
 /** MAJOR*10000 + MINOR*100 + PATCH: the value flux_version() returns. A
  *  literal, like every integer constant here, so that importers that skip
  *  computed macros (Swift's, cffi's) see it; Tests/c/header.c checks it. */

@@ -11,10 +11,7 @@ set -euo pipefail
 lib=$1 header=$2 soname=$3
 fail=0
 
-# Declarations: "FLUX_API <type> name(", possibly across lines. The C
-# preprocessor drops comments and directives and turns FLUX_API into a marker.
-declared=$(${CC:-cc} -E -P -DFLUX_API=flux_api_marker_ -x c "$header" | tr '\n' ' ' |
-    grep -o 'flux_api_marker_[^;{(]*(' | grep -o '[A-Za-z_][A-Za-z0-9_]*[[:space:]]*($' | tr -d '( ' | sort -u)
+declared=$("$(dirname "$0")/api-functions.sh" "$header")
 [ -n "$declared" ] || { echo "check-abi: no FLUX_API declarations found in $header" >&2; exit 1; }
 
 # Defined dynamic symbols (functions and data alike: anything exported counts).

@@ -1,8 +1,8 @@
 /*
- * cflux.h -- include/flux.h for Swift, plus what Swift cannot import from it
- * directly: function-like and string macros (FLUX_VERSION_STRING,
- * FLUX_VERSION_NUMBER) and the enumerators' names. Everything is static
- * inline, so this adds no symbol to libflux.so.
+ * cflux.h -- include/flux.h for Swift, plus what Swift cannot take from it as
+ * C needs it: FLUX_VERSION_STRING in static storage (Swift imports a string
+ * macro as a String), FLUX_VERSION_NUMBER beside it, and the enumerators'
+ * names. Everything is static inline, so this adds no symbol to libflux.so.
  */
 #ifndef FLUX_CFLUX_H
 #define FLUX_CFLUX_H

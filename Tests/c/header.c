@@ -1,7 +1,9 @@
 /*
  * header.c -- include/flux.h compiles alone, as C99 -pedantic -Werror and as
- * C++11 -pedantic -Werror (make check-header), and declares what DESIGN.md 3
- * fixes. Compiled only, never linked or run.
+ * C++11 -pedantic -Werror (make check-header), and declares what flux.h
+ * documents: every FLUX_API function with its exact signature (make
+ * check-header fails when one is not pinned here). Compiled only, never
+ * linked or run.
  */
 #include <flux.h>
 #include <flux.h> /* the include guard works */
@@ -42,8 +44,8 @@ HEADER_ASSERT(no_memory_is_7, FLUX_ERR_NO_MEMORY == 7);
 HEADER_ASSERT(too_deep_is_8, FLUX_ERR_TOO_DEEP == 8);
 HEADER_ASSERT(version_string_is_a_literal, sizeof(FLUX_VERSION_STRING) >= 6);
 
-/* Every declaration has exactly the signature DESIGN.md fixes: assigning to
- * a pointer of that type would not compile otherwise. */
+/* Every declaration has exactly the signature flux.h documents: assigning
+ * to a pointer of that type would not compile otherwise. */
 struct header_api {
     flux_dispatcher *(*dispatcher_create)(void);
     flux_status (*dispatcher_destroy)(flux_dispatcher *);
@@ -54,6 +56,8 @@ struct header_api {
     int (*is_dispatching)(const flux_dispatcher *);
     const char *(*status_name)(flux_status);
     const char *(*last_error)(void);
+    flux_token (*last_error_token)(void);
+    size_t (*last_error_cycle)(flux_token *, size_t);
     unsigned (*version)(void);
     const char *(*version_string)(void);
     int (*callback)(void *, const void *);
@@ -88,6 +92,19 @@ struct header_store_api {
 
 HEADER_ASSERT(observer_version_is_1, FLUX_OBSERVER_VERSION == 1);
 
+/* The "Trampolines and dynamic calls" section. */
+struct header_closure_api {
+    flux_status (*closure_create)(const char *, void (*)(void *, void *, void **), void *, void (*)(void *),
+                                  flux_closure **);
+    void *(*closure_code)(const flux_closure *);
+    flux_status (*closure_destroy)(flux_closure *);
+    flux_status (*call)(void *, const char *, void *, void **);
+    flux_closure_handler handler;
+};
+
+HEADER_ASSERT(ret_size_is_8, FLUX_CLOSURE_RET_SIZE == 8);
+HEADER_ASSERT(max_args_is_16, FLUX_SIGNATURE_MAX_ARGS == 16);
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -115,6 +132,8 @@ struct header_api header_test_api(void)
     api.is_dispatching = flux_is_dispatching;
     api.status_name = flux_status_name;
     api.last_error = flux_last_error;
+    api.last_error_token = flux_last_error_token;
+    api.last_error_cycle = flux_last_error_cycle;
     api.version = flux_version;
     api.version_string = flux_version_string;
     api.callback = cb;
@@ -145,6 +164,18 @@ struct header_store_api header_test_store_api(void)
     api.equal = 0;
     api.release = 0;
     api.listener = 0;
+    return api;
+}
+
+struct header_closure_api header_test_closure_api(void);
+struct header_closure_api header_test_closure_api(void)
+{
+    struct header_closure_api api;
+    api.closure_create = flux_closure_create;
+    api.closure_code = flux_closure_code;
+    api.closure_destroy = flux_closure_destroy;
+    api.call = flux_call;
+    api.handler = 0;
     return api;
 }
 

@@ -88,6 +88,15 @@ def test_the_package_quotes_no_other_version() -> None:
     assert {found for _, found in quoted} <= {version}, sorted(quoted)
 
 
+def test_the_version_string_is_a_literal() -> None:
+    # Importers that read macros but do not expand them (Swift's, ctypesgen,
+    # which warns on a stringized one) see FLUX_VERSION_STRING only as a
+    # plain string literal; it must still say the header's version.
+    match = re.search(r'^#define FLUX_VERSION_STRING "([^"]*)"$', header_text(), re.MULTILINE)
+    assert match is not None, "FLUX_VERSION_STRING in flux.h is not a string literal"
+    assert match.group(1) == ".".join(str(part) for part in header_version())
+
+
 def test_library_facts_are_plain_values_like_library_path() -> None:
     assert isinstance(flux.library_path, str)
     assert type(flux.library_version) is int
