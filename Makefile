@@ -220,10 +220,14 @@ check-header: include/flux.h
 	    && echo "ok - compiles alone as C99 -pedantic" \
 	    && $(CXX) -x c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -c -o $(B)/tests/header-cxx.o Tests/c/header.c \
 	    && echo "ok - compiles alone as C++11" \
+	    && echo "#include <flux.h>" | $(CC) -std=c89 -pedantic -Wall -Wextra -Werror -Iinclude -x c -c -o /dev/null - \
+	    && echo "ok - the header alone compiles as C89 -pedantic" \
+	    && echo "#include <flux.h>" | $(CXX) -std=c++98 -pedantic -Wall -Wextra -Werror -Iinclude -x c++ -c -o /dev/null - \
+	    && echo "ok - the header alone compiles as C++98 -pedantic" \
 	    && missing=$$(for f in $$(CC="$(CC)" support/api-functions.sh include/flux.h); do \
 	        grep -q "= $$f;" Tests/c/header.c || echo $$f; done) \
 	    && if [ -n "$$missing" ]; then echo "not ok - header.c does not pin the signature of:" $$missing; exit 1; fi \
-	    && echo "ok - header.c pins every FLUX_API function" && echo "3 passed, 0 failed"'
+	    && echo "ok - header.c pins every FLUX_API function" && echo "5 passed, 0 failed"'
 
 # The header as LuaJIT's FFI takes it (flux_cdef.h, verbatim): the flight
 # example, a cycle's values. Skipped, saying so, without luajit; under CI
