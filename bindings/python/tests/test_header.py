@@ -97,6 +97,17 @@ def test_the_version_string_is_a_literal() -> None:
     assert match.group(1) == ".".join(str(part) for part in header_version())
 
 
+def test_every_constant_of_the_header_is_a_literal() -> None:
+    # The README promises it: object-like FLUX_ macros are integer or string
+    # literals (function-like ones are helpers, not constants), so importers
+    # that do not expand macros see every constant.
+    defines = re.findall(r"^#define (FLUX_\w+)(\(?)(.*?)$", header_text(), re.MULTILINE)
+    constants = {name: value.strip() for name, paren, value in defines if not paren and value.strip()}
+    assert "FLUX_VERSION_NUMBER" in constants and "FLUX_CLOSURE_RET_SIZE" in constants
+    computed = {name: value for name, value in constants.items() if not re.fullmatch(r'\d+|"[^"]*"', value)}
+    assert computed == {}, computed
+
+
 def test_library_facts_are_plain_values_like_library_path() -> None:
     assert isinstance(flux.library_path, str)
     assert type(flux.library_version) is int
