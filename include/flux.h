@@ -44,10 +44,12 @@
  * flux_dispatch(). flux_dispatch() from inside a callback of the same
  * dispatcher, on the dispatching thread, fails at once with
  * FLUX_ERR_ALREADY_DISPATCHING and never deadlocks; dispatching a *different*
- * dispatcher from inside a callback is fine -- but two threads that each do
- * so with the dispatcher the other is dispatching wait for each other for
- * good, like two locks taken in opposite orders (flux_enqueue() never
- * waits: use it there). flux_wait_for() works only on the
+ * dispatcher from inside a callback is fine -- but when two threads each do
+ * so with the dispatcher the other is dispatching (or more, in a ring), they
+ * would wait for each other for good, like two locks taken in opposite
+ * orders: the flux_dispatch() whose wait would close that cycle fails with
+ * FLUX_ERR_ALREADY_DISPATCHING instead (flux_enqueue() never waits: use it
+ * there). flux_wait_for() works only on the
  * thread that runs the dispatch. flux_register(), flux_unregister() and
  * flux_is_dispatching() never wait for a running dispatch. destroy functions
  * run on the thread that removed the registration, except when it was removed
@@ -329,9 +331,11 @@ FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
  * @return FLUX_OK when every callback returned 0.
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed.
  *         FLUX_ERR_ALREADY_DISPATCHING: called from inside a callback of d on
- *         the dispatching thread. The running dispatch goes on unharmed. In
- *         a child process: another thread of the parent was dispatching d
- *         when it forked (see "fork" above).
+ *         the dispatching thread; or from inside a callback of another
+ *         dispatcher while the thread dispatching d waits, itself or through
+ *         others, for this one (see "Threading"). The running dispatch goes
+ *         on unharmed. In a child process: another thread of the parent was
+ *         dispatching d when it forked (see "fork" above).
  *         FLUX_ERR_CALLBACK_FAILED: a callback returned non-zero; the message
  *         names its token and the value it returned.
  *         FLUX_ERR_TOO_DEEP: a chain of flux_wait_for() calls reached this

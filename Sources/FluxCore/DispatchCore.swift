@@ -471,7 +471,9 @@ import Synchronization
     /// each at most once. Waits while another thread dispatches.
     ///
     /// - Throws: `.flux(alreadyDispatching)` from inside a callback on the
-    ///   dispatching thread (the running dispatch goes on unharmed);
+    ///   dispatching thread (the running dispatch goes on unharmed), or when
+    ///   the dispatching thread waits, itself or through others, for this
+    ///   one (see `DispatchWaits`);
     ///   `.callback(failure, token)` when a callback failed, or
     ///   `.flux(tooDeep)` when a `waitFor` chain went too deep: the dispatch
     ///   was aborted and the dispatcher is idle again.
@@ -757,7 +759,8 @@ import Synchronization
     }
 
     /// The contended start: refuses a dispatch from inside a dispatch on this
-    /// thread, otherwise sleeps until the running dispatch ends and claims it.
+    /// thread, or one whose wait would deadlock, otherwise sleeps until the
+    /// running dispatch ends and claims it.
     @usableFromInline
     func beginSlow(_ me: UInt) -> FluxError? {
         if owner.load(ordering: .relaxed) == me { return .alreadyDispatching }
@@ -789,11 +792,40 @@ import Synchronization
                 // ended by the fast path in between, with nobody to wake us.
                 _ = state.compareExchange(
                     expected: current, desired: current | Self.waitersBit, ordering: .acquiringAndReleasing)
-            } else {
-                lock.wait()
+            } else if let refused = sleepUnlessDeadlocked(me) {
+                return refused
             }
         }
     }
+
+    /// `beginSlow`'s sleep, under the lock, unless the thread running the
+    /// dispatch is waiting, itself or through others, for this one (a
+    /// callback of one dispatcher dispatching another, on two threads):
+    /// then refused, or none of them would ever wake.
+    private func sleepUnlessDeadlocked(_ me: UInt) -> FluxError? {
+        let holder = owner.load(ordering: .relaxed)
+        // Dispatching with no owner yet (or between two queued
+        // dispatches): it lasts a few instructions, and sleeping without
+        // knowing whom for could miss a cycle.
+        guard holder != 0 else {
+            lock.unlock()
+            yieldThread()
+            lock.lock()
+            return nil
+        }
+        if let threads = DispatchWaits.shared.wait(me, for: engineID, heldBy: holder) {
+            return FluxError(
+                .alreadyDispatching,
+                "cannot dispatch: waiting would deadlock (\(threads) threads each dispatching, from a callback, a dispatcher another of them is dispatching)"
+            )
+        }
+        lock.wait()
+        DispatchWaits.shared.stopWaiting(me)
+        return nil
+    }
+
+    /// This engine's identity for `DispatchWaits`: the address of its block.
+    private var engineID: UInt { UInt(bitPattern: slots) }
 
     /// The contended end: merges registrations that joined, drops those that
     /// left, installs an observer set meanwhile, runs the queued payloads
@@ -828,7 +860,10 @@ import Synchronization
         locked.pointee.retired = MallocList()
         state.store(0, ordering: .releasing)
         checkInvariantsLocked()
-        if locked.pointee.waiters > 0 { lock.broadcast() }
+        if locked.pointee.waiters > 0 {
+            DispatchWaits.shared.ended(engineID)
+            lock.broadcast()
+        }
         lock.unlock()
         released.drain { $0.release() }
         retired.drain { $0.release() }

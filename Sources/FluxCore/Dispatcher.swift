@@ -15,10 +15,16 @@ import Synchronization
 /// Thread safety: every method may be called from any thread. Dispatches from
 /// different threads run one at a time; dispatching from inside a callback on
 /// the dispatching thread throws `FluxError.Code.alreadyDispatching` at once.
-/// Callbacks run on the thread that called `dispatch(_:)`.
+/// Dispatching another dispatcher from a callback is fine; but when its
+/// dispatching thread is itself waiting, directly or through others, to
+/// dispatch this one (two dispatchers dispatching each other from callbacks
+/// on two threads), neither could ever go on: the dispatch whose wait would
+/// close that cycle throws `.alreadyDispatching` instead (`enqueue` never
+/// waits). Callbacks run on the thread that called `dispatch(_:)`.
 public final class Dispatcher<Payload>: @unchecked Sendable {
-    // @unchecked: the core synchronizes everything; payloads never leave the
-    // dispatching thread.
+    // @unchecked: the core synchronizes everything; a payload stays on the
+    // thread that dispatches it, but for one `enqueue` queues for another
+    // thread's dispatch, which is `sending`: the caller gives it up.
     public typealias Callback = @Sendable (Payload) throws -> Void
 
     let core: DispatchCore<ClosureCallback<Payload>>
@@ -86,10 +92,11 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///   dispatch), `FluxError` with `.tooDeep` when a `waitFor` chain went
     ///   too deep for the stack (aborted the same way), or `FluxError` with
     ///   `.alreadyDispatching` when called from inside a callback on the
-    ///   dispatching thread. Payloads enqueued meanwhile are dispatched
-    ///   before this returns; their failures with no `onError` are thrown
-    ///   too, by this call whatever its own outcome (see
-    ///   `enqueue(_:onError:)`).
+    ///   dispatching thread, or when waiting for another thread's dispatch
+    ///   would deadlock (see the class's "Thread safety"). Payloads
+    ///   enqueued meanwhile are dispatched before this returns; their
+    ///   failures with no `onError` are thrown too, by this call whatever
+    ///   its own outcome (see `enqueue(_:onError:)`).
     public func dispatch(_ payload: Payload) throws {
         do {
             try core.dispatch(payload)
@@ -117,8 +124,12 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// `QueuedDispatchFailures` with all of them in order. Never a later
     /// call, never another thread's.
     ///
+    /// The payload is `sending`: it may be dispatched on another thread, so
+    /// the caller gives it up (a non-`Sendable` payload cannot be used after
+    /// this call, nor be one a callback received).
+    ///
     /// - Throws: as above; `FluxError` `.noMemory` when the queue cannot grow.
-    public func enqueue(_ payload: Payload, onError: (@Sendable (any Error) -> Void)? = nil) throws {
+    public func enqueue(_ payload: sending Payload, onError: (@Sendable (any Error) -> Void)? = nil) throws {
         switch core.enqueue(payload, EnqueueCompletion(onError: onError, failures: queuedFailures)) {
         case .queued:
             return

@@ -24,8 +24,10 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
         /// A token never issued, already unregistered, or registered during the
         /// running dispatch. The corresponding C status is `FLUX_ERR_UNKNOWN_TOKEN`.
         public static var unknownToken: Code { Code(FLUX_ERR_UNKNOWN_TOKEN) }
-        /// Dispatch from inside a dispatch, or teardown while dispatching. The
-        /// corresponding C status is `FLUX_ERR_ALREADY_DISPATCHING`.
+        /// Dispatch from inside a dispatch (on this thread, or a wait for
+        /// another thread's dispatch that would deadlock), or teardown while
+        /// dispatching. The corresponding C status is
+        /// `FLUX_ERR_ALREADY_DISPATCHING`.
         public static var alreadyDispatching: Code { Code(FLUX_ERR_ALREADY_DISPATCHING) }
         /// `waitFor` while this thread is not dispatching. The corresponding C
         /// status is `FLUX_ERR_NOT_DISPATCHING`.

@@ -242,4 +242,35 @@ import Synchronization
         try d.enqueue(1)
         try d.dispatch(1)
     }
+
+    // A payload queued from another thread is dispatched on the dispatching
+    // thread: `enqueue` takes it `sending`, so a non-Sendable payload is the
+    // dispatcher's once enqueued (using it afterwards, as the last line of
+    // the sending thread's closure did before, is a compile-time error now
+    // instead of a data race the compiler let through).
+    @Test func aNonSendablePayloadEnqueuedFromAnotherThreadIsHandedOver() throws {
+        final class Payload { var steps: [String] = [] }
+        let d = Dispatcher<Payload>()
+        let entered = Gate()
+        let release = Gate()
+        let seen = Log()
+        d.register { p in
+            if p.steps.isEmpty {
+                entered.open()
+                _ = release.wait()
+            }
+            seen.append(p.steps.joined(separator: ","))
+        }
+        let first = Thread { try? d.dispatch(Payload()) }
+        #expect(entered.wait())
+        let other = Thread {
+            let p = Payload()
+            p.steps.append("made")
+            try? d.enqueue(p)
+        }
+        other.join()
+        release.open()
+        first.join()
+        #expect(seen.all == ["", "made"])
+    }
 }

@@ -90,6 +90,41 @@ import Synchronization
         #expect(code.value == .alreadyDispatching)
     }
 
+    // Two dispatchers whose callbacks dispatch each other, dispatched from
+    // two threads at once: each thread would wait for the other's dispatch
+    // to end, forever. The wait that closes the cycle is refused instead,
+    // like a dispatch from inside a dispatch; the other then goes on.
+    @Test(.timeLimit(.minutes(1)))
+    func dispatchersDispatchingEachOtherFromTwoThreadsFailCleanlyInsteadOfDeadlocking() throws {
+        for size in [2, 3] {
+            let dispatchers = (0..<size).map { _ in Dispatcher<Int>() }
+            let inside = (0..<size).map { _ in Gate() }
+            let outcomes = Log()
+            for i in 0..<size {
+                let next = dispatchers[(i + 1) % size]
+                dispatchers[i].register { p in
+                    guard p == 0 else { return }
+                    inside[i].open()
+                    for gate in inside { _ = gate.wait() }  // every thread holds its dispatcher
+                    outcomes.append(fluxCode { try next.dispatch(1) }.map { "\($0)" } ?? "ok")
+                }
+            }
+            let finished = (0..<size).map { _ in Gate() }
+            let threads = (0..<size).map { i in
+                Thread {
+                    try? dispatchers[i].dispatch(0)
+                    finished[i].open()
+                }
+            }
+            let all = finished.allSatisfy { $0.wait() }
+            #expect(all, "a thread of the \(size)-cycle never finished")
+            if all { for thread in threads { thread.join() } }  // else they hang for good: leave them
+            #expect(outcomes.count(of: "alreadyDispatching") == 1, "\(outcomes.all)")
+            #expect(outcomes.count(of: "ok") == size - 1, "\(outcomes.all)")
+            for d in dispatchers { #expect(!d.isDispatching) }
+        }
+    }
+
     // What Flux's Sink asks before a send waits for another thread's
     // delivery: whether this thread is running a dispatch (then it must not
     // wait). Each dispatcher answers for itself, and leaves when it goes.

@@ -490,6 +490,65 @@ static void test_other_dispatcher_not_blocked(void)
     blocker_fini(&a);
 }
 
+/* Two dispatchers whose callbacks dispatch each other, held by two threads:
+ * each inner flux_dispatch() would wait for the other thread's dispatch for
+ * good. flux.h: the one whose wait would close the cycle fails with
+ * FLUX_ERR_ALREADY_DISPATCHING instead, and the other then goes on. */
+typedef struct crossing {
+    flux_dispatcher *other;
+    flag entered;
+    flag *other_entered;
+    flux_status inner;
+    char message[512];
+} crossing;
+
+static int crossing_cb(void *context, const void *p)
+{
+    crossing *c = context;
+    if (p != &payload_ids[1])
+        return 0; /* the other's inner dispatch */
+    flag_set(&c->entered);
+    if (!flag_wait(c->other_entered, prompt_seconds()))
+        return 1;
+    c->inner = flux_dispatch(c->other, &payload_ids[2]);
+    snprintf(c->message, sizeof c->message, "%s", c->inner ? flux_last_error() : "");
+    return 0;
+}
+
+static void test_dispatchers_dispatching_each_other_do_not_deadlock(void)
+{
+    flux_dispatcher *d1 = flux_dispatcher_create();
+    flux_dispatcher *d2 = flux_dispatcher_create();
+    REQUIRE(d1 != NULL && d2 != NULL);
+    crossing c1 = {.other = d2, .inner = (flux_status)-1}, c2 = {.other = d1, .inner = (flux_status)-1};
+    flag_init(&c1.entered);
+    flag_init(&c2.entered);
+    c1.other_entered = &c2.entered;
+    c2.other_entered = &c1.entered;
+    flux_token t;
+    EXPECT_OK(flux_register(d1, crossing_cb, &c1, NULL, &t));
+    EXPECT_OK(flux_register(d2, crossing_cb, &c2, NULL, &t));
+    dispatch_job j1, j2;
+    dispatch_job_start(&j1, d1, &payload_ids[1]);
+    dispatch_job_start(&j2, d2, &payload_ids[1]);
+    int finished = flag_wait(&j1.done, prompt_seconds()) && flag_wait(&j2.done, prompt_seconds());
+    ok(finished, "two threads dispatching each other's dispatchers from callbacks both finish");
+    if (!finished)
+        return; /* they wait for good: leave them to the watchdog */
+    dispatch_job_join(&j1);
+    dispatch_job_join(&j2);
+    is_int(j1.status, FLUX_OK, "the first outer dispatch returns OK");
+    is_int(j2.status, FLUX_OK, "the second outer dispatch returns OK");
+    int refused = (c1.inner == FLUX_ERR_ALREADY_DISPATCHING) + (c2.inner == FLUX_ERR_ALREADY_DISPATCHING);
+    int went_on = (c1.inner == FLUX_OK) + (c2.inner == FLUX_OK);
+    ok(refused == 1 && went_on == 1, "one inner dispatch is refused, the other runs (%d, %d)", c1.inner, c2.inner);
+    has_substr(c1.inner ? c1.message : c2.message, "deadlock", "the refusal says waiting would deadlock");
+    EXPECT_OK(flux_dispatcher_destroy(d1));
+    EXPECT_OK(flux_dispatcher_destroy(d2));
+    flag_fini(&c1.entered);
+    flag_fini(&c2.entered);
+}
+
 /* ---- 5. register/unregister churn while dispatching ------------------------ */
 
 enum { CHURN_THREADS = 3, CHURN_BATCH = 8 };
@@ -632,6 +691,7 @@ int main(void)
     RUN(test_other_threads_during_dispatch);
     RUN(test_wait_for_from_other_thread);
     RUN(test_other_dispatcher_not_blocked);
+    RUN(test_dispatchers_dispatching_each_other_do_not_deadlock);
     RUN(test_churn_while_dispatching);
     return tap_done();
 }

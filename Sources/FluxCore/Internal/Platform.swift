@@ -72,6 +72,66 @@ public func currentThreadID() -> UInt {
     }
 }
 
+/// Which threads sleep in an engine's `beginSlow`, and for whom: each
+/// waiting thread, the engine it waits for and that engine's dispatching
+/// thread. A thread inside a callback of one dispatcher that dispatches
+/// another would otherwise sleep forever when the other's dispatching thread
+/// is itself waiting, directly or through others, for the first: two
+/// dispatchers dispatching each other from two threads. The thread whose
+/// wait would close such a cycle is refused instead of sleeping. Only the
+/// contended start and the end of a dispatch that has waiters come here.
+final class DispatchWaits: Sendable {
+    static let shared = DispatchWaits()
+
+    struct Wait {
+        let thread: UInt
+        let engine: UInt
+        let holder: UInt
+    }
+
+    /// Malloc'd, as the engine's own lists: running out of memory is not a
+    /// trap here but a wait left unrecorded (see `wait`).
+    private let waits = Guarded(MallocList<Wait>())
+
+    /// Records that `thread` is about to sleep until `engine`, dispatched
+    /// by `holder`, is free; or, when `holder` is waiting, through others,
+    /// for `thread` (so none of them would ever wake), records nothing and
+    /// returns how many threads that cycle has. With no memory to record
+    /// the wait, `thread` sleeps unrecorded: a cycle closed through it later
+    /// is not seen, as before cycles were looked for.
+    func wait(_ thread: UInt, for engine: UInt, heldBy holder: UInt) -> Int? {
+        waits.withLock { waits in
+            var length = 1
+            var next = holder
+            while next != thread {
+                guard let edge = waits.first(where: { $0.thread == next }), length <= waits.count else {
+                    if waits.reserve(waits.count + 1) {
+                        waits.append(Wait(thread: thread, engine: engine, holder: holder))
+                    }
+                    return nil
+                }
+                next = edge.holder
+                length += 1
+            }
+            return length
+        }
+    }
+
+    /// `thread` no longer waits.
+    func stopWaiting(_ thread: UInt) {
+        waits.withLock { $0.removeAll { $0.thread == thread } }
+    }
+
+    /// `engine`'s dispatch is over: its waiters, woken, no longer wait for
+    /// its holder (each records itself again if it must sleep again).
+    func ended(_ engine: UInt) {
+        waits.withLock { $0.removeAll { $0.engine == engine } }
+    }
+}
+
+/// Lets another thread run: for a wait on a state that lasts a few instructions.
+func yieldThread() { sched_yield() }
+
 /// A pthread mutex and condition variable at fixed heap addresses (they must
 /// never move, so they cannot live inline in a Swift value), in one malloc'd
 /// block: creating one fails with nil, instead of trapping, when memory runs
@@ -357,6 +417,29 @@ internal struct MallocList<Element> {
         precondition(count < capacity, "MallocList.append without room")
         (base! + count).initialize(to: element)
         count += 1
+    }
+
+    func first(where match: (Element) -> Bool) -> Element? {
+        guard let base else { return nil }
+        for i in 0..<count where match(base[i]) { return base[i] }
+        return nil
+    }
+
+    /// Removes the elements `match` picks, keeping the others in order;
+    /// frees the storage once none is left.
+    mutating func removeAll(where match: (Element) -> Bool) {
+        guard let base else { return }
+        var kept = 0
+        for i in 0..<count {
+            if match(base[i]) {
+                (base + i).deinitialize(count: 1)
+            } else {
+                if kept != i { (base + kept).moveInitialize(from: base + i, count: 1) }
+                kept += 1
+            }
+        }
+        count = kept
+        if kept == 0 { drain { _ in } }
     }
 
     func contains(where match: (Element) -> Bool) -> Bool {
