@@ -409,7 +409,10 @@ class Dispatcher(_native.Unshareable, Generic[P]):
     the GIL) until the first is done. :meth:`register`, :meth:`unregister`
     and :attr:`is_dispatching` never wait. ``dispatch`` from inside one of its
     own callbacks raises :class:`~flux.AlreadyDispatchingError`; dispatching a
-    *different* dispatcher from a callback is fine.
+    *different* dispatcher from a callback is fine -- unless threads doing so
+    would wait for each other for good (each dispatching, from a callback, a
+    dispatcher another is dispatching): the dispatch that would close that
+    cycle raises :class:`~flux.AlreadyDispatchingError` instead.
 
     A dispatcher that is garbage collected without :meth:`close` is closed by
     a ``weakref.finalize``, which first destroys the stores and groups that
@@ -809,7 +812,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             ``_native.trampoline``) -- as long as ``sys.unraisablehook`` is
             the one this package chained in at import, or calls it.
         :raises AlreadyDispatchingError: called from inside a callback of this
-            dispatcher; the running dispatch goes on unharmed.
+            dispatcher, or waiting for another thread's dispatch would
+            deadlock (see the class); the running dispatch goes on unharmed.
         :raises InvalidArgumentError: the dispatcher is closed.
         """
         # The hot path: one ctypes call and a test. The payload crosses libflux

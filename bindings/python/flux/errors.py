@@ -122,7 +122,8 @@ class UnknownTokenError(FluxError, LookupError):
 
 class AlreadyDispatchingError(FluxError):
     """``FLUX_ERR_ALREADY_DISPATCHING``: ``dispatch`` from inside a callback of
-    the same dispatcher, or ``close`` while the dispatcher is in use."""
+    the same dispatcher, or one whose wait for another thread's dispatch
+    would deadlock, or ``close`` while the dispatcher is in use."""
 
     default_status = Status.ERR_ALREADY_DISPATCHING
 

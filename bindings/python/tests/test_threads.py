@@ -418,3 +418,37 @@ def test_close_with_no_stores_waits_for_a_dispatch_entering_libflux(monkeypatch:
         release.set()
         thread.join()
     assert live_callbacks(d) == 0
+
+
+def test_dispatchers_dispatching_each_other_from_two_threads_fail_cleanly() -> None:
+    # Each thread, inside a callback of its dispatcher, dispatches the
+    # other's: both would wait for each other for good. The dispatch whose
+    # wait closes the cycle raises AlreadyDispatchingError; the other runs.
+    with flux.Dispatcher[Any]() as d1, flux.Dispatcher[Any]() as d2:
+        inside = [threading.Event(), threading.Event()]
+        outcomes: list[str] = []
+
+        def crossing(me: int, other: flux.Dispatcher[Any]) -> Callable[[Any], None]:
+            def callback(payload: Any) -> None:
+                if payload != "outer":
+                    return
+                inside[me].set()
+                assert inside[1 - me].wait(10)
+                try:
+                    other.dispatch("inner")
+                    outcomes.append("ok")
+                except flux.AlreadyDispatchingError as exc:
+                    outcomes.append("refused: " + str(exc))
+
+            return callback
+
+        d1.register(crossing(0, d2))
+        d2.register(crossing(1, d1))
+        threads = [threading.Thread(target=d.dispatch, args=("outer",), daemon=True) for d in (d1, d2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not any(thread.is_alive() for thread in threads), "the two threads deadlocked"
+        assert sorted(o.split(":")[0] for o in outcomes) == ["ok", "refused"], outcomes
+        assert "deadlock" in next(o for o in outcomes if o.startswith("refused"))
