@@ -82,8 +82,15 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
 
     /// A store's or a group's own unregistration.
     func unregister(owned token: DispatchToken) {
-        // Only their deinit and release() get here, once each.
-        try? core.unregister(token, asOwner: true)
+        // Only their deinit and release() get here, once each, so only
+        // running out of memory to note the removal during a dispatch can
+        // fail it: that traps, as `register` does, rather than leave a gone
+        // store's or group's callback registered.
+        do {
+            try core.unregister(token, asOwner: true)
+        } catch {
+            if error.code == .noMemory { fatalError("Dispatcher.unregister: \(error)") }
+        }
     }
 
     /// Calls every registered callback with `payload`.
@@ -142,10 +149,15 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     }
 
     /// Watches every dispatch: see `Observer`. nil removes it. Set during a
-    /// dispatch, it takes effect from the next one. Never waits.
+    /// dispatch, it takes effect from the next one. Never waits. Running out
+    /// of memory to note it during a dispatch traps, as `register` does.
     public func setObserver(_ observer: Observer?) {
-        // Only a closed dispatcher refuses, and only deinit closes.
-        try? core.setObserver(observer.map { $0.engineObserver })
+        do {
+            try core.setObserver(observer.map { $0.engineObserver })
+        } catch {
+            // Only running out of memory can get here; `close()` is deinit-only.
+            fatalError("Dispatcher.setObserver: \(error)")
+        }
     }
 
     /// From inside a callback: runs the callbacks of `tokens` that have not
