@@ -294,6 +294,18 @@ def declare(name: str, restype: Any, argtypes: tuple[Any, ...], errcheck: bool =
     return fn
 
 
+def declare_raw(name: str, restype: Any, argtypes: tuple[Any, ...]) -> Any:
+    """A second declaration of ``name`` with no errcheck, for a caller that
+    must record what libflux did before anything can raise (an interrupt as
+    an errcheck is entered, or what escaped on this thread, which the
+    errcheck raises first). ``lib[name]`` makes a function object of its
+    own; ``lib.name``, which :func:`declare` sets up, is shared."""
+    fn = lib[name]
+    fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
+
+
 flux_dispatcher_create = declare("flux_dispatcher_create", c_void_p, ())
 flux_dispatcher_destroy = declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
 flux_register = declare("flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)), True)
@@ -301,9 +313,7 @@ flux_unregister = declare("flux_unregister", c_int, (c_void_p, c_uint64), True)
 #: flux_register with no errcheck, for Dispatcher.register: it records the
 #: registration before anything can raise (an interrupt as the errcheck is
 #: entered would leave it registered and unknown to close()).
-flux_register_raw = lib["flux_register"]
-flux_register_raw.argtypes = (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64))
-flux_register_raw.restype = c_int
+flux_register_raw = declare_raw("flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)))
 # The payload is declared void* and passed as id(payload): in CPython that is
 # the object's address, and c_void_p's int conversion is the cheapest path
 # ctypes has (py_object's from_param costs an isinstance check through the
@@ -343,9 +353,9 @@ flux_dispatcher_set_observer = declare(
 #: The same function with no errcheck, for flux.Trace.start: libflux may
 #: have made the trace the observer when what escaped on this thread (the
 #: replaced trace's destroy, say) is raised, so it records that first.
-flux_dispatcher_set_observer_raw = lib["flux_dispatcher_set_observer"]
-flux_dispatcher_set_observer_raw.argtypes = (c_void_p, POINTER(Observer), c_void_p, DESTROY)
-flux_dispatcher_set_observer_raw.restype = c_int
+flux_dispatcher_set_observer_raw = declare_raw(
+    "flux_dispatcher_set_observer", c_int, (c_void_p, POINTER(Observer), c_void_p, DESTROY)
+)
 flux_status_name = declare("flux_status_name", c_char_p, (c_int,))
 flux_version = declare("flux_version", c_uint, ())
 flux_version_string = declare("flux_version_string", c_char_p, ())
@@ -764,34 +774,25 @@ flux_store_add_listener = declare(
 #: listener before raising anything, and adds a store's own listener inside
 #: calls that must not raise what escaped on this thread (an owner's
 #: removal, a dispatch).
-flux_store_add_listener_raw = lib["flux_store_add_listener"]
-flux_store_add_listener_raw.argtypes = (c_void_p, LISTENER, c_void_p, DESTROY, POINTER(c_uint64))
-flux_store_add_listener_raw.restype = c_int
+flux_store_add_listener_raw = declare_raw(
+    "flux_store_add_listener", c_int, (c_void_p, LISTENER, c_void_p, DESTROY, POINTER(c_uint64))
+)
 flux_store_remove_listener = declare("flux_store_remove_listener", c_int, (c_void_p, c_uint64), True)
 flux_store_listener_fail = declare("flux_store_listener_fail", c_int, (c_void_p, c_int), True)
 #: The same function with no errcheck, for the listener trampoline: it runs
-#: inside a dispatch, whose outermost call raises what escaped. (lib[...]
-#: makes a function object of its own; lib.name is shared.)
-flux_store_listener_fail_raw = lib["flux_store_listener_fail"]
-flux_store_listener_fail_raw.argtypes = (c_void_p, c_int)
-flux_store_listener_fail_raw.restype = c_int
+#: inside a dispatch, whose outermost call raises what escaped.
+flux_store_listener_fail_raw = declare_raw("flux_store_listener_fail", c_int, (c_void_p, c_int))
 #: flux_store_remove_listener with no errcheck, for removals nobody asked
 #: for by a call (an owner collected, an emit's error reset): they can run
 #: inside a dispatch, or in a weakref callback anywhere, so they must not
 #: raise what escaped on this thread, which the outermost call raises.
-flux_store_remove_listener_raw = lib["flux_store_remove_listener"]
-flux_store_remove_listener_raw.argtypes = (c_void_p, c_uint64)
-flux_store_remove_listener_raw.restype = c_int
+flux_store_remove_listener_raw = declare_raw("flux_store_remove_listener", c_int, (c_void_p, c_uint64))
 flux_store_destroy = declare("flux_store_destroy", c_int, (c_void_p,), True)
 #: The same two with no errcheck, for Store.close(), which must know whether
 #: libflux destroyed the store whatever exception comes out (the errcheck
 #: raises what escaped on this thread before it looks at the status).
-flux_store_destroy_raw = lib["flux_store_destroy"]
-flux_store_destroy_raw.argtypes = (c_void_p,)
-flux_store_destroy_raw.restype = c_int
-flux_unregister_raw = lib["flux_unregister"]
-flux_unregister_raw.argtypes = (c_void_p, c_uint64)
-flux_unregister_raw.restype = c_int
+flux_store_destroy_raw = declare_raw("flux_store_destroy", c_int, (c_void_p,))
+flux_unregister_raw = declare_raw("flux_unregister", c_int, (c_void_p, c_uint64))
 flux_store_group_create = declare(
     "flux_store_group_create",
     c_int,

@@ -81,12 +81,10 @@ _closure_destroy = _native.declare("flux_closure_destroy", c_int, (c_void_p,), e
 #: The same two with no errcheck, for Trampoline: it records the closure
 #: made, or forgets the one destroyed, before anything can raise (an
 #: interrupt as the errcheck is entered would leave a closure nothing frees).
-_closure_create_raw = _native.lib["flux_closure_create"]
-_closure_create_raw.argtypes = (c_char_p, _HANDLER, c_void_p, _native.DESTROY, POINTER(c_void_p))
-_closure_create_raw.restype = c_int
-_closure_destroy_raw = _native.lib["flux_closure_destroy"]
-_closure_destroy_raw.argtypes = (c_void_p,)
-_closure_destroy_raw.restype = c_int
+_closure_create_raw = _native.declare_raw(
+    "flux_closure_create", c_int, (c_char_p, _HANDLER, c_void_p, _native.DESTROY, POINTER(c_void_p))
+)
+_closure_destroy_raw = _native.declare_raw("flux_closure_destroy", c_int, (c_void_p,))
 _call = _native.declare("flux_call", c_int, (c_void_p, c_char_p, c_void_p, POINTER(c_void_p)), errcheck=True)
 
 
