@@ -129,7 +129,9 @@ final class DispatchWaits: Sendable {
     }
 }
 
-/// Lets another thread run: for a wait on a state that lasts a few instructions.
+/// Lets another thread run: for a wait on a state that lasts a few instructions
+/// (a dispatch about to record its owner, a store's spin lock held by a
+/// preempted thread).
 func yieldThread() { sched_yield() }
 
 /// A pthread mutex and condition variable at fixed heap addresses (they must

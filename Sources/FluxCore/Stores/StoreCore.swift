@@ -1,11 +1,4 @@
 import Synchronization
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 // The rules of Facebook's FluxStore and FluxReduceStore, once, for every
 // host: the Swift `FluxStore` and `ReduceStore` and the C `flux_store_*`
@@ -167,7 +160,7 @@ import Synchronization
         while !busy.pointee.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
             spins += 1
             // The holder may have been preempted: let it run.
-            if spins > 64 { sched_yield() }
+            if spins > 64 { yieldThread() }
         }
     }
 
