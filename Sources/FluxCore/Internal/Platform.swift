@@ -445,9 +445,7 @@ internal struct MallocList<Element> {
     }
 
     func contains(where match: (Element) -> Bool) -> Bool {
-        guard let base else { return false }
-        for i in 0..<count where match(base[i]) { return true }
-        return false
+        first(where: match) != nil
     }
 
     func forEach(_ body: (Element) -> Void) {
