@@ -649,10 +649,15 @@ def park_exception(table: Pending, payload: object, exc: BaseException) -> None:
         return
     # A few frames up from the last entry's when it continues that dispatch;
     # to the stack's root, once per failed dispatch, when it does not.
-    up = entries[-1][2].f_back
-    while up is not None and up is not frame:
-        up = up.f_back
-    entries.append((payload, exc, frame, up is None))
+    entries.append((payload, exc, frame, not _ran_under(entries[-1][2].f_back, frame)))
+
+
+def _ran_under(frame: FrameType | None, ancestor: FrameType | None) -> bool:
+    """Whether ``ancestor`` is ``frame`` or one of its callers (frames keep
+    their callers after they return)."""
+    while frame is not None and frame is not ancestor:
+        frame = frame.f_back
+    return frame is not None
 
 
 def own_entries(entries: list[tuple[object, BaseException, FrameType, bool]]) -> int:
@@ -673,10 +678,7 @@ def parked_under_caller(frame: FrameType) -> bool:
     here: FrameType | None = sys._getframe(1)
     while here is not None and here.f_code not in _trampoline_codes:
         here = here.f_back
-    up: FrameType | None = frame
-    while up is not None and up is not here:
-        up = up.f_back
-    return here is not None and up is here
+    return here is not None and _ran_under(frame, here)
 
 
 @trampoline(rerun=True)
