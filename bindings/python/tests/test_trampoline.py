@@ -114,19 +114,24 @@ def test_an_embedded_nul_is_refused_and_nothing_leaks(monkeypatch: pytest.Monkey
     # it is destroyed): every closure created is destroyed.
     created: list[int | None] = []
     destroyed: list[int | None] = []
-    real_create, real_destroy = tr._closure_create, tr._closure_destroy
 
-    def create(text, handler, userdata, destroy, out):  # type: ignore[no-untyped-def]
-        status = real_create(text, handler, userdata, destroy, out)
-        created.append(ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p)).contents.value)
-        return status
+    # Both declarations of each: the checked one and the no-errcheck twin
+    # Trampoline uses (_native.declare_raw).
+    for suffix in ("", "_raw"):
+        real_create = getattr(tr, "_closure_create" + suffix)
+        real_destroy = getattr(tr, "_closure_destroy" + suffix)
 
-    def destroy(closure):  # type: ignore[no-untyped-def]
-        destroyed.append(closure)
-        return real_destroy(closure)
+        def create(text, handler, userdata, destroy, out, real_create=real_create):  # type: ignore[no-untyped-def]
+            status = real_create(text, handler, userdata, destroy, out)
+            created.append(ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p)).contents.value)
+            return status
 
-    monkeypatch.setattr(tr, "_closure_create", create)
-    monkeypatch.setattr(tr, "_closure_destroy", destroy)
+        def destroy(closure, real_destroy=real_destroy):  # type: ignore[no-untyped-def]
+            destroyed.append(closure)
+            return real_destroy(closure)
+
+        monkeypatch.setattr(tr, "_closure_create" + suffix, create)
+        monkeypatch.setattr(tr, "_closure_destroy" + suffix, destroy)
     before = tr.live_closures()
     with pytest.raises(flux.InvalidArgumentError, match="embedded NUL at position"):
         flux.Trampoline(signature, lambda *a: 0)
