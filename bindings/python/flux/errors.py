@@ -64,6 +64,10 @@ class FluxError(Exception):
     error is about, when there is one (see :attr:`token`); ``str(error)`` a
     message for people, which names the function and the tokens involved.
     Test the class, the status and the token, never the message.
+
+    ``copy.copy`` and ``copy.deepcopy`` keep everything; a pickled error
+    keeps its class, message and status but not ``token`` (nor ``cycle``),
+    which mean something only in the process that raised it.
     """
 
     #: The status this class stands for; instances carry their own ``status``.
@@ -102,7 +106,21 @@ class FluxError(Exception):
         return f"{type(self).__name__}({self.message!r}, status={self.status_name})"
 
     def __reduce__(self) -> tuple[type[FluxError], tuple[str, int]]:
+        # Pickling: message and status only. A token is meaningful only in
+        # the process that issued it (a Token refuses to be pickled).
         return (type(self), (self.message, int(self.status)))
+
+    def __copy__(self) -> FluxError:
+        # A copy in this process keeps every fact, token and cycle included
+        # (the default would go through __reduce__ and drop them).
+        duplicate = type(self).__new__(type(self))
+        duplicate.args = self.args
+        duplicate.__dict__.update(self.__dict__)
+        return duplicate
+
+    def __deepcopy__(self, memo: dict[int, object]) -> FluxError:
+        # Tokens are immutable values: a deep copy shares them as a copy does.
+        return self.__copy__()
 
 
 class InvalidArgumentError(FluxError, ValueError):

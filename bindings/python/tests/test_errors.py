@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 from typing import Any
 
@@ -60,6 +61,39 @@ def test_errors_pickle() -> None:
     assert type(copy) is flux.CircularDependencyError
     assert copy.status == 5 and str(copy) == str(error)
     assert "FLUX_ERR_CIRCULAR" in repr(copy)
+
+
+@pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy])
+def test_copies_of_an_error_keep_its_token_and_cycle(d: flux.Dispatcher[Any], duplicate: Any) -> None:
+    errors: list[flux.CircularDependencyError] = []
+
+    def a(payload: object) -> None:
+        d.wait_for([tokens[1]])
+
+    def b(payload: object) -> None:
+        try:
+            d.wait_for([tokens[0]])
+        except flux.CircularDependencyError as error:
+            errors.append(error)
+
+    tokens = [d.register(a), d.register(b)]
+    d.dispatch(None)
+    (error,) = errors
+    assert error.token == tokens[0] and error.cycle == (tokens[1], tokens[0], tokens[1])
+    twin = duplicate(error)
+    assert twin is not error and type(twin) is type(error)
+    assert (twin.token, twin.cycle, twin.status, str(twin)) == (error.token, error.cycle, error.status, str(error))
+    assert twin.args == error.args
+
+
+def test_a_pickled_error_drops_its_token(d: flux.Dispatcher[Any]) -> None:
+    token = d.register(lambda p: None)
+    d.unregister(token)
+    with pytest.raises(flux.UnknownTokenError) as info:
+        d.unregister(token)
+    assert info.value.token == token
+    twin = pickle.loads(pickle.dumps(info.value))
+    assert type(twin) is flux.UnknownTokenError and twin.token is None and str(twin) == str(info.value)
 
 
 def test_errors_carry_the_library_message(d: flux.Dispatcher[Any]) -> None:
