@@ -146,8 +146,6 @@ extern "C" {
 #define FLUX_VERSION_MINOR 2
 #define FLUX_VERSION_PATCH 0
 
-#define FLUX_STRINGIFY_(x) #x
-#define FLUX_STRINGIFY(x) FLUX_STRINGIFY_(x)
 /** "MAJOR.MINOR.PATCH". A plain literal, not stringized from the numbers,
  *  so that importers that do not expand macros (Swift's, ctypesgen) see it;
  *  bindings/python/tests/test_header.py checks it. */

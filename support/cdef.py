@@ -50,12 +50,12 @@ def main(argv):
         if not m or m.group(1) == "FLUX_API" or m.group(1) == "FLUX_H":
             continue
         name, function_like, value = m.groups()
-        if function_like or value.startswith('"') or name.startswith("FLUX_STRINGIFY"):
+        if function_like or value.startswith('"'):
             continue
         literal = INTEGER.match(value)
         if literal:
             constants.append((name, literal.group(1)))
-        elif not value.startswith("FLUX_STRINGIFY"):
+        else:
             problems.append("%s is %r, not an integer literal" % (name, value))
     if problems:
         sys.stderr.write("cdef.py: " + "; ".join(problems) + "\n")
