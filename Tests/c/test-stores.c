@@ -2081,7 +2081,11 @@ static void listeners_added_and_removed_by_other_threads_during_emits(void)
  * and freed the store under its owner. A race: many rounds, each releasing
  * the dispatch a little earlier or later against the destroy. */
 typedef struct ending {
-    atomic_int entered, go; /* spun on, not waited: a wake-up is too slow */
+    /* Spun on, not waited: a wake-up is too slow. On a loaded machine a
+     * bare spin held the CPU the other thread needed, a scheduler tick per
+     * round (30 s for the 3000), so the spins yield -- the callback's only
+     * after a while, to end its dispatch right after `go` when it can. */
+    atomic_int entered, go;
 } ending;
 
 static int ending_cb(void *context, const void *payload)
@@ -2089,8 +2093,9 @@ static int ending_cb(void *context, const void *payload)
     (void)payload;
     ending *e = context;
     atomic_store(&e->entered, 1);
-    while (!atomic_load(&e->go)) {
-    }
+    for (int spins = 0; !atomic_load(&e->go); spins++)
+        if (spins > 10000)
+            sched_yield();
     return 0;
 }
 
@@ -2113,8 +2118,8 @@ static void dispatcher_with_stores_is_not_destroyed_as_a_dispatch_ends(void)
         REQUIRE(flux_register(d, ending_cb, &e, NULL, &token) == FLUX_OK);
         pthread_t th;
         REQUIRE(pthread_create(&th, NULL, ending_dispatch, d) == 0);
-        while (!atomic_load(&e.entered)) {
-        }
+        while (!atomic_load(&e.entered))
+            sched_yield();
         atomic_store(&e.go, 1);
         for (volatile int spin = 0; spin < round % 1000; spin++) {
         }
