@@ -613,7 +613,7 @@ def _on_callback(context: int, payload: object) -> int:
         if type(record) is not Registration or objects[context] is None:
             stray["callback"] += 1
         else:
-            park_exception(record.pending, payload, exc)
+            park_exception(record.pending, payload, exc, record.value)
         return 1
     return 0
 
@@ -625,15 +625,17 @@ UNKNOWN_PAYLOAD = object()
 
 #: A pending-exception table: thread ident -> the exceptions parked on that
 #: thread, oldest first, each as (payload, exception, the trampoline frame
-#: that parked it, whether it began a failed dispatch's entries).
-Pending = dict[int, list[tuple[object, BaseException, FrameType, bool]]]
+#: that parked it, whether it began a failed dispatch's entries, the token
+#: libflux names for it when it fails the dispatch -- the callback's, or for
+#: a reduce or listener its store's; 0 when not known: a group's).
+Pending = dict[int, list[tuple[object, BaseException, FrameType, bool, int]]]
 
 
-def park_exception(table: Pending, payload: object, exc: BaseException) -> None:
-    """Keeps ``exc`` for the thread running the dispatch, with its payload,
-    oldest first: a dispatch that failed may drain queued dispatches
-    (flux_enqueue) before it returns, and each queued one's done takes only
-    its own entries. Called by a trampoline, on failure only.
+def park_exception(table: Pending, payload: object, exc: BaseException, token: int) -> None:
+    """Keeps ``exc`` for the thread running the dispatch, with its payload
+    and token, oldest first: a dispatch that failed may drain queued
+    dispatches (flux_enqueue) before it returns, and each queued one's done
+    takes only its own entries. Called by a trampoline, on failure only.
 
     A failed dispatch's later entries come from the callbacks that waited
     for the failed one, as its failure unwinds them: each parked by a
@@ -645,11 +647,11 @@ def park_exception(table: Pending, payload: object, exc: BaseException) -> None:
     ident = get_ident()
     entries = table.get(ident)
     if entries is None:
-        table[ident] = [(payload, exc, frame, True)]
+        table[ident] = [(payload, exc, frame, True, token)]
         return
     # A few frames up from the last entry's when it continues that dispatch;
     # to the stack's root, once per failed dispatch, when it does not.
-    entries.append((payload, exc, frame, not _ran_under(entries[-1][2].f_back, frame)))
+    entries.append((payload, exc, frame, not _ran_under(entries[-1][2].f_back, frame), token))
 
 
 def _ran_under(frame: FrameType | None, ancestor: FrameType | None) -> bool:
@@ -660,7 +662,7 @@ def _ran_under(frame: FrameType | None, ancestor: FrameType | None) -> bool:
     return frame is not None
 
 
-def own_entries(entries: list[tuple[object, BaseException, FrameType, bool]]) -> int:
+def own_entries(entries: list[tuple[object, BaseException, FrameType, bool, int]]) -> int:
     """Where the entries of the last failed dispatch that parked any begin."""
     start = len(entries) - 1
     while start > 0 and not entries[start][3]:

@@ -301,11 +301,16 @@ def _report(record: _Enqueued) -> None:
         # This dispatch's entries are the last failed dispatch's (see
         # park_exception), when that one was it: any before them belong to
         # the failed dispatch draining the queue, whose call raises them.
+        # Nothing is parked for a native callback's failure, nor for one that
+        # refused because an exception escaped (see _native.escaped), so the
+        # last entries may be another dispatch's, even with this payload.
         entries = record.pending.get(ident)
         if entries:
             start = _native.own_entries(entries)
             first = entries[start][0]
-            if first is record.payload or first is _native.UNKNOWN_PAYLOAD:
+            if (first is record.payload or first is _native.UNKNOWN_PAYLOAD) and _about(
+                entries[start], _last_error_values()[0], _escaped.get(ident) if _escaped else None
+            ):
                 record.failure = entries[-1][1]  # the last raised, as dispatch() re-raises
                 del entries[start:]
                 if not entries:
@@ -339,6 +344,28 @@ def _report(record: _Enqueued) -> None:
     record.reported = True
 
 
+def _about(entry: tuple[object, BaseException, Any, bool, int], token: int, escaped: BaseException | None) -> bool:
+    """Whether ``entry``, the first of a failed dispatch's entries, can be
+    the failure of the queued dispatch libflux says ``token`` failed:
+    parked for that token (or for one not known here), or raised by a wait
+    that token's failure aborted -- but never what continues ``escaped``,
+    this thread's exception that escaped a trampoline: the outermost call
+    raises that in its dispatch's place, and takes its entries with it
+    (the dispatches after it only refused, see Dispatcher.enqueue)."""
+    if escaped is not None and _continues(entry[1], escaped):
+        return False
+    if not token or not entry[4] or entry[4] == token:
+        return True
+    seen: set[int] = set()
+    exc: BaseException | None = entry[1]
+    while exc is not None and _id(exc) not in seen:
+        if isinstance(exc, FluxError) and exc._values[0] == token:
+            return True
+        seen.add(_id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 _DONE = _DONE_TYPE(_on_done)
 
 
@@ -356,7 +383,7 @@ def _take_left(pending: _native.Pending, queued_errors: dict[int, list[BaseExcep
     if entries:
         # The last entry of each dispatch's (see park_exception): more than
         # one when an interrupt kept a drained dispatch from taking its own.
-        for i, (_, failure, _, _) in enumerate(entries):
+        for i, (_, failure, _, _, _) in enumerate(entries):
             if (i + 1 == len(entries) or entries[i + 1][3]) and not _continues(exc, failure):
                 exc.add_note(f"a dispatch it ran failed: {type(failure).__name__}: {failure}")
         del pending[ident]
@@ -904,6 +931,18 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         noted on itself for the other). An exception that cuts the call
         short in its place -- a KeyboardInterrupt -- carries them instead,
         chained or as notes.
+
+        An exception that escapes Python code the library calls before its
+        body ran (a KeyboardInterrupt from a signal that arrived in C, see
+        :meth:`dispatch`) fails, besides the dispatch it landed in, every
+        dispatch the thread drains from the queue after it, before the
+        outermost call raises it: which callback ran last in which dispatch
+        is not known to Python then (C may even have read the interrupted
+        callback as a success), so every Python callback, reduce and
+        listener refuses until that call. None of their Python code runs;
+        each fails with a :class:`~flux.CallbackFailedError` naming the
+        first that refused, reported as above. The interrupt itself is
+        raised by that call alone, never given to an ``on_error``.
 
         :raises BaseException: as above.
         :raises InvalidArgumentError: the dispatcher is closed.

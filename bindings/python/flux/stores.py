@@ -162,6 +162,9 @@ class _Owner(NamedTuple):
     dispatcher: int | None
     #: The store's held states (see above).
     held: list[Any]
+    #: The token libflux names when the listener fails: the store's (0 for
+    #: a group's function: a group's token is never known here).
+    token: int
 
 
 class _Settler:
@@ -192,8 +195,14 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     try:
         new = store._flux_reduce(state, payload)
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
-        # Re-raised by Dispatcher.dispatch, the very object.
-        _native.park_exception(store._pending, payload, exc)
+        # Re-raised by Dispatcher.dispatch, the very object, with the token
+        # libflux names for it: the store's (not known to a reduce that ran
+        # before it was recorded). No call before the park.
+        try:
+            token = store._token._value
+        except AttributeError:
+            token = 0
+        _native.park_exception(store._pending, payload, exc, token)
         return 1
     held = _extras[context]
     if new is not state:
@@ -239,7 +248,7 @@ def _on_listener(context: int) -> None:
         _objects[context]()
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
         owner = _extras[context]
-        _native.park_exception(owner.pending, _native.UNKNOWN_PAYLOAD, exc)
+        _native.park_exception(owner.pending, _native.UNKNOWN_PAYLOAD, exc, owner.token)
         _flux_store_listener_fail_raw(owner.dispatcher, 1)
 
 
@@ -747,7 +756,8 @@ class Store(_ClosesOnExit):
         owner's removal, a dispatch), and _listen raises it."""
         out.value = _native.UNTOUCHED
         out_ref = byref(out)
-        owner = _Owner(self._pending, self._native_dispatcher, self._held)
+        token = getattr(self, "_token", None)  # None: creation was interrupted
+        owner = _Owner(self._pending, self._native_dispatcher, self._held, token.value if token is not None else 0)
         key = _add(fn, owner)
         try:
             status: int = _flux_store_add_listener_raw(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
@@ -1122,7 +1132,7 @@ class StoreGroup(_ClosesOnExit):
                 held.enter_context(store._lock)
             handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
             out_ref = byref(out)
-            owner = _Owner(dispatcher._pending, stores[0]._native_dispatcher, _NO_HELD)
+            owner = _Owner(dispatcher._pending, stores[0]._native_dispatcher, _NO_HELD, 0)
             key = _add(fn, owner)
             self._handle: int | None = None
             try:

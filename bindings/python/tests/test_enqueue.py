@@ -465,3 +465,92 @@ def test_a_wait_for_a_native_callback_failing_in_a_queued_dispatch_is_not_given_
         ]
     assert d._pending == {} and d._queued_errors == {}
     _native.flux_unregister(d._handle, native_token.value)
+
+
+FAILS_IN = ["callback", "reduce", "listener", "native"]
+
+
+@pytest.mark.parametrize("with_on_error", [False, True])
+@pytest.mark.parametrize("queued_fails_in", FAILS_IN)
+@pytest.mark.parametrize("outer_fails_in", FAILS_IN)
+def test_a_dispatch_and_the_queued_dispatch_of_its_payload_each_report_their_own_failure(
+    d: flux.Dispatcher[Any], outer_fails_in: str, queued_fails_in: str, with_on_error: bool
+) -> None:
+    # One payload dispatched, then dispatched again from the queue; each
+    # dispatch fails in Python (a callback, a reduce, a listener) or in a
+    # native callback, which parks no Python exception. A queued dispatch
+    # failing natively after an outer one failing in Python took the outer
+    # exception, parked with the same payload (a listener's with none), for
+    # its own: on_error got it, and dispatch raised a CallbackFailedError.
+    from ctypes import byref, c_uint64
+
+    from flux import _native
+
+    payload = object()
+    runs: list[str] = []  # "outer", then "queued"
+    handed: list[BaseException] = []
+    raised = {"outer": Boom("the outer dispatch's"), "queued": Boom("the queued dispatch's")}
+
+    def fails_here(where: str) -> bool:
+        return (outer_fails_in if runs[-1] == "outer" else queued_fails_in) == where
+
+    current: list[object] = [None]  # the payload of the dispatch running
+
+    def cb(p: object) -> None:
+        current[0] = p
+        if p is not payload:
+            return
+        runs.append("queued" if runs else "outer")
+        if runs == ["outer"]:
+            d.enqueue(p, on_error=handed.append) if with_on_error else d.enqueue(p)
+        if fails_here("callback"):
+            raise raised[runs[-1]]
+
+    class Counter(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        def reduce(self, state: int, action: Any) -> int:
+            if action is payload and fails_here("reduce"):
+                raise raised[runs[-1]]
+            return state + 1
+
+    def listener() -> None:
+        if current[0] is payload and fails_here("listener"):
+            raise raised[runs[-1]]
+
+    d.register(cb)
+    store = Counter(d)
+    store.add_listener(listener)
+    native = _native.CALLBACK(lambda context, p: 7 if fails_here("native") else 0)
+    out = c_uint64()
+    _native.flux_register(d._handle, native, None, _native.DESTROY(), byref(out))
+    native_token = flux.Token(d._serial, out.value)
+
+    def expected(run: str, got: BaseException) -> None:
+        if (outer_fails_in if run == "outer" else queued_fails_in) == "native":
+            assert isinstance(got, flux.CallbackFailedError) and got.token == native_token, (run, got)
+        else:
+            assert got is raised[run], (run, got)
+
+    with pytest.raises(BaseException) as info:
+        d.dispatch(payload)
+    assert runs == ["outer", "queued"]
+    expected("outer", info.value)
+    notes = getattr(info.value, "__notes__", [])
+    if with_on_error:
+        assert len(handed) == 1 and notes == [], (handed, notes)
+        expected("queued", handed[0])
+    else:
+        assert handed == [] and len(notes) == 1, notes
+        # "later" than the Python exception the outer dispatch raised.
+        prefix = "a queued" if outer_fails_in == "native" else "a later queued"
+        if queued_fails_in == "native":
+            assert notes[0].startswith(f"{prefix} dispatch also failed: CallbackFailedError:"), notes
+            assert f"token {native_token.value} " in notes[0], notes
+        else:
+            assert notes == [f"{prefix} dispatch also failed: Boom: the queued dispatch's"]
+    assert d._pending == {} and d._queued_errors == {}
+    _native.flux_unregister(d._handle, out.value)
+    d.dispatch("after")  # nothing left over
+    store.close()

@@ -1058,3 +1058,115 @@ def test_sigint_anywhere_in_making_or_closing_a_trampoline_leaks_no_closure(acti
         """
         )
     )
+
+
+@pytest.mark.parametrize("shape", ["plain", "a wait"])
+def test_sigint_before_a_callback_fails_the_queued_dispatches_after_it_without_giving_them_the_interrupt(
+    shape: str,
+) -> None:
+    # An interrupt that escapes a callback before its body ran is kept for
+    # the outermost call, and until then every Python callback on the thread
+    # refuses (see _native.escaped): the queued dispatches that call drains
+    # fail too, none of their Python code running -- each with a
+    # CallbackFailedError naming the callback that refused, as documented.
+    # The interrupt is raised once, by that call: never given to a queued
+    # dispatch's on_error. It was, when the callback whose wait it cut short
+    # parked it with the payload a queued dispatch had too.
+    run_with_preamble(
+        f"""
+        shape = {shape!r}
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            payload = object()
+            ran, handed, tokens = [], [], []
+            def first(p):
+                ran.append(("first", p))
+                if p is payload and len(ran) == 1:
+                    d.enqueue(payload, on_error=handed.append)  # the same payload
+                    d.enqueue("other")  # no on_error: noted on what the call raises
+                if shape == "a wait" and p is payload:
+                    d.wait_for(tokens)  # raise(), then victim: interrupted as it is entered
+            first_token = d.register(first)
+            raising = native_callback(d)
+            victim = d.register(lambda p: ran.append(("victim", p)))
+            if shape == "a wait":
+                tokens.extend([flux.Token(d._serial, raising), victim])
+            d.register(lambda p: ran.append(("last", p)))
+            try:
+                d.dispatch(payload)
+            except KeyboardInterrupt as exc:
+                raised = exc
+            else:
+                raise AssertionError("dispatch returned")
+            assert raised is sent[-1] and len(sent) == 1, (raised, sent)
+            assert ran == [("first", payload)], ran  # nothing of the queued dispatches ran
+            assert len(handed) == 1 and type(handed[0]) is flux.CallbackFailedError, handed
+            assert handed[0].token == first_token, handed[0]
+            notes = [n for n in getattr(raised, "__notes__", []) if "queued dispatch also failed" in n]
+            assert len(notes) == 1 and "CallbackFailedError" in notes[0], raised.__notes__
+            assert not d._pending and not d._queued_errors and not _native.escaped
+            _native.flux_unregister(d._handle, raising)
+            ran.clear()
+            d.dispatch("after")
+            assert ran == [("first", "after"), ("victim", "after"), ("last", "after")], ran
+            d.close()
+            sent.clear()
+            del d, first, raised, handed
+            clean()
+        """
+    )
+
+
+def test_sigint_anywhere_in_a_dispatch_that_drains_the_queue_reports_the_interrupt_once() -> None:
+    # Wherever the interrupt lands -- in a callback of the outer dispatch or
+    # of a queued one, as it is entered, inside a wait, in a done -- it is
+    # reported exactly once: raised by the call (or carried by what it
+    # raised), or given to the on_error of the queued dispatch it failed
+    # (one whose callback it interrupted once its body began); and nothing
+    # is left for a later call.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            """
+        def carries(raised, exc):
+            seen = set()
+            while raised is not None and id(raised) not in seen:
+                if raised is exc:
+                    return True
+                seen.add(id(raised))
+                raised = raised.__cause__ or raised.__context__
+            return False
+
+        for shape in ["plain", "a wait"]:
+            place = 0
+            while True:
+                place += 1
+                d = flux.Dispatcher()
+                payload = object()
+                ran, handed, tokens = [], [], []
+                def first(p):
+                    ran.append(p)
+                    if p is payload and len(ran) == 1:
+                        d.enqueue(payload, on_error=handed.append)
+                        d.enqueue(payload, on_error=handed.append)
+                    if shape == "a wait" and p is payload:
+                        d.wait_for(tokens)
+                d.register(first)
+                tokens.append(d.register(lambda p: None))
+                reached, raised = interrupt_at(place, d.dispatch, payload)
+                if not reached:
+                    break
+                where = (shape, place, raised, handed)
+                if sent:
+                    given = sum(1 for exc in handed if exc is sent[0])
+                    assert given + carries(raised, sent[0]) == 1, where
+                assert not d._pending and not d._queued_errors and not _native.escaped, where
+                d.dispatch("ok")  # raises nothing
+                d.close()
+                sent.clear()
+                del d, first, raised, handed, where
+                gc.collect()  # no finalizer left to run under the next trace
+            assert place > 30, (shape, place)
+        """
+        )
+    )
