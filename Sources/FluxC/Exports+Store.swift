@@ -356,7 +356,9 @@ struct CGroup: ~Copyable {
 /// Stops the group counting in its stores, once: as flux_store_group_release
 /// succeeds, or as the registration goes (a failed create). The release
 /// itself may wait for the end of a running dispatch, and the dispatcher is
-/// idle before it runs: the stores must be free to destroy by then.
+/// idle before it runs: the stores must be free to destroy by then. Never
+/// undone (a store destroyed meanwhile on another thread would be freed
+/// under the group): a release lets go only once it is certain.
 private func letGoOfStores(_ group: UnsafeMutablePointer<CGroup>) {
     if group.pointee.storesLetGo.exchange(true, ordering: .acquiringAndReleasing) { return }
     countInStores(group, -1)
@@ -457,15 +459,11 @@ public func flux_store_group_release(_ g: OpaquePointer?) -> Int32 {
     let group = UnsafeMutablePointer<CGroup>(g)
     let handle = group.pointee.handle
     let token = DispatchToken(rawValue: group.pointee.token)
-    // Before unregistering: when idle, that frees the group.
-    letGoOfStores(group)
-    let result = status("flux_store_group_release") { () throws(FluxError) in
-        try handle.dispatcher.pointee.unregister(token, asOwner: true)
+    return status("flux_store_group_release") { () throws(FluxError) in
+        // Once the unregistration is certain, under the dispatcher's lock:
+        // not before (refused, it leaves the stores as they were), not after
+        // (the release, at the end of a dispatch on another thread, may have
+        // freed the group).
+        try handle.dispatcher.pointee.unregister(token, asOwner: true) { letGoOfStores(group) }
     }
-    if result != 0 {
-        // Refused, so nothing changed: the stores count the group again.
-        countInStores(group, 1)
-        group.pointee.storesLetGo.store(false, ordering: .releasing)
-    }
-    return result
 }

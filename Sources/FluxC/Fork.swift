@@ -12,6 +12,8 @@
 // free locks) and, in the child, mark dispatches that another thread of the
 // parent was running: they can never end there, and a dispatch in the child
 // fails at once (FLUX_ERR_ALREADY_DISPATCHING) instead of waiting forever.
+// The engine's record of who waits for whom (DispatchWaits) is held across
+// fork() too, and emptied in the child: its waiters were the parent's.
 // Only create and destroy touch the list; the hot paths never do.
 
 /// The list: a mutex and the head, in one malloc'd block made (and the fork
@@ -79,16 +81,20 @@ private func forkPrepare() {
     guard let registry = forkRegistry else { return }
     pthread_mutex_lock(registry.mutex)
     forEachDispatcher { $0.pointee.prepareFork() }
+    // Last: a contended dispatch takes it under its dispatcher's lock.
+    DispatchWaits.shared.prepareFork()
 }
 
 private func forkParent() {
     guard let registry = forkRegistry else { return }
+    DispatchWaits.shared.parentAfterFork()
     forEachDispatcher { $0.pointee.parentAfterFork() }
     pthread_mutex_unlock(registry.mutex)
 }
 
 private func forkChild() {
     guard let registry = forkRegistry else { return }
+    DispatchWaits.shared.childAfterFork()
     forEachDispatcher { $0.pointee.childAfterFork() }
     pthread_mutex_unlock(registry.mutex)
 }

@@ -348,11 +348,18 @@ import Synchronization
     /// A store's or a group's registration (one whose `ownerRefusal` is not
     /// nil) is ended only by its owner, with `asOwner`.
     ///
+    /// `ending` runs, under the lock (it must not call in), once the
+    /// registration is certain to end and before `release()` can run: what
+    /// must hold from then on, and not when this throws, is set there with
+    /// no window for another thread to see it set and then undone.
+    ///
     /// - Throws: `unknownToken` when the token was never issued or is already
     ///   unregistered; `invalidArgument` when it belongs to a store or a group
     ///   and `asOwner` is false (nothing changed); `noMemory` during a
     ///   dispatch, when there is no memory to note the removal (nothing changed).
-    @_spi(Engine) public func unregister(_ token: DispatchToken, asOwner: Bool = false) throws(FluxError) {
+    @_spi(Engine) public func unregister(
+        _ token: DispatchToken, asOwner: Bool = false, ending: () -> Void = {}
+    ) throws(FluxError) {
         lock.lock()
         let t = token.rawValue
         var released: Callback?
@@ -400,6 +407,7 @@ import Synchronization
         } else {
             error = unknownTokenLocked(t)
         }
+        if error == nil { ending() }
         checkInvariantsLocked()
         lock.unlock()
         released?.release()

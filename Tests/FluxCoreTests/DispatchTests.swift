@@ -117,6 +117,28 @@ import Testing
         #expect(fluxMessage { try d.unregister(DispatchToken(rawValue: 99)) }?.contains("99") == true)
     }
 
+    /// The engine's `unregister(ending:)`, as a C store group lets go of its
+    /// stores: it runs before the release (at once when idle, at the end of
+    /// the dispatch during one) and never when the unregistration is refused.
+    @Test func unregisterRunsEndingBeforeTheReleaseOnlyWhenTheRegistrationEnds() throws {
+        let box = CoreBox()
+        let log = Log()
+        let idle = try box.core.register(HookCallback(body: { _ in }, onRelease: { log.append("release idle") }))
+        try box.core.unregister(idle) { log.append("ending idle") }
+        #expect(log.all == ["ending idle", "release idle"])
+        let late = try box.core.register(HookCallback(body: { _ in }, onRelease: { log.append("release late") }))
+        _ = try box.core.register(
+            HookCallback(
+                body: { _ in
+                    try? box.core.unregister(late) { log.append("ending late") }
+                    log.append("unregistered")
+                }, onRelease: {}))
+        try box.core.dispatch(0)
+        #expect(log.all == ["ending idle", "release idle", "ending late", "unregistered", "release late"])
+        #expect(throws: FluxError.self) { try box.core.unregister(late) { log.append("ending refused") } }
+        #expect(log.count(of: "ending refused") == 0)
+    }
+
     @Test func manyRegistrationsAndRemovalsKeepOrder() throws {
         // Exercises table growth and compaction, including lookups after
         // removals break the token == index + 1 shortcut.

@@ -304,6 +304,144 @@ static void test_fork_from_a_callback(void)
     EXPECT_OK(flux_dispatcher_destroy(f.d));
 }
 
+/* ---- a parent thread waiting for the forking thread ---------------------- */
+
+/* A thread of the parent asleep in flux_dispatch, waiting for the forking
+ * thread's dispatch, is on the engine's list of who waits for whom (which
+ * refuses a wait that would close a cycle). In the child that thread is
+ * gone; a new thread that got its pthread_t and dispatches a second
+ * dispatcher must not pass for it: the forking thread's wait for that
+ * dispatch is no cycle, and sleeps until it ends. */
+typedef struct stale_wait {
+    flux_dispatcher *d, *other;
+    pthread_t waiter;   /* the parent thread asleep in flux_dispatch(d) */
+    int child_status;
+    flag held;          /* (child) the new thread is dispatching other */
+    int other_calls;
+} stale_wait;
+
+static int holding_cb(void *context, const void *payload)
+{
+    (void)payload;
+    stale_wait *w = context;
+    w->other_calls++;
+    flag_set(&w->held);
+    sleep_ms(300); /* the forking thread waits for this dispatch meanwhile */
+    return 0;
+}
+
+typedef struct child_thread {
+    stale_wait *w;
+    flag go;
+    int dispatches; /* the one with the waiter's pthread_t */
+} child_thread;
+
+static void *child_thread_run(void *arg)
+{
+    child_thread *c = arg;
+    if (!flag_wait(&c->go, 10))
+        return NULL;
+    if (c->dispatches && flux_dispatch(c->w->other, NULL) != FLUX_OK)
+        return c; /* failed */
+    return NULL;
+}
+
+enum { CHILD_THREADS = 32 };
+
+static int child_waits_for_a_thread_with_a_dead_waiters_id(void *arg)
+{
+    stale_wait *w = arg;
+    flag_init(&w->held);
+    w->other = flux_dispatcher_create();
+    flux_token t;
+    if (w->other == NULL || flux_register(w->other, holding_cb, w, NULL, &t) != FLUX_OK)
+        return 1;
+    /* glibc gives new threads the stacks of the parent's, which died with the
+     * fork: make threads until one has the waiter's pthread_t. */
+    static child_thread threads[CHILD_THREADS];
+    pthread_t ids[CHILD_THREADS];
+    int made = 0, found = -1;
+    while (made < CHILD_THREADS && found < 0) {
+        threads[made].w = w;
+        threads[made].dispatches = 0;
+        flag_init(&threads[made].go);
+        if (pthread_create(&ids[made], NULL, child_thread_run, &threads[made]) != 0)
+            return 2;
+        if (pthread_equal(ids[made], w->waiter))
+            found = made;
+        made++;
+    }
+    int result = 0;
+    if (found < 0) {
+        result = 50; /* no thread got it: nothing to check here */
+    } else {
+        threads[found].dispatches = 1;
+        flag_set(&threads[found].go);
+        if (!flag_wait(&w->held, 10))
+            result = 3;
+        else if (flux_dispatch(w->other, NULL) != FLUX_OK)
+            result = strstr(flux_last_error(), "deadlock") ? 4 : 5;
+        else if (w->other_calls != 2)
+            result = 6;
+    }
+    for (int i = 0; i < made; i++) {
+        flag_set(&threads[i].go);
+        void *failed = NULL;
+        pthread_join(ids[i], &failed);
+        if (failed != NULL && result == 0)
+            result = 7;
+    }
+    if (result == 0 && flux_dispatcher_destroy(w->other) != FLUX_OK)
+        result = 8;
+    return result;
+}
+
+static int forking_after_waiter_cb(void *context, const void *payload)
+{
+    (void)payload;
+    stale_wait *w = context;
+    if (w->child_status < 0) {
+        sleep_ms(100); /* the waiter is asleep in flux_dispatch(d) by now */
+        w->child_status = in_child(child_waits_for_a_thread_with_a_dead_waiters_id, w);
+    }
+    return 0;
+}
+
+static void *stale_waiter_thread(void *arg)
+{
+    stale_wait *w = arg;
+    REQUIRE(flux_dispatch(w->d, NULL) == FLUX_OK);
+    return NULL;
+}
+
+static int start_waiter_cb(void *context, const void *payload)
+{
+    (void)payload;
+    stale_wait *w = context;
+    if (w->child_status < 0)
+        REQUIRE(pthread_create(&w->waiter, NULL, stale_waiter_thread, w) == 0);
+    return 0;
+}
+
+static void test_child_forgets_the_waits_of_the_parents_threads(void)
+{
+    stale_wait w = {0};
+    w.child_status = -1;
+    w.d = flux_dispatcher_create();
+    REQUIRE(w.d != NULL);
+    flux_token t;
+    EXPECT_OK(flux_register(w.d, start_waiter_cb, &w, NULL, &t));
+    EXPECT_OK(flux_register(w.d, forking_after_waiter_cb, &w, NULL, &t));
+    EXPECT_OK(flux_dispatch(w.d, NULL));
+    if (w.child_status == 50)
+        diag("no thread of the child got the waiter's pthread_t: nothing to check");
+    is_int(w.child_status == 50 ? 0 : w.child_status, 0,
+           "a child thread with a dead waiter's pthread_t is not taken for it: the forking thread's wait "
+           "for it is no deadlock (4: refused as one; 100: it hung)");
+    pthread_join(w.waiter, NULL);
+    EXPECT_OK(flux_dispatcher_destroy(w.d));
+}
+
 int main(void)
 {
     tap_init();
@@ -312,5 +450,6 @@ int main(void)
     RUN(test_child_fails_fast_with_waiters_too);
     RUN(test_child_refuses_enqueue_on_a_dispatch_another_thread_was_running);
     RUN(test_fork_from_a_callback);
+    RUN(test_child_forgets_the_waits_of_the_parents_threads);
     return tap_done();
 }

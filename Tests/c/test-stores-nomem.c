@@ -11,15 +11,40 @@
 #include "helpers.h"
 
 extern void *__libc_malloc(size_t size);
+extern void *__libc_realloc(void *p, size_t size);
 
 static int fail_countdown; /* > 0: the fail_countdown-th malloc from now fails */
 
+/* Set: the thread whose malloc fails next then runs after_failure() at its
+ * next realloc -- where the library records that failure as the thread's
+ * last error, its own locks released, before the call returns. */
+static void (*after_failure)(void);
+
 #if TEST_CAN_INTERPOSE_MALLOC
+static pthread_t failed_thread;
+static atomic_int after_failure_pending;
+
 void *malloc(size_t size)
 {
-    if (fail_countdown > 0 && --fail_countdown == 0)
+    if (fail_countdown > 0 && --fail_countdown == 0) {
+        if (after_failure != NULL) {
+            failed_thread = pthread_self();
+            atomic_store(&after_failure_pending, 1);
+        }
         return NULL;
+    }
     return __libc_malloc(size);
+}
+
+void *realloc(void *p, size_t size)
+{
+    if (atomic_load(&after_failure_pending) && pthread_equal(pthread_self(), failed_thread)) {
+        atomic_store(&after_failure_pending, 0);
+        void (*hook)(void) = after_failure;
+        after_failure = NULL;
+        hook();
+    }
+    return __libc_realloc(p, size);
 }
 #endif
 
@@ -215,6 +240,92 @@ static void group_release_out_of_memory_during_a_dispatch(void)
     }
 }
 
+/* flux_store_group_release on one thread, out of memory, while another
+ * thread's dispatch ends and that thread destroys the group's store right
+ * after: the store must be refused (the group is still live), at every
+ * moment of the failing release -- here, between its failure and its return.
+ * Were the stores let go of before the release is certain, the destroy would
+ * free the store in that moment, and the group would count in it after. */
+typedef struct racing_destroy {
+    flux_dispatcher *d;
+    flux_store *s;
+    flag in_dispatch, finish;
+    pthread_t thread;
+    int joined;
+    flux_status destroy_status;
+} racing_destroy;
+
+static racing_destroy racing;
+
+static int hold_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    flag_set(&racing.in_dispatch);
+    flag_wait(&racing.finish, 10);
+    return 0;
+}
+
+static void *dispatch_then_destroy(void *arg)
+{
+    (void)arg;
+    REQUIRE(flux_dispatch(racing.d, NULL) == FLUX_OK);
+    racing.destroy_status = flux_store_destroy(racing.s);
+    return NULL;
+}
+
+/* In the failing release, once it has failed: the dispatch ends and the
+ * store's destroy runs, before the release returns. */
+static void end_dispatch_and_destroy(void)
+{
+    flag_set(&racing.finish);
+    pthread_join(racing.thread, NULL);
+    racing.joined = 1;
+}
+
+static void group_release_out_of_memory_while_a_store_is_destroyed(void)
+{
+    events.n = 0;
+    memset(&racing, 0, sizeof racing);
+    racing.destroy_status = -1;
+    flag_init(&racing.in_dispatch);
+    flag_init(&racing.finish);
+    racing.d = flux_dispatcher_create();
+    REQUIRE(racing.d != NULL);
+    flux_token t;
+    REQUIRE(flux_register(racing.d, hold_cb, NULL, NULL, &t) == FLUX_OK);
+    REQUIRE(flux_store_create(racing.d, NULL, changing_reduce, NULL, NULL, NULL, NULL, &racing.s) == FLUX_OK);
+    int group_context = 6;
+    flux_store_group *g;
+    REQUIRE(flux_store_group_create(&racing.s, 1, count_group_call, &group_context, destroy_context, &g) == FLUX_OK);
+    group_calls = 0;
+    REQUIRE(pthread_create(&racing.thread, NULL, dispatch_then_destroy, NULL) == 0);
+    REQUIRE(flag_wait(&racing.in_dispatch, 10));
+    after_failure = end_dispatch_and_destroy;
+    fail_countdown = 1; /* noting the removal during the dispatch */
+    EXPECT_STATUS(flux_store_group_release(g), FLUX_ERR_NO_MEMORY);
+    fail_countdown = 0;
+    after_failure = NULL;
+    if (!racing.joined) {
+        diag("the release recorded its failure without realloc: the destroy ran after it");
+        end_dispatch_and_destroy();
+    }
+    is_int(racing.destroy_status, FLUX_ERR_INVALID_ARGUMENT,
+           "the store's destroy is refused: its group is still live (0: the store was freed under it)");
+    if (racing.destroy_status == FLUX_OK)
+        return; /* the group holds a freed store: leave it, and the dispatcher */
+    is_int((int)events.n, 0, "nothing was destroyed");
+    EXPECT_OK(flux_dispatch(racing.d, NULL));
+    is_int(group_calls, 2, "the group still runs");
+    EXPECT_STATUS(flux_store_destroy(racing.s), FLUX_ERR_INVALID_ARGUMENT); /* still grouped */
+    EXPECT_OK(flux_store_group_release(g));
+    is_trace(&events, INTS(EV_DESTROY + 6), "a later release destroys the context once");
+    EXPECT_OK(flux_store_destroy(racing.s));
+    EXPECT_OK(flux_dispatcher_destroy(racing.d));
+    flag_fini(&racing.in_dispatch);
+    flag_fini(&racing.finish);
+}
+
 /* Runs every path once first: the Swift runtime allocates some metadata
  * lazily, on first use, which would shift the count of allocations. */
 static void warm_up(void)
@@ -248,5 +359,6 @@ int main(void)
     RUN(add_listener_out_of_memory);
     RUN(group_create_out_of_memory);
     RUN(group_release_out_of_memory_during_a_dispatch);
+    RUN(group_release_out_of_memory_while_a_store_is_destroyed);
     return tap_done();
 }

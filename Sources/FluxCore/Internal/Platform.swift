@@ -80,8 +80,8 @@ public func currentThreadID() -> UInt {
 /// dispatchers dispatching each other from two threads. The thread whose
 /// wait would close such a cycle is refused instead of sleeping. Only the
 /// contended start and the end of a dispatch that has waiters come here.
-final class DispatchWaits: Sendable {
-    static let shared = DispatchWaits()
+@_spi(Engine) public final class DispatchWaits: Sendable {
+    public static let shared = DispatchWaits()
 
     struct Wait {
         let thread: UInt
@@ -127,6 +127,22 @@ final class DispatchWaits: Sendable {
     func ended(_ engine: UInt) {
         waits.withLock { $0.removeAll { $0.engine == engine } }
     }
+
+    // fork(): the C library's pthread_atfork handlers call these, after
+    // every engine's prepareFork (a contended dispatch takes this lock under
+    // its engine's), so the child gets the list consistent and the lock free.
+
+    /// pthread_atfork's prepare.
+    public func prepareFork() { waits.lockAcrossFork() }
+
+    /// pthread_atfork's parent handler.
+    public func parentAfterFork() { waits.unlockAfterFork() }
+
+    /// pthread_atfork's child handler. Every wait recorded was another
+    /// thread's (the forking one was not asleep): none exists here, and a
+    /// thread of the child that got one's pthread_t would be taken for it,
+    /// refusing its waits as deadlocks.
+    public func childAfterFork() { waits.unlockAfterFork { $0.drain { _ in } } }
 }
 
 /// Lets another thread run: for a wait on a state that lasts a few instructions
@@ -191,6 +207,15 @@ final class Guarded<Value>: @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
+    }
+
+    /// For fork(): locked by pthread_atfork's prepare, unlocked by its parent
+    /// and child handlers -- in the child after `body`, alone there.
+    func lockAcrossFork() { pthread_mutex_lock(mutex) }
+
+    func unlockAfterFork(_ body: (inout Value) -> Void = { _ in }) {
+        body(&value)
+        pthread_mutex_unlock(mutex)
     }
 
     /// Puts `newValue` in and hands back the value it replaces, for the
