@@ -57,8 +57,8 @@ import Synchronization
 /// - `orphaned`: in a forked child, the dispatch another thread of the parent
 ///   was running, which can never end here.
 ///
-/// **The run** (`Run`), written only by the dispatching thread: `epoch`, this
-/// dispatch's number; `payload`, nil outside a callback (between dispatches,
+/// **The run** (`Run`), written only by the dispatching thread: `pending`,
+/// this dispatch's pending mark (twice its number, the epoch); `payload`, nil outside a callback (between dispatches,
 /// and while an observer's hook runs, so that a hook cannot wait); `cursor`,
 /// the loop's index, and `end`, where it stops; `top`, the innermost callback
 /// a wait is running (-1: none), which with the table's `waitedBy` is the
@@ -150,7 +150,10 @@ import Synchronization
 
     @usableFromInline
     struct Run {
-        @usableFromInline var epoch: UInt64 = 0
+        /// This dispatch's pending mark: twice its epoch, so even; its
+        /// handled mark is `pending | 1`. Kept doubled so that the loop
+        /// compares a mark with it straight from memory.
+        @usableFromInline var pending: UInt64 = 0
         @usableFromInline var payload: Callback.Payload?
         @usableFromInline var failure: Callback.Failure?
         /// failure != nil, as a flag `waitFor` can test cheaply.
@@ -588,7 +591,7 @@ import Synchronization
         if let observer = choice.observer { reportWait(observer, CollectionOfOne(token)) }
         if run.pointee.aborted { return .aborted }
         let table = slots.pointee
-        let pending = run.pointee.epoch &* 2
+        let pending = run.pointee.pending
         switch standing(token, table, pending) {
         case .handled: return nil
         case .toRun(let i): return invoke(choice, table, i, payload, pending) ? nil : .aborted
@@ -607,7 +610,7 @@ import Synchronization
         if let observer = choice.observer { reportWait(observer, tokens) }
         if run.pointee.aborted { return (.aborted, DispatchToken(rawValue: 0)) }
         let table = slots.pointee
-        let pending = run.pointee.epoch &* 2
+        let pending = run.pointee.pending
         for token in tokens {
             if case .refused(let failure) = standing(token, table, pending) { return (failure, token) }
         }
@@ -729,7 +732,7 @@ import Synchronization
         // another thread can slip in between the load and the store and be
         // overwritten; that only loses the skip hint for a callback that has
         // already run, and the end of the dispatch removes it by `leaving`.
-        after.setMark(i, max(after.mark(i), run.pointee.epoch &* 2 | 1))
+        after.setMark(i, max(after.mark(i), run.pointee.pending | 1))
         if let error { recordFailure(error, token: after.tokens[i]) }
         return !run.pointee.aborted
     }
@@ -1036,9 +1039,12 @@ import Synchronization
         // It and the pending mark are read through `run` each time (after an
         // opaque call they would be anyway): kept in registers, they left none
         // for the payload, which was then spilled and reloaded per callback.
+        // The mark is kept doubled (`pending`) so that the compare reads it
+        // from memory as it is: a callback a wait already ran is skipped in
+        // as few instructions as when it sat in a register.
         while i < run.pointee.end {
             // The cursor stands in for this callback's pending mark.
-            if table.mark(i) < run.pointee.epoch &* 2 {
+            if table.mark(i) < run.pointee.pending {
                 run.pointee.cursor = i
                 if let observer = choice.observer, !begin(observer, table, i) {
                     i &+= 1
@@ -1063,7 +1069,7 @@ import Synchronization
     @inlinable @inline(__always)
     func startRun(_ payload: Callback.Payload) -> SlotTable<Callback> {
         let run = self.run
-        run.pointee.epoch &+= 1
+        run.pointee.pending &+= 2
         run.pointee.payload = payload
         run.pointee.cursor = -1
         run.pointee.stackLimit = .max
@@ -1102,7 +1108,7 @@ import Synchronization
     @inlinable @inline(__always)
     func finishRun() -> DispatchError<Callback.Failure>? {
         let run = self.run
-        checkRunAtEnd(run.pointee.epoch &* 2)
+        checkRunAtEnd(run.pointee.pending)
         let failure = run.pointee.failure.take()
         let tooDeep = run.pointee.tooDeep
         run.pointee.tooDeep = false
@@ -1353,7 +1359,7 @@ import Synchronization
             if run.aborted ? run.end != 0 : run.end != table.count {
                 return "the loop's end \(run.end) disagrees with aborted"
             }
-            if run.epoch &* 2 != pending { return "the epoch moved during its dispatch" }
+            if run.pending != pending { return "the epoch moved during its dispatch" }
             let first = table.count <= 256 ? 0 : table.count - 256
             for i in first..<table.count {
                 let mark = table.mark(i)

@@ -49,7 +49,7 @@ import Testing
             let d = Dispatcher<Int>()
             d.register { _ in }
             try d.dispatch(1)
-            let pending = d.core.run.pointee.epoch &* 2
+            let pending = d.core.run.pointee.pending
             #expect(d.core.runViolation(pending) == nil, "after a dispatch the run is at rest")
             // A callback left marked pending, as if a wait never returned.
             d.core.slots.pointee.setMark(0, pending)
