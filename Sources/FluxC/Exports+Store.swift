@@ -114,8 +114,12 @@ struct CReducer: StoreReducer {
         return result == 0 ? .success(next.pointee) : .failure(CallbackFailure(value: result))
     }
 
+    /// Compared as addresses: `==` on two optionals tests each for nil
+    /// first, five instructions more on every dispatch.
     @inline(__always)
-    func isSame(_ current: UnsafeMutableRawPointer?, _ next: UnsafeMutableRawPointer?) -> Bool { current == next }
+    func isSame(_ current: UnsafeMutableRawPointer?, _ next: UnsafeMutableRawPointer?) -> Bool {
+        UInt(bitPattern: current) == UInt(bitPattern: next)
+    }
 
     func areEqual(_ current: UnsafeMutableRawPointer?, _ next: UnsafeMutableRawPointer?) -> Bool {
         // NULL equal: pointer identity, and these are different pointers.
