@@ -44,15 +44,18 @@ public struct Signal<Value> {
         let procedure = CancelableProcedure<Value>(observer)
         switch source {
         case .sink(let sink):
-            return SinkSubscription(procedure, key: sink.core.subscribe(procedure), sink: sink.core)
+            return SinkSubscription(key: sink.core.subscribe(procedure), sink: sink.core)
         case .variable(let variable):
             return variable.observe(procedure)
         case .producer(let producer):
             let disposable = producer { value in
                 procedure.execute(with: value)
             }
-            return AnyDisposable {
-                procedure.cancel()
+            // Weakly: whoever may still call it (the producer's upstream, an
+            // executor's queued work) holds it; the disposable must not keep
+            // the observer alive once they are gone (see SinkSubscription).
+            return AnyDisposable { [weak procedure] in
+                procedure?.cancel()
                 disposable.dispose()
             }
         }
@@ -61,7 +64,9 @@ public struct Signal<Value> {
     /// Observes until `object` is gone. Linux has no associated objects, so
     /// the observation ends at the first value that finds the object gone
     /// (never calling `observer` then), not at the object's deinit. `object`
-    /// is not retained.
+    /// is not retained, except during a call of `observer`, so that the
+    /// observer never runs after the object's deinit (which another thread
+    /// may otherwise be running meanwhile).
     @discardableResult
     public func observe(duringScopeOf object: AnyObject, _ observer: @escaping (Value) -> Void) -> any Disposable {
         let scope = ScopeRegistry.shared.scope(for: object)
@@ -110,9 +115,15 @@ extension Signal {
     /// gone disposes `scope` (and with it every registration of the object).
     func whileAlive(_ object: AnyObject, scope: DisposableScope) -> Signal<Value> {
         operated { [weak object, weak scope] value, send in
-            if object == nil {
+            guard let object else {
                 scope?.dispose()
-            } else {
+                return
+            }
+            // Held until the value has been passed on: otherwise the object
+            // could deinitialize on another thread between this check and
+            // the observer's call, which would then run after the deinit
+            // (VUEFLUX.md 3 (a)). Its deinit may then run here, after it.
+            withExtendedLifetime(object) {
                 send(value)
             }
         }

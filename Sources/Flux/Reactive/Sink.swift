@@ -342,6 +342,11 @@ final class SinkCore<Value>: @unchecked Sendable {
         guard index < count else { return lock.unlock() }
         prepareChange(extra: 0)
         let removed = entries![index].observer
+        // Canceled here, where the subscription finds it, rather than through
+        // a reference the subscription keeps: a held subscription must not
+        // keep its observer (and what that captures, often the object that
+        // holds the subscription) alive once the sink is gone.
+        removed._withUnsafeGuaranteedRef { $0.cancel() }
         (entries! + index).moveInitialize(from: entries! + index + 1, count: count - index - 1)
         count -= 1
         // During a turn a delivery may still be calling it: retired, and
@@ -361,19 +366,22 @@ final class SinkCore<Value>: @unchecked Sendable {
 /// What observing a sink returns: AnyDisposable's rules (dispose once, then
 /// let go of the observer) in one object, where an AnyDisposable over a
 /// closure took three allocations and a weak reference's box.
+///
+/// It holds the key, not the observer: the sink's list holds that, and
+/// `unsubscribe` cancels it. So the observer goes with the sink even while
+/// the subscription is kept (an object keeping its subscriptions in a
+/// `DisposableScope`, whose observer captures the object, goes once the sink
+/// has gone; holding the observer here made that a cycle).
 @usableFromInline
 final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
     @usableFromInline let disposed = Atomic<Bool>(false)
-    // Written by init and by the one caller that wins the exchange in dispose().
-    @usableFromInline @exclusivity(unchecked) var procedure: CancelableProcedure<Value>?
     // The core, not the sink: a subscription does not keep its sink, and
     // what the sink's observers hold, alive.
     @usableFromInline let sink: SinkCore<Value>
     @usableFromInline let key: SinkCore<Value>.Key
 
     @inlinable
-    init(_ procedure: CancelableProcedure<Value>, key: SinkCore<Value>.Key, sink: SinkCore<Value>) {
-        self.procedure = procedure
+    init(key: SinkCore<Value>.Key, sink: SinkCore<Value>) {
         self.key = key
         self.sink = sink
     }
@@ -389,8 +397,7 @@ final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
         else {
             return
         }
-        procedure?.cancel()
-        procedure = nil
+        // Cancels the observer too, if the sink still has it (see above).
         sink.unsubscribe(key)
     }
 }

@@ -119,7 +119,7 @@ public final class Variable<Value>: @unchecked Sendable {
         procedure.execute(with: delivered)
         let key = changes.subscribe(procedure)
         changes.endTurn(thread)
-        return SinkSubscription(procedure, key: key, sink: changes)
+        return SinkSubscription(key: key, sink: changes)
     }
 
     /// Observed during a delivery in progress (entered with the lock held):
@@ -135,8 +135,10 @@ public final class Variable<Value>: @unchecked Sendable {
                 registration.finish(key: changes.subscribe(procedure), sink: changes)
             })
         changes.lock.unlock()
-        return AnyDisposable {
-            procedure.cancel()
+        // Weakly, as in Signal.observe: the queued registration, then the
+        // sink's list, hold it while it may be called.
+        return AnyDisposable { [weak procedure] in
+            procedure?.cancel()
             registration.cancel()
         }
     }
