@@ -955,26 +955,18 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         address = _id(payload)
         context = _add(record)
         try:
-            status = _flux_enqueue(handle, address, _DONE, context)
-        except (ArgumentError, RecursionError) as exc:
-            # The call failed before libflux ran (at the recursion limit,
-            # calling it or converting its arguments): no done will let the
-            # record go. Any other exception came after libflux returned,
-            # and a queued record must stay alive for its done.
-            _native.drop(context, record, _native.UNTOUCHED)  # libflux never ran
-            if isinstance(exc, ArgumentError):
-                raise _argument_error(exc) from None
-            raise
-        except BaseException as exc:
-            # An interrupt as libflux returned: as below.
-            if record.done and (self._pending or self._queued_errors) and record.status in _RAN:
-                try:
-                    _take_left(self._pending, self._queued_errors, exc)
-                except BaseException as interrupt:
-                    _take_left(self._pending, self._queued_errors, interrupt)
-                    raise
-            raise
-        try:
+            try:
+                status = _flux_enqueue(handle, address, _DONE, context)
+            except (ArgumentError, RecursionError) as exc:
+                # The call failed before libflux ran (at the recursion limit,
+                # calling it or converting its arguments): no done will let the
+                # record go, nor has one run (so the take below is skipped). Any
+                # other exception came after libflux returned, and a queued
+                # record must stay alive for its done.
+                _native.drop(context, record, _native.UNTOUCHED)  # libflux never ran
+                if isinstance(exc, ArgumentError):
+                    raise _argument_error(exc) from None
+                raise
             if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
                 # Refused: done has run and let the record go.
                 raise _closed("enqueue") if self._handle is None else self._error(status)
@@ -984,8 +976,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                 self._raise_left_over()
         except BaseException as exc:
             # Dispatched here (done's status says so), this call takes what its
-            # dispatches left even when an interrupt cuts it short: never a
-            # later call (see dispatch).
+            # dispatches left even when an interrupt cuts it short, as libflux
+            # returns or after: never a later call (see dispatch).
             if record.done and (self._pending or self._queued_errors) and record.status in _RAN:
                 try:
                     _take_left(self._pending, self._queued_errors, exc)
