@@ -517,9 +517,13 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         self._queued_errors: dict[int, list[BaseException]] = {}
         # register_store's stores, one per class, in registration order; the
         # classes being made now, by thread; and a condition other threads
-        # wait on for a class being made. A plain lock: its with-statement
-        # makes no Python call (Condition's does), where an interrupt could
-        # leave it held.
+        # wait on for a class being made. A C lock: its with-statement makes
+        # no Python call (Condition's does), where an interrupt could leave
+        # it held. Reentrant, and the registry is copied on write, never
+        # changed in place: the garbage collector may run a finalizer inside
+        # a region the lock guards, on the thread holding it, and one that
+        # closes a registered store or reads `stores` deadlocked on a plain
+        # lock (or, let in, would change the dict under an iteration).
         self._registry: dict[type, Any] = {}
         self._creating: dict[type, int] = {}
         # Thread ident -> the class it waits for another thread to make, and
@@ -528,9 +532,10 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         self._waiting: dict[int, type] = {}
         self._cycle_failed: dict[int, str] = {}
         # Thread ident -> its register_store calls running a constructor,
-        # innermost last: [cls, the store cls(...) made of itself, or None].
+        # innermost last: [cls, the instance cls(...) is making (known before
+        # its __init__ runs), or None].
         self._constructing: dict[int, list[list[Any]]] = {}
-        self._registry_lock = threading.Lock()
+        self._registry_lock = threading.RLock()
         self._wait_registry = threading.Condition(self._registry_lock)
         # The stores with an error emitted whose emit is not over (see
         # Store.emit_change): a failed dispatch ends them.
@@ -682,7 +687,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         if self._handle is None:
             raise _closed("register_store")
         me = get_ident()
-        registry, creating, waiting = self._registry, self._creating, self._waiting
+        creating, waiting = self._creating, self._waiting
         marked = False
         store = None
         record: list[Any] = [cls, None]  # the store cls(...) made, see Store._create
@@ -691,7 +696,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             with self._registry_lock:
                 try:
                     while True:
-                        found = registry.get(cls)
+                        found = self._registry.get(cls)  # replaced, not changed: read it anew
                         if found is not None:
                             return found  # type: ignore[no-any-return]
                         maker = creating.get(cls)
@@ -723,15 +728,30 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             # Made outside the lock: __init__ registers the store with libflux,
             # and may register its dependencies.
             try:
-                made = cls(self, *args, **kwargs)
+                if type(cls).__call__ is type.__call__:
+                    # type.__call__'s two steps, spelled out, so that the
+                    # instance is known before its __init__ runs: a store of
+                    # the same class that __init__ makes directly (a child)
+                    # is then not taken for it (see Store._create).
+                    new: Any = cls.__new__  # object.__new__ takes the arguments when __init__ is overridden
+                    made: StoreT = new(cls, self, *args, **kwargs)
+                    if isinstance(made, cls):
+                        record[1] = made
+                        init: Any = type(made).__init__
+                        if init(made, self, *args, **kwargs) is not None:
+                            raise TypeError("__init__() should return None")
+                else:  # a metaclass of its own: the first store of cls made here is taken
+                    made = cls(self, *args, **kwargs)
             except BaseException:
                 # "Nothing is registered": a store the constructor made of
                 # itself before it raised (after super().__init__) goes too.
                 half_made = record[1]
-                if half_made is not None:
+                if half_made is not None and half_made.__dict__.get("_handle") is not None:
                     _discard(half_made)
                 raise
             if getattr(made, "_dispatcher", None) is not self:
+                if isinstance(made, cls) and made.__dict__.get("_handle") is not None:
+                    _discard(made)  # a store of another dispatcher: raising, nothing stays registered
                 raise TypeError(
                     f"register_store: {cls.__name__}(dispatcher) made no store of this dispatcher"
                     " (does its __init__ call super().__init__(dispatcher)?)"
@@ -746,7 +766,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                     del creating[cls]
                     # Not if closed by hand already (close() leaves the registry).
                     if store is not None and not store.closed:
-                        registry[cls] = store
+                        self._replace_registry(lambda old: {**old, cls: store})
                     self._wait_registry.notify_all()
                 # Only this thread reads or writes its own entry: no lock.
                 frames = self._constructing.get(me)
@@ -806,18 +826,26 @@ class Dispatcher(_native.Unshareable, Generic[P]):
     @property
     def stores(self) -> tuple[Store, ...]:
         """The registered stores, in registration order (empty once closed)."""
-        with self._registry_lock:
-            return tuple(self._registry.values())
+        return tuple(self._registry.values())  # a copy no one changes (see __init__): no lock
 
     def _store_closed(self, store: Store) -> None:
         """``store`` was closed: it leaves the registry and the stores with
         an error emitted."""
         self._erring.pop(store._ident, None)
         with self._registry_lock:
-            for cls, registered in self._registry.items():
-                if registered is store:
-                    del self._registry[cls]
-                    break
+            self._replace_registry(lambda old: {cls: kept for cls, kept in old.items() if kept is not store})
+
+    def _replace_registry(self, change: Callable[[dict[type, Any]], dict[type, Any]]) -> None:
+        """Replaces the registry with ``change(registry)``. Under the
+        registry lock -- which a finalizer that the collector runs while
+        ``change`` allocates may take again on this thread, and replace the
+        registry itself: then ``change`` is applied again, to its result."""
+        while True:
+            old = self._registry
+            new = change(old)
+            if self._registry is old:  # no allocation from here to the store: no collection
+                self._registry = new
+                return
 
     # -- dispatching -------------------------------------------------------
 

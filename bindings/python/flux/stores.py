@@ -204,6 +204,12 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
             token = 0
         _native.park_exception(store._pending, payload, exc, token)
         return 1
+    if store._error_state is not None:
+        # emit_change(error=...) ran in this handling, which is now over:
+        # its emit comes next, and the error is seen from here on -- not
+        # before, by stores this one waited for (DESIGN.md 11: only while
+        # the listeners run; Swift's StoreBase.error likewise).
+        store._error_shown = store._error_state[0]
     held = _extras[context]
     if new is not state:
         held[0] = state
@@ -524,6 +530,9 @@ class Store(_ClosesOnExit):
         # emitted it (for _end_error), until its emit is over; and the id
         # cell of the listener that ends it (see _error_emitted).
         self._error_state: tuple[Any, int] | None = None
+        # What `error` reads: that error once the handling that emitted it
+        # is over (see _on_reduce), until the emit is; None otherwise.
+        self._error_shown: Any = None
         self._error_end: c_uint64 | None = None
         # Held by every call on the native store and by close(), which frees
         # it: no thread is ever inside a call on a freed store, and a call
@@ -590,8 +599,10 @@ class Store(_ClosesOnExit):
                     self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
                     # Its name in traces and circular-dependency messages.
                     dispatcher._names[self._token.value] = type(self).__name__
-                    # Made by register_store(type(self)) on this thread? Then
-                    # it is the store to discard should the constructor raise.
+                    # Made by register_store(type(self)) on this thread, for
+                    # a class whose metaclass has a __call__ of its own (else
+                    # register_store knows the instance already)? Then it is
+                    # the store to discard should the constructor raise.
                     frames = dispatcher._constructing.get(_get_ident())
                     if frames and frames[-1][0] is type(self) and frames[-1][1] is None:
                         frames[-1][1] = self
@@ -663,10 +674,11 @@ class Store(_ClosesOnExit):
     @property
     def error(self) -> Any:
         """The error of the emit now running (``emit_change(error=...)``):
-        set from that call until the emit's last listener has run, or its
-        dispatch has failed; None otherwise. Any thread may read it."""
-        state = self._error_state
-        return None if state is None else state[0]
+        set once the handling that made that call is over, as the emit
+        begins, until the emit's last listener has run, or its dispatch has
+        failed; None otherwise (also between that call and the emit: a
+        store it waits for meanwhile reads None). Any thread may read it."""
+        return self._error_shown
 
     def _end_error(self, ident: int | None) -> None:
         """Ends the error emitted by thread ``ident`` (None: whichever), and
@@ -675,7 +687,7 @@ class Store(_ClosesOnExit):
             state = self._error_state
             if ident is not None and (state is None or state[1] != ident):
                 return  # another thread's dispatch emitted it, and is running
-            self._error_state = None
+            self._error_state = self._error_shown = None
             self._dispatcher._erring.pop(self._ident, None)
             end, self._error_end = self._error_end, None
             if end is not None:
@@ -917,7 +929,8 @@ class Store(_ClosesOnExit):
                         self._fns = {}
                         self._listeners = 0  # as _fns: they went with the store
                         self._settler = None
-                        self._error_state = self._error_end = None  # its listener went with the store
+                        # Its end listener went with the store.
+                        self._error_state = self._error_end = self._error_shown = None
                         dispatcher._natives.pop(handle, None)
                         dispatcher._children.pop(self._ident, None)
                         dispatcher._store_closed(self)
