@@ -726,7 +726,11 @@ FLUX_API flux_status flux_store_group_release(flux_store_group *g);
  *  refusal (FLUX_ERR_INVALID_ARGUMENT, FLUX_ERR_NO_MEMORY,
  *  FLUX_ERR_ALREADY_DISPATCHING: see flux_enqueue()). It runs on the
  *  thread that dispatched the payload, with no callback running; the
- *  dispatcher is still dispatching (see flux_enqueue()). When status is not
+ *  dispatcher is still dispatching (see flux_enqueue()). A payload
+ *  flux_enqueue() refuses has its done run at once, inside that call, on
+ *  the caller's thread -- inside the caller's callback when it was called
+ *  from one (say, FLUX_ERR_NO_MEMORY); a flux_wait_for() from a done is
+ *  refused all the same (see "Observer"). When status is not
  *  FLUX_OK, flux_last_error() describes the failure while it runs (a
  *  string it returns then goes when done returns, and the thread's earlier
  *  record is back: copy what you keep). Like

@@ -588,7 +588,7 @@ import Synchronization
     func wait<Choice: ObserverChoice<Observer>>(_ token: DispatchToken, _ choice: Choice) -> WaitFailure? {
         let run = self.run
         guard let payload = run.pointee.payload else { return .notDispatching }
-        if let observer = choice.observer { reportWait(observer, CollectionOfOne(token)) }
+        if let observer = choice.observer { reportWait(observer, token) }
         if run.pointee.aborted { return .aborted }
         let table = slots.pointee
         let pending = run.pointee.pending
@@ -945,7 +945,15 @@ import Synchronization
             lock.unlock()
             switch entry {
             case .refused(let error):
-                Callback.complete(completion, payload, .flux(error))
+                // Refused from inside this thread's own dispatch (a callback
+                // out of memory), the completion runs inside that callback:
+                // with the run's payload put aside, as for a hook, so that a
+                // wait from it is refused rather than run callbacks out of turn.
+                if isDispatchingOnCurrentThread {
+                    hook { Callback.complete(completion, payload, .flux(error)) }
+                } else {
+                    Callback.complete(completion, payload, .flux(error))
+                }
                 return .refused(error)
             case .queued:
                 return .queued
@@ -1179,6 +1187,15 @@ import Synchronization
             let copy = Array(tokens)
             copy.withUnsafeBufferPointer { observer.waitFor(waiter, $0) }
         }
+    }
+
+    /// `reportWait` for a one-token wait (every link of a chain), from a
+    /// local: a `CollectionOfOne` has no contiguous storage, so the generic
+    /// path copied it into a Swift array -- an allocation per observed wait,
+    /// which traps when memory runs out (and nothing across the C ABI may).
+    @usableFromInline
+    func reportWait(_ observer: Observer, _ token: DispatchToken) {
+        withUnsafePointer(to: token) { reportWait(observer, UnsafeBufferPointer(start: $0, count: 1)) }
     }
 
     /// The index of the callback running innermost (the waiter of a wait).

@@ -17,6 +17,7 @@
 #include "helpers.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 
 #define OOM_INTERPOSE TEST_CAN_INTERPOSE_MALLOC
@@ -507,6 +508,127 @@ static bool enqueue_check(world *w, char *why, size_t size)
     return dispatcher_usable(w, false, why, size);
 }
 
+/* A payload refused from inside a callback has its done run at once, inside
+ * that callback's flux_enqueue(); like any done it must not be able to wait
+ * (flux.h: flux_wait_for() from a done fails with FLUX_ERR_NOT_DISPATCHING)
+ * -- a wait there would run a later callback out of turn. */
+#if OOM_INTERPOSE
+static flux_dispatcher *refusing_d;
+static flux_token refusing_later;
+static flux_status refused_enqueue, refused_done, wait_from_refused_done;
+static trace refusing_log;
+
+static void wait_from_done(void *context, void *payload, flux_status status)
+{
+    (void)context;
+    (void)payload;
+    disarm();
+    refused_done = status;
+    trace_push(&refusing_log, 9);
+    wait_from_refused_done = flux_wait_for(refusing_d, &refusing_later, 1);
+}
+
+static int enqueue_refused_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    trace_push(&refusing_log, 1);
+    arm(1, false);  /* the queue's first block */
+    refused_enqueue = flux_enqueue(refusing_d, NULL, wait_from_done, NULL);
+    disarm();
+    trace_push(&refusing_log, -1);
+    return 0;
+}
+
+static int later_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    trace_push(&refusing_log, 2);
+    return 0;
+}
+
+#endif
+
+static void test_a_refused_payloads_done_cannot_wait(void)
+{
+#if OOM_INTERPOSE
+    refusing_d = flux_dispatcher_create();
+    REQUIRE(refusing_d != NULL);
+    flux_token t;
+    REQUIRE(flux_register(refusing_d, enqueue_refused_cb, NULL, NULL, &t) == FLUX_OK);
+    REQUIRE(flux_register(refusing_d, later_cb, NULL, NULL, &refusing_later) == FLUX_OK);
+    memset(&refusing_log, 0, sizeof refusing_log);
+    refused_enqueue = refused_done = wait_from_refused_done = (flux_status)-1;
+    EXPECT_OK(flux_dispatch(refusing_d, NULL));
+    is_int(refused_enqueue, FLUX_ERR_NO_MEMORY, "the enqueue from the callback was refused");
+    is_int(refused_done, FLUX_ERR_NO_MEMORY, "its done ran at once with that status");
+    is_int(wait_from_refused_done, FLUX_ERR_NOT_DISPATCHING, "flux_wait_for() from that done is refused");
+    is_trace(&refusing_log, INTS(1, 9, -1, 2), "the later callback ran in its turn, not from the done");
+    EXPECT_OK(flux_dispatcher_destroy(refusing_d));
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
+/* An observed flux_wait_for() -- one token, as every link of a chain, or
+ * several -- hands the wait_for hook its tokens without allocating: an
+ * allocation there could only trap when memory runs out, since the wait has
+ * no way to report FLUX_ERR_NO_MEMORY. */
+#if OOM_INTERPOSE
+static flux_dispatcher *observed_d;
+static flux_token observed_first;
+static size_t observed_count;
+static long observed_allocations;
+static flux_status observed_wait;
+static int observed_reports;
+
+static void count_wait_hook(void *context, flux_token waiter, const flux_token *tokens, size_t count)
+{
+    (void)context;
+    (void)waiter;
+    observed_reports += count == observed_count && tokens[0] == observed_first;
+}
+
+static int waits_observed_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    flux_token tokens[2] = {observed_first, observed_first};
+    arm(LONG_MAX, false);  /* counts allocations, fails none */
+    observed_wait = flux_wait_for(observed_d, tokens, observed_count);
+    observed_allocations = alloc_count;
+    disarm();
+    return 0;
+}
+
+#endif
+
+static void test_an_observed_wait_allocates_nothing(void)
+{
+#if OOM_INTERPOSE
+    observed_d = flux_dispatcher_create();
+    REQUIRE(observed_d != NULL);
+    counter first = {0, 0};
+    flux_token t;
+    REQUIRE(flux_register(observed_d, count_cb, &first, NULL, &observed_first) == FLUX_OK);
+    REQUIRE(flux_register(observed_d, waits_observed_cb, NULL, NULL, &t) == FLUX_OK);
+    flux_observer hooks = {FLUX_OBSERVER_VERSION, NULL, NULL, NULL, NULL, count_wait_hook};
+    REQUIRE(flux_dispatcher_set_observer(observed_d, &hooks, NULL, NULL) == FLUX_OK);
+    for (observed_count = 1; observed_count <= 2; observed_count++) {
+        observed_reports = 0;
+        observed_wait = (flux_status)-1;
+        EXPECT_OK(flux_dispatch(observed_d, NULL));
+        is_int(observed_wait, FLUX_OK, "a wait for %zu token(s) under an observer", observed_count);
+        is_int(observed_reports, 1, "the wait_for hook saw it");
+        is_int(observed_allocations, 0, "and it allocated nothing");
+    }
+    EXPECT_OK(flux_dispatcher_destroy(observed_d));
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
 /* ---- flux_dispatcher_set_observer, idle and during a dispatch ----------- */
 
 static void noop_begin(void *context, const void *payload)
@@ -689,5 +811,7 @@ int main(void)
         return tap_done();
     }
     RUN(test_every_allocation_fails_in_turn);
+    RUN(test_a_refused_payloads_done_cannot_wait);
+    RUN(test_an_observed_wait_allocates_nothing);
     return tap_done();
 }
