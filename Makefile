@@ -376,7 +376,7 @@ check-thread-c: $(TSAN_C_TESTS)
 # to build/fuzz/corpus-TARGET). A crash stops the run; keep the input it
 # leaves in build/fuzz/artifacts/ in fuzz/regressions/TARGET/ once fixed.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := ops signature
+FUZZ_TARGETS := ops signature stores
 FUZZ_FLAGS   := -fuse-ld=lld -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_ENV     := ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:quarantine_size_mb=64
 
