@@ -58,13 +58,14 @@ import Synchronization
 ///   was running, which can never end here.
 ///
 /// **The run** (`Run`), written only by the dispatching thread: `pending`,
-/// this dispatch's pending mark (twice its number, the epoch); `payload`, nil outside a callback (between dispatches,
-/// and while an observer's hook runs, so that a hook cannot wait); `cursor`,
-/// the loop's index, and `end`, where it stops; `top`, the innermost callback
-/// a wait is running (-1: none), which with the table's `waitedBy` is the
-/// stack of waits; `aborted`, with the first failure in `failure` or
-/// `tooDeep`, and its `failedToken`; `stackLimit`, the depth check's bound;
-/// `observer`, fixed for the dispatch.
+/// this dispatch's pending mark (twice its number, the epoch); `payload`,
+/// nil outside a callback (between dispatches, and while an observer's hook
+/// runs, so that a hook cannot wait); `cursor`, the loop's index, and `end`,
+/// where it stops; `top`, the innermost callback a wait is running (-1:
+/// none), which with the table's `waitedBy` is the stack of waits;
+/// `aborted`, with the first failure in `failure` or `tooDeep`, and its
+/// `failedToken`; `stackLimit`, the depth check's bound; `observer`, fixed
+/// for the dispatch.
 ///
 /// **The invariants** (checked in `FLUX_CHECK_INVARIANTS` builds, at every
 /// change of the state word and as each dispatch ends; see the end of the file):
