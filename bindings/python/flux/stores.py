@@ -204,12 +204,15 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
             token = 0
         _native.park_exception(store._pending, payload, exc, token)
         return 1
-    if store._error_state is not None:
+    if _unshown and _unshown.pop(store._ident, False):
         # emit_change(error=...) ran in this handling, which is now over:
         # its emit comes next, and the error is seen from here on -- not
         # before, by stores this one waited for (DESIGN.md 11: only while
-        # the listeners run; Swift's StoreBase.error likewise).
-        store._error_shown = store._error_state[0]
+        # the listeners run; Swift's StoreBase.error likewise). Tested
+        # through a module global, so a reduce with no error pays one load.
+        error_state = store._error_state
+        if error_state is not None:
+            store._error_shown = error_state[0]
     held = _extras[context]
     if new is not state:
         held[0] = state
@@ -451,6 +454,11 @@ def _owner_collected(watch: _OwnerWatch) -> None:
         store._sweep()
 
 
+#: The stores (by id) whose reduce called emit_change(error=...) and has not
+#: returned yet: their error is shown as the reduce returns (see _on_reduce).
+_unshown: dict[int, bool] = {}
+
+
 def _error_emitted(store_ref: weakref.ref[Store]) -> None:
     # The listener emit_change(error=...) adds after all others: the emit's
     # listeners have run, so the error ends here (as Swift's StoreBase
@@ -670,6 +678,7 @@ class Store(_ClosesOnExit):
             self._error_end = end
             self._error_state = (error, _get_ident())
             self._dispatcher._erring[self._ident] = self
+            _unshown[self._ident] = True
 
     @property
     def error(self) -> Any:
@@ -689,6 +698,7 @@ class Store(_ClosesOnExit):
                 return  # another thread's dispatch emitted it, and is running
             self._error_state = self._error_shown = None
             self._dispatcher._erring.pop(self._ident, None)
+            _unshown.pop(self._ident, None)
             end, self._error_end = self._error_end, None
             if end is not None:
                 self._unlisten(end.value, quiet=True)
@@ -931,6 +941,7 @@ class Store(_ClosesOnExit):
                         self._settler = None
                         # Its end listener went with the store.
                         self._error_state = self._error_end = self._error_shown = None
+                        _unshown.pop(self._ident, None)
                         dispatcher._natives.pop(handle, None)
                         dispatcher._children.pop(self._ident, None)
                         dispatcher._store_closed(self)
