@@ -59,8 +59,8 @@
  * Left out, since the rules are not ones the model can state with
  * confidence (or they belong to other targets):
  *   - flux_store_listener_fail() from a reduce or a plain callback that
- *     a listener's wait runs (is it "inside a listener"?): only listeners
- *     and group functions call it, directly;
+ *     a listener's wait runs (flux.h: it fails that listener; test-stores.c
+ *     holds it): only listeners and group functions call it, directly;
  *   - destroys of groups released during a dispatch: they run when it
  *     ends, in an order flux.h does not give, so only their counts are
  *     compared; and a group releasing itself from its own function;

@@ -624,7 +624,9 @@ FLUX_API flux_status flux_store_remove_listener(flux_store *s, flux_listener_id 
  * returns value, which aborts the dispatch like any failing callback:
  * flux_dispatch() returns FLUX_ERR_CALLBACK_FAILED naming the store's token
  * (for a group function, the group's) and value. Calling it again in the
- * same listener replaces value.
+ * same listener replaces value. "Inside" counts what the listener calls:
+ * from a callback or a reduce that the listener's flux_wait_for() runs, it
+ * fails that listener (the innermost one running on the thread).
  *
  * @param d      the dispatcher of the store whose listener is running.
  * @param value  non-zero.

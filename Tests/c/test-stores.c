@@ -1545,6 +1545,35 @@ static void listener_fail_outside_a_listener_is_refused(void)
     teardown(d, &t, 1);
 }
 
+/* A listener waits for another store, whose reduce calls
+ * flux_store_listener_fail(): "inside a listener" counts what the listener
+ * calls, so the waiting listener is the one that fails. */
+static void wait_for_b_hook(lis *l)
+{
+    tstore *b = l->user;
+    flux_token token = flux_store_token(b->s);
+    l->status = flux_wait_for(flux_store_dispatcher(l->s), &token, 1);
+}
+
+static void listener_fail_from_what_a_listener_waits_for_fails_that_listener(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t[2] = {make_store(d, 1, 1, false), make_store(d, 2, 1, false)};
+    t[1]->hook = fail_from_reduce;
+    lis *waiting = listen(t[0]->s, 1, wait_for_b_hook);
+    waiting->user = t[1];
+    lis *next = listen(t[0]->s, 2, NULL);
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    is_int(t[1]->emit_status, FLUX_OK, "the call from the reduce the listener's wait ran is accepted");
+    EXPECT_OK(waiting->status);
+    has_number(flux_last_error(), flux_store_token(t[0]->s), "the failure is the waiting listener's store's");
+    has_number(flux_last_error(), 5, "with the value given");
+    is_int(next->calls, 0, "that store's emit stopped");
+    t[1]->hook = NULL;
+    teardown(d, t, 2);
+}
+
 static void a_failing_group_function_fails_the_dispatch(void)
 {
     ledger_reset();
@@ -2188,6 +2217,7 @@ int main(void)
     RUN(closed_dispatcher_create);
     RUN(a_failing_listener_stops_the_emit_and_fails_the_dispatch);
     RUN(listener_fail_outside_a_listener_is_refused);
+    RUN(listener_fail_from_what_a_listener_waits_for_fails_that_listener);
     RUN(listener_fail_again_replaces_the_value);
     RUN(a_failing_group_function_fails_the_dispatch);
     RUN(another_thread_during_a_dispatch);
