@@ -380,7 +380,7 @@ FUZZ_TARGETS := ops signature stores
 FUZZ_FLAGS   := -fuse-ld=lld -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_ENV     := ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:quarantine_size_mb=64
 
-$(B)/fuzz/fuzz-%: fuzz/fuzz-%.c include/flux.h $(B)/asan/lib/$(SONAME)
+$(B)/fuzz/fuzz-%: fuzz/fuzz-%.c fuzz/model.h include/flux.h $(B)/asan/lib/$(SONAME)
 	@mkdir -p $(B)/fuzz
 	$(Q)$(CLANG) $(TEST_CFLAGS) $(FUZZ_FLAGS) -o $@ $< -L$(B)/asan/lib -lflux -Wl,-rpath,$(abspath $(B)/asan/lib)
 

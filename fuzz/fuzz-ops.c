@@ -31,7 +31,8 @@
 #include <flux.h>
 
 enum { SLOTS = 10, TRACE = 8192, MAX_STEPS = 64, ENQUEUES = 4 };
-enum { NOT_RUN, PENDING, HANDLED };
+#define MODEL_SLOTS SLOTS
+#include "model.h"
 
 #define CHECK(cond)                                                              \
     do {                                                                         \
@@ -51,17 +52,6 @@ typedef struct behaviour {
 } behaviour;
 
 static behaviour behaviours[SLOTS];
-
-typedef struct trace {
-    int v[TRACE];
-    int n;
-} trace;
-
-static void push(trace *t, int v)
-{
-    if (t->n < TRACE)
-        t->v[t->n++] = v;
-}
 
 /* ---- libflux ----------------------------------------------------------- */
 
@@ -142,46 +132,7 @@ static trace m_trace;
 static int m_budget, m_enqueued;
 static int m_queue[ENQUEUES + 1], m_queued; /* FIFO; at most ENQUEUES per operation */
 
-/* One dispatch: participants fixed at its start, identified by the token
- * they had then. */
-static bool m_participant[SLOTS];
-static flux_token m_start_token[SLOTS];
-static int m_phase[SLOTS];
-static bool m_removed[SLOTS];
-static int m_owed_at_end[SLOTS];
-static bool m_aborted;
-
-static int m_find(flux_token t)
-{
-    for (int s = 0; s < SLOTS; s++)
-        if (m_participant[s] && m_start_token[s] == t)
-            return s;
-    return -1;
-}
-
-static void m_callback(int s);
-
-static flux_status m_wait(const flux_token *tokens, int n)
-{
-    if (m_aborted)
-        return FLUX_ERR_CALLBACK_FAILED;
-    for (int i = 0; i < n; i++) {
-        int s = m_find(tokens[i]);
-        if (s < 0 || m_removed[s])
-            return FLUX_ERR_UNKNOWN_TOKEN;
-        if (m_phase[s] == PENDING)
-            return FLUX_ERR_CIRCULAR;
-    }
-    for (int i = 0; i < n; i++) {
-        int s = m_find(tokens[i]);
-        if (m_phase[s] == NOT_RUN && !m_removed[s]) {
-            m_callback(s);
-            if (m_aborted)
-                return FLUX_ERR_CALLBACK_FAILED;
-        }
-    }
-    return FLUX_OK;
-}
+static int m_owed_at_end[SLOTS]; /* destroys owed when the dispatch ends */
 
 static flux_status m_unregister_during(int o)
 {
@@ -195,7 +146,7 @@ static flux_status m_unregister_during(int o)
     return FLUX_OK;
 }
 
-static void m_callback(int s)
+static void m_call(int s)
 {
     const behaviour *b = &behaviours[s];
     m_phase[s] = PENDING;
@@ -227,30 +178,12 @@ static void m_callback(int s)
 /* One dispatch, queue aside. */
 static flux_status m_run(void)
 {
-    int order[SLOTS], n = 0;
-    for (int s = 0; s < SLOTS; s++) {
-        m_participant[s] = m_registered[s];
-        m_start_token[s] = m_token[s];
-        m_phase[s] = NOT_RUN;
-        m_removed[s] = false;
+    for (int s = 0; s < SLOTS; s++)
         m_owed_at_end[s] = 0;
-        if (m_registered[s])
-            order[n++] = s;
-    }
-    /* Registration order is token order. */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && m_token[order[j]] < m_token[order[j - 1]]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    m_aborted = false;
-    for (int i = 0; i < n && !m_aborted; i++)
-        if (m_phase[order[i]] == NOT_RUN && !m_removed[order[i]])
-            m_callback(order[i]);
+    flux_status status = m_run_dispatch(m_registered, m_token);
     for (int s = 0; s < SLOTS; s++)
         m_owed[s] += m_owed_at_end[s];
-    return m_aborted ? FLUX_ERR_CALLBACK_FAILED : FLUX_OK;
+    return status;
 }
 
 /* The queue, FIFO, each payload a dispatch of its own and then its done;

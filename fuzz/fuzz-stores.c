@@ -89,7 +89,8 @@
 enum { STORES = 4, LSLOTS = 8, GROUPS = 2, PLAINS = 2, TRACE = 8192, MAX_STEPS = 64, SERIALS = 1024 };
 /* Registrations in the model: stores 0-3, groups 4-5, plain callbacks 6-7. */
 enum { REGS = STORES + GROUPS + PLAINS, G0 = STORES, C0 = STORES + GROUPS };
-enum { NOT_RUN, PENDING, HANDLED };
+#define MODEL_SLOTS REGS
+#include "model.h"
 enum { SAME, CHANGE, EQUAL, FAIL };
 enum { ALIVE = 0x5a5a, DEAD = 0xdead };
 /* Trace events: EV(kind, a, b). */
@@ -131,17 +132,6 @@ typedef struct cbehaviour {
     bool wait, has, emit, fail;
     int w, h;
 } cbehaviour;
-
-typedef struct trace {
-    int v[TRACE];
-    int n;
-} trace;
-
-static void push(trace *t, int v)
-{
-    if (t->n < TRACE)
-        t->v[t->n++] = v;
-}
 
 /* Behaviours, shared by both sides (set outside a dispatch). */
 static sconfig scfg[STORES + 1]; /* [STORES]: the store whose create fails */
@@ -479,13 +469,8 @@ static bool m_registered[REGS];
 static flux_token m_token[REGS];
 static flux_token m_next;
 
-/* One dispatch: participants fixed at its start, by the token they had. */
-static bool m_participant[REGS];
-static flux_token m_start_token[REGS];
-static int m_phase[REGS];
-static bool m_removed[REGS];
+/* One dispatch (the rest of its state is model.h's). */
 static int m_gowed_at_end[GROUPS];
-static bool m_aborted;
 static bool m_listener_failed; /* the innermost running listener's fail */
 
 static int m_new_state(int value)
@@ -501,38 +486,6 @@ static void m_release(int s, int serial)
         push(&m_trace, EV(RELEASE, s, serial));
         m_owed_releases[serial]++;
     }
-}
-
-static int m_find(flux_token t)
-{
-    for (int r = 0; r < REGS; r++)
-        if (m_participant[r] && m_start_token[r] == t)
-            return r;
-    return -1;
-}
-
-static void m_call(int r);
-
-static flux_status m_wait(const flux_token *tokens, int n)
-{
-    if (m_aborted)
-        return FLUX_ERR_CALLBACK_FAILED;
-    for (int i = 0; i < n; i++) {
-        int r = m_find(tokens[i]);
-        if (r < 0 || m_removed[r])
-            return FLUX_ERR_UNKNOWN_TOKEN;
-        if (m_phase[r] == PENDING)
-            return FLUX_ERR_CIRCULAR;
-    }
-    for (int i = 0; i < n; i++) {
-        int r = m_find(tokens[i]);
-        if (m_phase[r] == NOT_RUN && !m_removed[r]) {
-            m_call(r);
-            if (m_aborted)
-                return FLUX_ERR_CALLBACK_FAILED;
-        }
-    }
-    return FLUX_OK;
 }
 
 static void m_wait1(int which, int w)
@@ -793,32 +746,13 @@ static void m_call(int r)
 
 static flux_status m_dispatch(void)
 {
-    int order[REGS], n = 0;
-    for (int r = 0; r < REGS; r++) {
-        m_participant[r] = m_registered[r];
-        m_start_token[r] = m_token[r];
-        m_phase[r] = NOT_RUN;
-        m_removed[r] = false;
-        if (m_registered[r])
-            order[n++] = r;
-    }
     for (int g = 0; g < GROUPS; g++)
         m_gowed_at_end[g] = 0;
-    /* Registration order is token order. */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && m_token[order[j]] < m_token[order[j - 1]]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    m_aborted = false;
     m_listener_failed = false;
-    for (int i = 0; i < n && !m_aborted; i++)
-        if (m_phase[order[i]] == NOT_RUN && !m_removed[order[i]])
-            m_call(order[i]);
+    flux_status status = m_run_dispatch(m_registered, m_token);
     for (int g = 0; g < GROUPS; g++)
         m_gowed[g] += m_gowed_at_end[g];
-    return m_aborted ? FLUX_ERR_CALLBACK_FAILED : FLUX_OK;
+    return status;
 }
 
 static void m_destroy_store(int s)
