@@ -246,17 +246,22 @@ class _Enqueued:
         self.reported = False
 
 
-def _continues(later: BaseException, earlier: BaseException) -> bool:
-    """Whether ``later`` is ``earlier`` again, or was raised while handling
-    (or from) it."""
+def _in_chain(exc: BaseException | None, match: Callable[[BaseException], bool]) -> bool:
+    """Whether ``match`` holds for ``exc`` or for one it was raised while
+    handling (or from), and so on back (a cycle is walked once)."""
     seen: set[int] = set()
-    exc: BaseException | None = later
     while exc is not None and _id(exc) not in seen:
-        if exc is earlier:
+        if match(exc):
             return True
         seen.add(_id(exc))
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+def _continues(later: BaseException, earlier: BaseException) -> bool:
+    """Whether ``later`` is ``earlier`` again, or was raised while handling
+    (or from) it."""
+    return _in_chain(later, lambda exc: exc is earlier)
 
 
 @_native.trampoline(rerun=True)
@@ -356,14 +361,7 @@ def _about(entry: tuple[object, BaseException, Any, bool, int], token: int, esca
         return False
     if not token or not entry[4] or entry[4] == token:
         return True
-    seen: set[int] = set()
-    exc: BaseException | None = entry[1]
-    while exc is not None and _id(exc) not in seen:
-        if isinstance(exc, FluxError) and exc._values[0] == token:
-            return True
-        seen.add(_id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return _in_chain(entry[1], lambda exc: isinstance(exc, FluxError) and exc._values[0] == token)
 
 
 _DONE = _DONE_TYPE(_on_done)
