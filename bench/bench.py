@@ -34,8 +34,9 @@ once, back to back. The ns figures are each variant's best (minimum) round.
 The ratios are the median over rounds of the ratio within a round: this host
 drifts between fast and slow spells lasting seconds, and two timings taken
 next to each other share the spell, where two separate minimums may not.
-The target is flux <= 1.3 x bare: what the binding adds on top of the
-unavoidable ctypes round trip. This is a measurement, not a test: it always
+The target is flux <= 1.05 x floor at every N: what the binding's own
+code adds on top of what its design costs (flux / bare is shown too; the
+design's extra Python call per callback puts floor at ~1.4 x bare). This is a measurement, not a test: it always
 exits 0 unless something could not be measured.
 
     make bench     (or: PYTHONPATH=bindings/python python3 bench/bench.py)
@@ -60,7 +61,7 @@ from flux import _native
 SIZES = (1, 10, 100)
 REPEATS = int(os.environ.get("FLUX_BENCH_REPEATS", "21"))
 CALLBACKS_PER_RUN = int(os.environ.get("FLUX_BENCH_CALLBACKS", "50000"))
-TARGET = 1.3
+TARGET = 1.05
 
 
 # -- (b) pure-Python Flux: Facebook's Dispatcher.js ---------------------------
@@ -313,11 +314,11 @@ def main() -> int:
         " per variant, interleaved"
     )
     print("  ns per callback: best round (the loop's own cost subtracted);")
-    print("  ratios: flux / other, the median of the ratios within a round; vs bare also (lowest-highest)")
+    print("  ratios: flux / other, the median of the ratios within a round; vs floor also (lowest-highest)")
     print()
     header = (
         f"  {'N':>4}  {'flux':>7}  {'bare':>7}  {'floor':>7}  {'python':>7}  {'blinker':>7}"
-        f"   {'vs bare':>19}  {'vs floor':>8}  {'vs python':>9}  {'vs blinker':>10}"
+        f"   {'vs bare':>7}  {'vs floor':>19}  {'vs python':>9}  {'vs blinker':>10}"
     )
     print(header)
     blinker_missing = False
@@ -337,14 +338,14 @@ def main() -> int:
         else:
             variants["blinker"] = blink
         ns, ratio, spread = measure(variants, loops, n)
-        low, high = spread["bare"]
+        low, high = spread["floor"]
         blinker_ns = f"{ns['blinker']:7.1f}" if "blinker" in ns else f"{'-':>7}"
         blinker_ratio = f"{ratio['blinker']:9.2f}x" if "blinker" in ratio else f"{'-':>10}"
         print(
             f"  {n:>4}  {ns['flux']:7.1f}  {ns['bare']:7.1f}  {ns['floor']:7.1f}  {ns['python']:7.1f}  {blinker_ns}"
-            f"   {ratio['bare']:6.2f}x ({low:4.2f}-{high:4.2f})  {ratio['floor']:7.2f}x  {ratio['python']:8.2f}x  {blinker_ratio}"
+            f"   {ratio['bare']:6.2f}x  {ratio['floor']:6.2f}x ({low:4.2f}-{high:4.2f})  {ratio['python']:8.2f}x  {blinker_ratio}"
         )
-        if ratio["bare"] > TARGET:
+        if ratio["floor"] > TARGET:
             misses += 1
     # The fixed cost of one dispatch with no callback: what N = 1 pays on top.
     ns, ratio, spread = measure(
@@ -354,13 +355,15 @@ def main() -> int:
     )
     print(
         f"  {0:>4}  {ns['flux']:7.1f}  {ns['bare']:7.1f}  {ns['floor']:7.1f}  {'':7}  {'':7}"
-        f"   {ratio['bare']:6.2f}x ({spread['bare'][0]:4.2f}-{spread['bare'][1]:4.2f})  {ratio['floor']:7.2f}x"
+        f"   {ratio['bare']:6.2f}x  {ratio['floor']:6.2f}x ({spread['floor'][0]:4.2f}-{spread['floor'][1]:4.2f})"
         "   (ns per dispatch, no callback: the fixed cost)"
     )
+    if ratio["floor"] > TARGET:
+        misses += 1
     print()
     print(
-        f"  target: flux <= {TARGET}x bare at every N: "
-        + ("ok" if misses == 0 else f"MISSED at {misses} of {len(SIZES)} sizes")
+        f"  target: flux <= {TARGET}x floor at every N and with none: "
+        + ("ok" if misses == 0 else f"MISSED at {misses} of {len(SIZES) + 1}")
     )
     if blinker_missing:
         print("  blinker: not installed")

@@ -265,7 +265,7 @@ def raise_outcome(error: BaseException | None) -> None:
     go of, whose finalizers may call libflux and overwrite
     ``flux_last_error()``: first what escaped a trampoline on this thread,
     then ``error``, if any."""
-    if escaped:
+    if left_over.up:
         raise_escaped()
     if error is not None:
         try:
@@ -278,7 +278,7 @@ def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
     """errcheck for every function returning flux_status but the hot two.
     First raises what escaped a trampoline this call ran (a destroy: see
     :func:`trampoline`): this call is the outermost one."""
-    if escaped:
+    if left_over.up:
         raise_escaped()
     if status:
         raise status_error(status)
@@ -487,8 +487,51 @@ def live(test: Callable[[Any, Any], bool]) -> int:
 #: that thread that can fail fails at once, so the dispatch stops. A weakref
 #: callback reports what escapes it the same way, and flux/stores.py's one
 #: (an owner-bound listener's removal) is marked like a trampoline to be
-#: kept here too.
+#: kept here too. Added to by :func:`park_escaped`, taken by
+#: :func:`take_escaped`, which keep :data:`left_over` up while it has any.
 escaped: dict[int, BaseException] = {}
+
+
+class Flag:
+    """What the hot paths test before a dict: an attribute that is True or
+    False, which CPython tests with no call (a dict's truth is a call: per
+    callback and per dispatch, 3-5% of a dispatch of Python callbacks)."""
+
+    __slots__ = ("queued", "up")
+
+    def __init__(self) -> None:
+        self.up = False
+        self.queued = 0
+
+
+#: Up whenever a thread may have something left for its outermost call to
+#: raise: an entry in :data:`escaped`, or failures of queued dispatches with
+#: no on_error (flux/dispatcher.py, which counts the threads that have some in
+#: ``queued``). Put up before either is recorded and let down only once both
+#: are seen empty (:func:`lower_left_over`), each in steps that make no call
+#: and allocate nothing the collector tracks, so neither an interrupt, a
+#: finalizer nor another thread sees an entry with the flag down.
+left_over = Flag()
+
+
+def park_escaped(ident: int, exc: BaseException) -> None:
+    """Keeps ``exc`` as what escaped on thread ``ident``; the first counts."""
+    left_over.up = True
+    escaped.setdefault(ident, exc)
+
+
+def take_escaped(ident: int) -> BaseException | None:
+    """Takes what escaped on thread ``ident``, if anything."""
+    exc = escaped.pop(ident, None)
+    lower_left_over()
+    return exc
+
+
+def lower_left_over() -> None:
+    """Lets :data:`left_over` down when nothing is left on any thread."""
+    if not escaped and not left_over.queued:
+        left_over.up = False
+
 
 #: id(function) -> (the function, what to run when an exception escapes it
 #: before its work began), for every function the library hands C as a
@@ -563,7 +606,7 @@ def trampoline(
 
 def raise_escaped() -> None:
     """Raises, once, what escaped a trampoline on this thread, if anything."""
-    exc = escaped.pop(get_ident(), None)
+    exc = take_escaped(get_ident())
     if exc is not None:
         try:
             raise exc
@@ -599,7 +642,7 @@ def _on_callback(context: int, payload: object) -> int:
     # The hot path: one list lookup and the call. An exception -- any
     # BaseException, KeyboardInterrupt too -- is parked for the thread that
     # runs the dispatch and turned into a non-zero return, which aborts it.
-    if escaped and get_ident() in escaped:
+    if left_over.up and get_ident() in escaped:
         # An earlier callback of this dispatch failed where it could not
         # say so (its C result may have read as success): stop here.
         return 1
@@ -728,7 +771,7 @@ def _unraisable_hook(unraisable: Any) -> None:
     exc = unraisable.exc_value
     if type(exc) is ArgumentError:  # a libflux call in it failed at the recursion limit
         exc = argument_error(exc)
-    escaped.setdefault(get_ident(), exc)
+    park_escaped(get_ident(), exc)
     fn, on_escape = entry
     if on_escape is not None:
         _recover(fn, on_escape, unraisable.exc_traceback)

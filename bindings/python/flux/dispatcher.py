@@ -71,10 +71,19 @@ from ._native import (
     last_error_values as _last_error_values,
 )
 from ._native import (
+    left_over as _left_over,
+)
+from ._native import (
+    lower_left_over as _lower_left_over,
+)
+from ._native import (
     objects as _objects,
 )
 from ._native import (
     status_error as _status_error,
+)
+from ._native import (
+    take_escaped as _take_escaped,
 )
 from .errors import (
     AlreadyDispatchingError,
@@ -343,6 +352,9 @@ def _report(record: _Enqueued) -> None:
             return
     errors = record.queued_errors.get(ident)
     if errors is None:
+        # Counted first, so nothing sees the entry with the flag down.
+        _left_over.up = True
+        _left_over.queued += 1
         record.queued_errors[ident] = [record.failure]
     else:
         errors += (record.failure,)  # no call between this and its record
@@ -394,6 +406,8 @@ def _take_left(pending: _native.Pending, queued_errors: dict[int, list[BaseExcep
         for failure in errors[1:] if raised else errors:
             exc.add_note(f"{later} queued dispatch also failed: {type(failure).__name__}: {failure}")
         del queued_errors[ident]
+        _left_over.queued -= 1
+        _lower_left_over()
 
 
 def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
@@ -894,7 +908,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                     # would make a cycle (exception -> traceback -> frame -> exception)
                     # that only the cycle collector frees, with every frame in it.
                     del error
-            if _escaped or self._queued_errors:  # tested here: no call on the hot path
+            if _left_over.up:  # a flag: no call on the hot path (see _native.Flag)
                 self._raise_left_over()
         except BaseException as exc:
             # Whatever escapes -- its own failure, or an interrupt anywhere after
@@ -923,8 +937,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         ``_native.escaped``: the dispatch failed all the same), else the
         first queued failure with no ``on_error``. The caller's ``except``
         takes the rest with it (see _take_left)."""
-        if _escaped:
-            escaped = _escaped.pop(get_ident(), None)
+        if _left_over.up:
+            escaped = _take_escaped(get_ident())
             if escaped is not None:
                 try:
                     raise escaped
@@ -1021,11 +1035,11 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             ident = get_ident()
             entries = self._pending.get(ident)
             exc = entries[-1][1] if entries else None
-            if _escaped:
+            if _left_over.up:
                 # What escaped a trampoline of this call (an interrupt, in a
                 # callback of this dispatch or of one it drained) comes out in
                 # place of the failure, which goes with it (see _take_left).
-                other = _escaped.pop(ident, None)
+                other = _take_escaped(ident)
                 if other is not None:
                     exc = other
             if exc is not None:
@@ -1090,7 +1104,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                 raise _argument_error(exc) from None
         if status:
             raise self._wait_error(status)
-        if _escaped:
+        if _left_over.up:
             # A callback run by this wait failed where C could not see it.
             escaped = _escaped.get(get_ident())
             if escaped is not None:
@@ -1141,7 +1155,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             entries = self._pending.get(ident)
             if entries and _native.parked_under_caller(entries[-1][2]):
                 return entries[-1][1]
-            if _escaped and ident in _escaped:
+            if _left_over.up and ident in _escaped:
                 return _escaped[ident]
         return self._error(status)
 

@@ -99,6 +99,9 @@ from ._native import (
     flux_unregister_raw as _flux_unregister_raw,
 )
 from ._native import (
+    left_over as _left_over,
+)
+from ._native import (
     objects as _objects,
 )
 from ._native import (
@@ -187,7 +190,7 @@ class _Settler:
 def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     # The hot path: one list lookup, the store's reduce, and -- only when
     # the state changed -- the held states and a write of *next.
-    if _escaped and _get_ident() in _escaped:
+    if _left_over.up and _get_ident() in _escaped:
         return 1  # this dispatch already failed (see _native.escaped)
     store = _objects[context]()
     if store is None:  # collected with its dispatcher, whose finalizer destroys it
@@ -242,7 +245,7 @@ def _fail_listener(context: int) -> None:
 def _on_listener(context: int) -> None:
     # A listener or a group's function. An exception is parked for the
     # dispatching thread and fails the listener, which aborts the dispatch.
-    if _escaped and _get_ident() in _escaped:
+    if _left_over.up and _get_ident() in _escaped:
         # This dispatch already failed (maybe before the C store took
         # [1]: that one goes at the next reduce).
         _fail_listener(context)
@@ -1035,7 +1038,7 @@ class ReduceStore(Store, Generic[S]):
         # store holds the object at that address now, and the object found,
         # alive (we hold it), is that one.
         held = self._held
-        if _escaped:
+        if _left_over.up:
             _native.raise_escaped()  # what an owner's weakref callback kept, say
         with self._lock:  # not closed meanwhile (see _create)
             handle = self._live_handle("state")

@@ -124,6 +124,68 @@ def test_a_queued_failure_is_raised_by_the_outermost_call_after_the_queue_draine
     d.dispatch(5)  # nothing left over
 
 
+def test_a_queued_failure_outlives_a_dispatch_of_another_dispatcher_ending_before_it_is_raised(
+    d: flux.Dispatcher[Any],
+) -> None:
+    # The end of a dispatch tests one flag (_native.left_over), not each
+    # dispatcher's left-over failures. Another dispatcher's dispatch ends
+    # between the queued failure and the outermost call's end (found
+    # nothing of its own, it lowers the flag if nothing is left anywhere):
+    # the flag must stay up for this thread's failure.
+    from flux import _native
+
+    other = flux.Dispatcher[Any]()
+    other.register(lambda p: None)
+    boom = Boom(2)
+
+    def cb(p: int) -> None:
+        if p == 1:
+            d.enqueue(2)
+            d.enqueue(3)
+        if p == 2:
+            raise boom
+        if p == 3:
+            other.dispatch("between")  # ends with boom recorded, not yet raised
+
+    d.register(cb)
+    assert not _native.left_over.up
+    with pytest.raises(Boom) as info:
+        d.dispatch(1)
+    assert info.value is boom
+    # Taken, so the flag is down again: the hot paths test nothing more.
+    assert not _native.left_over.up and _native.left_over.queued == 0
+    other.close()
+
+
+def test_an_escaped_exception_puts_the_flag_up_until_it_is_raised(d: flux.Dispatcher[Any]) -> None:
+    # What escaped a trampoline stops the dispatch at the next callback,
+    # which tests the flag first: up as the entry is made, down once taken.
+    from flux import _native
+
+    log: list[str] = []
+
+    class Alarm(Exception):
+        pass
+
+    alarm = Alarm()
+
+    def first(p: object) -> None:
+        log.append("first")
+        if p == "p":
+            _native.park_escaped(threading.get_ident(), alarm)  # as the unraisable hook does
+            assert _native.left_over.up
+
+    d.register(first)
+    d.register(lambda p: log.append("second"))
+    with pytest.raises(Alarm) as info:
+        d.dispatch("p")
+    assert info.value is alarm
+    assert log == ["first"]  # the second callback failed at once
+    assert not _native.escaped and not _native.left_over.up
+    d.dispatch("q")
+    assert log == ["first", "first", "second"]
+
+
 def test_the_outer_failure_comes_first_and_queued_ones_are_notes(d: flux.Dispatcher[Any]) -> None:
     outer, queued = Boom("outer"), Boom("queued")
 

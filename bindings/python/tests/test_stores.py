@@ -751,7 +751,7 @@ def test_a_refused_close_leaves_the_store_open_whatever_exception_comes_out(d: f
     group = flux.StoreGroup([grouped], Spy())
     d.dispatch("new")
     state = weakref.ref(grouped.state)
-    _native.escaped[threading.get_ident()] = Alarm()
+    _native.park_escaped(threading.get_ident(), Alarm())
     with pytest.raises(Alarm):
         grouped.close()  # refused by libflux: in a live group
     assert not grouped.closed
@@ -760,7 +760,7 @@ def test_a_refused_close_leaves_the_store_open_whatever_exception_comes_out(d: f
     d.dispatch("new")
     assert grouped.made[-1]() is grouped.state
     # And one libflux did close is closed, with the same exception pending.
-    _native.escaped[threading.get_ident()] = Alarm()
+    _native.park_escaped(threading.get_ident(), Alarm())
     with pytest.raises(Alarm):
         free.close()
     assert free.closed and id(free) not in d._children
@@ -782,7 +782,7 @@ def test_an_interrupt_escaping_the_settlers_removal_comes_out_of_add_listener(
 
     def interrupted_removal(handle: int, listener: int) -> int:
         status = remove(handle, listener)
-        _native.escaped.setdefault(threading.get_ident(), Alarm())  # as if its destroy was interrupted
+        _native.park_escaped(threading.get_ident(), Alarm())  # as if its destroy was interrupted
         return int(status)
 
     counter = Counter(d)

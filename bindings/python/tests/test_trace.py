@@ -201,7 +201,7 @@ def test_start_records_the_trace_before_raising_what_escaped_earlier(d: flux.Dis
     old = flux.Trace(d).start() if replacing else None
     new = flux.Trace(d)
     pending = KeyboardInterrupt("escaped before start()")
-    _native.escaped[threading.get_ident()] = pending
+    _native.park_escaped(threading.get_ident(), pending)
     with pytest.raises(KeyboardInterrupt) as info:
         new.start()
     assert info.value is pending
