@@ -59,8 +59,9 @@ import Synchronization
 ///
 /// **The run** (`Run`), written only by the dispatching thread: `pending`,
 /// this dispatch's pending mark (twice its number, the epoch); `payload`,
-/// nil outside a callback (between dispatches, and while an observer's hook
-/// runs, so that a hook cannot wait); `cursor`, the loop's index, and `end`,
+/// nil outside a callback (between dispatches, while an observer's hook
+/// runs, so that a hook cannot wait, and in an observed dispatch between
+/// its callbacks); `cursor`, the loop's index, and `end`,
 /// where it stops; `top`, the innermost callback a wait is running (-1:
 /// none), which with the table's `waitedBy` is the stack of waits;
 /// `aborted`, with the first failure in `failure` or `tooDeep`, and its
@@ -717,7 +718,7 @@ import Synchronization
         let waiter = run.pointee.top
         table.waitedBy[i] = Int32(truncatingIfNeeded: waiter)
         // Unregistered by the hook: nothing to wait for any more.
-        if let observer = choice.observer, !begin(observer, table, i) { return true }
+        if let observer = choice.observer, !begin(observer, table, i, putAside: true) { return true }
         run.pointee.top = i
         let error = table.callbacks[i].invoke(payload)
         run.pointee.top = waiter
@@ -1042,7 +1043,9 @@ import Synchronization
         // Before the run has its payload: a wait from the hook is refused.
         choice.observer?.dispatchBegin(payload)
         let run = self.run
-        let table = startRun(payload)
+        // Observed, the run holds the payload only while a callback runs,
+        // so the hooks between callbacks find none with nothing put aside.
+        let table = startRun(choice.observer == nil ? payload : nil)
         var i = 0
         // `end` drops to 0 when a callback fails, here or in a waitFor.
         // It and the pending mark are read through `run` each time (after an
@@ -1055,13 +1058,17 @@ import Synchronization
             // The cursor stands in for this callback's pending mark.
             if table.mark(i) < run.pointee.pending {
                 run.pointee.cursor = i
-                if let observer = choice.observer, !begin(observer, table, i) {
-                    i &+= 1
-                    continue
+                if let observer = choice.observer {
+                    if !begin(observer, table, i, putAside: false) {
+                        i &+= 1
+                        continue
+                    }
+                    run.pointee.payload = payload
                 }
                 let error = table.callbacks[i].invoke(payload)
                 if let observer = choice.observer {
-                    hook { observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error) }
+                    run.pointee.payload = nil
+                    observer.callbackEnd(DispatchToken(rawValue: table.tokens[i]), error)
                 }
                 if let error { recordFailure(error, token: table.tokens[i]) }
             }
@@ -1072,11 +1079,12 @@ import Synchronization
         return error
     }
 
-    /// Sets the run state up for a dispatch of `payload`: a new
-    /// epoch, no callback running yet, the stack limit to look up again, and
-    /// the loop's end. Returns the frozen table.
+    /// Sets the run state up for a dispatch holding `payload` (nil: none
+    /// until a callback runs): a new epoch, no callback running yet, the
+    /// stack limit to look up again, and the loop's end. Returns the frozen
+    /// table.
     @inlinable @inline(__always)
-    func startRun(_ payload: Callback.Payload) -> SlotTable<Callback> {
+    func startRun(_ payload: Callback.Payload?) -> SlotTable<Callback> {
         let run = self.run
         run.pointee.pending &+= 2
         run.pointee.payload = payload
@@ -1089,13 +1097,14 @@ import Synchronization
 
     /// Reports that the callback at `i` begins; false when the hook
     /// unregistered it, which then ends at once, not run: flux_unregister
-    /// promises no call once it returned on the dispatching thread.
+    /// promises no call once it returned on the dispatching thread. The
+    /// loop's callers hold no payload to put aside (see `runLoop`).
     @inlinable
-    func begin(_ observer: Observer, _ table: SlotTable<Callback>, _ i: Int) -> Bool {
+    func begin(_ observer: Observer, _ table: SlotTable<Callback>, _ i: Int, putAside: Bool) -> Bool {
         let token = DispatchToken(rawValue: table.tokens[i])
-        hook { observer.callbackBegin(token) }
+        hook(putAside) { observer.callbackBegin(token) }
         guard table.mark(i) == SlotTable<Callback>.removedMark else { return true }
-        hook { observer.callbackEnd(token, nil) }
+        hook(putAside) { observer.callbackEnd(token, nil) }
         return false
     }
 
@@ -1105,8 +1114,10 @@ import Synchronization
     /// waits, forever). With no payload a wait finds no callback running,
     /// so it is refused with `notDispatching` and reports nothing, as from
     /// `dispatchBegin`/`dispatchEnd` (called with none) or a completion.
+    /// `putAside` false: the run holds none now (the observed loop's).
     @inlinable @inline(__always)
-    func hook(_ call: () -> Void) {
+    func hook(_ putAside: Bool = true, _ call: () -> Void) {
+        guard putAside else { return call() }
         let run = self.run
         let payload = run.pointee.payload.take()
         call()
