@@ -452,3 +452,59 @@ def test_dispatchers_dispatching_each_other_from_two_threads_fail_cleanly() -> N
         assert not any(thread.is_alive() for thread in threads), "the two threads deadlocked"
         assert sorted(o.split(":")[0] for o in outcomes) == ["ok", "refused"], outcomes
         assert "deadlock" in next(o for o in outcomes if o.startswith("refused"))
+
+
+def test_an_escape_on_one_thread_stops_its_dispatch_while_other_threads_dispatches_end() -> None:
+    # A trampoline's escape is parked per thread, behind one flag for every
+    # thread (_native.left_over) that each dispatch's end may lower once it
+    # finds nothing left anywhere. Another thread's dispatches, ending all the
+    # time, must never lower it under this thread's entry: the next callback
+    # of this dispatch would then run instead of failing.
+    import sys
+
+    from flux import _native
+
+    class Escaped(Exception):
+        pass
+
+    rounds = 2000
+    ran_after: list[int] = []
+    raised: list[int] = []
+    mine, other = flux.Dispatcher[Any](), flux.Dispatcher[Any]()
+    n = [0]
+
+    def first(p: int) -> None:
+        if p % 2:
+            _native.park_escaped(threading.get_ident(), Escaped(p))  # as the unraisable hook does
+
+    def second(p: int) -> None:
+        if p % 2:
+            ran_after.append(p)
+
+    mine.register(first)
+    mine.register(second)
+    other.register(lambda p: n.__setitem__(0, n[0] + 1))
+
+    def escaping() -> None:
+        for p in range(rounds):
+            try:
+                mine.dispatch(p)
+            except Escaped as exc:
+                raised.append(exc.args[0])
+
+    def ending() -> None:
+        for p in range(rounds * 5):
+            other.dispatch(p)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython will
+    try:
+        run_threads([escaping, ending])
+    finally:
+        sys.setswitchinterval(interval)
+    assert ran_after == []
+    assert raised == list(range(1, rounds, 2))
+    assert n[0] == rounds * 5
+    assert not _native.escaped and not _native.left_over.up
+    mine.close()
+    other.close()
