@@ -507,10 +507,10 @@ class Flag:
 #: Up whenever a thread may have something left for its outermost call to
 #: raise: an entry in :data:`escaped`, or failures of queued dispatches with
 #: no on_error (flux/dispatcher.py, which counts the threads that have some in
-#: ``queued``). Put up before either is recorded and let down only once both
-#: are seen empty (:func:`lower_left_over`), each in steps that make no call
-#: and allocate nothing the collector tracks, so neither an interrupt, a
-#: finalizer nor another thread sees an entry with the flag down.
+#: ``queued``). Put up (and counted) before either is recorded, and let
+#: down only where both are seen empty, with no call between that test and
+#: the store (:func:`lower_left_over`): neither an interrupt, a finalizer
+#: nor another thread ever sees an entry with the flag down.
 left_over = Flag()
 
 
