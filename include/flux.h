@@ -28,9 +28,14 @@
  * SQLite rule, so a binding has a single leak-free path). A registration's
  * destroy function never runs with a library lock held or inside a running
  * dispatch (a store listener's may run inside one: see "Stores"), so it may
- * call any function of this header (even dispatch the same dispatcher); during
- * flux_dispatcher_destroy(), calls on the dispatcher being destroyed fail with
- * FLUX_ERR_INVALID_ARGUMENT. The payload passed
+ * call any function of this header (even dispatch the same dispatcher) --
+ * except the one a failing flux_register() runs at once: that one runs on
+ * the caller's thread, so inside the caller's callback when it was called
+ * from one, where dispatching that dispatcher fails with
+ * FLUX_ERR_ALREADY_DISPATCHING (so do the release_state and destroy that a
+ * failing flux_store_create() runs, and a failing group create's destroy);
+ * during flux_dispatcher_destroy(), calls on the dispatcher being destroyed
+ * fail with FLUX_ERR_INVALID_ARGUMENT. The payload passed
  * to flux_dispatch() stays the caller's; callbacks borrow it for the duration
  * of the call. flux_closure_create() takes ownership of its userdata by the
  * same rule: destroy(userdata) runs once, on flux_closure_destroy() or at once
@@ -631,7 +636,9 @@ FLUX_API flux_status flux_store_remove_listener(flux_store *s, flux_listener_id 
  * @param d      the dispatcher of the store whose listener is running.
  * @param value  non-zero.
  * @return FLUX_OK.
- *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or value is 0.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or value is 0, or d is being
+ *         destroyed (a call from a destroy that flux_dispatcher_destroy()
+ *         runs).
  *         FLUX_ERR_NOT_DISPATCHING: not called from inside a listener or a
  *         group function of d, on the dispatching thread.
  * Threads: only from inside a listener or group function, on its thread.
@@ -1064,10 +1071,11 @@ FLUX_API const char *flux_last_error(void);
  *         the callback whose failure aborted the dispatch
  *         (FLUX_ERR_CALLBACK_FAILED; for a store's failing reduce or
  *         listener, the store's own token), the first token a call rejected
- *         (FLUX_ERR_UNKNOWN_TOKEN; 0 when that token was 0), the pending
- *         token a wait asked for (FLUX_ERR_CIRCULAR), the token whose run
- *         would have gone too deep (FLUX_ERR_TOO_DEEP); 0 for every other
- *         status. The value a binding reads to build its own error, instead
+ *         (FLUX_ERR_UNKNOWN_TOKEN; 0 when that token was 0, and from
+ *         flux_store_remove_listener(), whose listener ids are not tokens),
+ *         the pending token a wait asked for (FLUX_ERR_CIRCULAR), the token
+ *         whose run would have gone too deep (FLUX_ERR_TOO_DEEP); 0 for every
+ *         other status. The value a binding reads to build its own error, instead
  *         of parsing flux_last_error(). Same lifetime as flux_last_error();
  *         reading any of the flux_last_error* functions changes nothing.
  * Threads: any thread; each thread has its own.

@@ -38,17 +38,17 @@ struct CListener: StoreListener {
 private func callListener(
     _ function: FluxListenerFunction, _ context: UnsafeMutableRawPointer?, _ handle: OpaquePointer
 ) -> CallbackFailure? {
-    let side = handle.storeSide
+    let cells = handle.listenerCells
     // A listener may run others (through flux_wait_for): each sees its own
     // cell. The cell is 0 unless a failure is pending, so the common case
     // (no failure, not nested in a failed one) stores nothing to it.
-    let outer = side.pointee.listenerFailure
-    if outer != 0 { side.pointee.listenerFailure = 0 }
-    side.pointee.listenerDepth &+= 1  // bounded by the stack: no overflow check
+    let outer = cells.pointee.listenerFailure
+    if outer != 0 { cells.pointee.listenerFailure = 0 }
+    cells.pointee.listenerDepth &+= 1  // bounded by the stack: no overflow check
     function(context)
-    side.pointee.listenerDepth &-= 1
-    let value = side.pointee.listenerFailure
-    if value | outer != 0 { side.pointee.listenerFailure = outer }
+    cells.pointee.listenerDepth &-= 1
+    let value = cells.pointee.listenerFailure
+    if value | outer != 0 { cells.pointee.listenerFailure = outer }
     return value == 0 ? nil : CallbackFailure(value: value)
 }
 
@@ -307,12 +307,17 @@ public func flux_store_listener_fail(_ handle: OpaquePointer?, _ value: Int32) -
     guard let handle else { return fail("flux_store_listener_fail", .invalidArgument, "the dispatcher is NULL") }
     guard value != 0 else { return fail("flux_store_listener_fail", .invalidArgument, "value is 0") }
     // The depth is the dispatching thread's: check the thread first.
-    guard handle.dispatcher.pointee.isDispatchingOnCurrentThread, handle.storeSide.pointee.listenerDepth > 0 else {
+    guard handle.dispatcher.pointee.isDispatchingOnCurrentThread, handle.listenerCells.pointee.listenerDepth > 0 else {
+        // From a destroy that flux_dispatcher_destroy runs: refused as every
+        // call on a dispatcher being destroyed is (flux.h, "Ownership").
+        if handle.dispatcher.pointee.isClosing {
+            return fail("flux_store_listener_fail", .invalidArgument, "the dispatcher is closed (being destroyed)")
+        }
         return fail(
             "flux_store_listener_fail", .notDispatching,
             "must be invoked from a store listener or a group function, on the dispatching thread")
     }
-    handle.storeSide.pointee.listenerFailure = value
+    handle.listenerCells.pointee.listenerFailure = value
     return 0
 }
 

@@ -262,6 +262,12 @@ import Synchronization
         state.load(ordering: .acquiring) & Self.dispatchingBit != 0
     }
 
+    /// True once `close()` has begun (the dispatcher is being destroyed):
+    /// every later call on it is refused. Any thread; never waits.
+    @_spi(Engine) public var isClosing: Bool {
+        state.load(ordering: .acquiring) & Self.closedBit != 0
+    }
+
     /// True while the calling thread is running a dispatch of this dispatcher.
     @inlinable
     @_spi(Engine) public var isDispatchingOnCurrentThread: Bool {

@@ -848,6 +848,21 @@ static void test_destroy_exactly_once(void)
     EXPECT_OK(flux_closure_destroy(c));
 }
 
+/* The debugging aid of flux_closure_destroy(): memory that does not carry
+ * a live closure's tag is refused, nothing done. (Only memory the test owns
+ * is passed: a second destroy of a real closure would read freed memory.) */
+static void test_not_a_live_closure_is_refused(void)
+{
+    _Alignas(16) unsigned char fake[256];
+    memset(fake, 0, sizeof fake);
+    flux_closure *c = (flux_closure *)fake;
+    EXPECT_STATUS(flux_closure_destroy(c), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "flux_closure_destroy: not a live closure", "the message says why");
+    is_ptr(flux_closure_code(c), NULL, "flux_closure_code() of it is NULL");
+    unsigned char zero[sizeof fake] = {0};
+    ok(memcmp(fake, zero, sizeof fake) == 0, "and nothing was written to it");
+}
+
 /* flux_last_error() stays per thread and a success leaves it alone. */
 static void test_success_keeps_last_error(void)
 {
@@ -878,6 +893,7 @@ int main(void)
     RUN(test_malformed_signatures);
     RUN(test_null_arguments);
     RUN(test_destroy_exactly_once);
+    RUN(test_not_a_live_closure_is_refused);
     RUN(test_success_keeps_last_error);
     return tap_done();
 }

@@ -23,6 +23,7 @@ typedef struct recorder {
     int done_dispatching[64];
     flux_status dispatch_from_done[64];
     flux_status destroy_from_done[64];
+    flux_status wait_from_done[64];
     char done_error[64][160];
     void *done_context[64];  /* the context the last done of that id got */
 } recorder;
@@ -229,6 +230,8 @@ static void done_that_reenters(void *context, void *payload, flux_status status)
     item *it = payload;
     rec.dispatch_from_done[it->id] = flux_dispatch(rec.d, &items[60]);
     rec.destroy_from_done[it->id] = flux_dispatcher_destroy(rec.d);
+    flux_token first = 1; /* the logger's token: registered, and already run */
+    rec.wait_from_done[it->id] = flux_wait_for(rec.d, &first, 1);
     if (it->id < 3)
         flux_enqueue(rec.d, &items[it->id + 1], done_that_reenters, CTX(it->id + 1));
 }
@@ -246,6 +249,8 @@ static void test_done_sees_a_dispatching_dispatcher(void)
                "done %d: flux_dispatch is refused", i);
         is_int(rec.destroy_from_done[i], FLUX_ERR_ALREADY_DISPATCHING,
                "done %d: flux_dispatcher_destroy is refused", i);
+        is_int(rec.wait_from_done[i], FLUX_ERR_NOT_DISPATCHING,
+               "done %d: flux_wait_for is refused (only a callback waits)", i);
     }
     is_trace(&rec.log, INTS(101, -1001, 201, -1002, 301, -1003),
              "an enqueue from done is queued and run by the same outer call");

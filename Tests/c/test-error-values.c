@@ -108,6 +108,15 @@ static void test_store_failures_name_the_store(void)
     EXPECT_OK(flux_store_add_listener(s, failing_listener, d, NULL, &listener));
     EXPECT_STATUS(flux_dispatch(d, payload), FLUX_ERR_CALLBACK_FAILED);
     is_uint(flux_last_error_token(), flux_store_token(s), "a failing listener: the token is its store's");
+
+    /* A listener id is not a token (flux.h, flux_listener_id): an unknown
+     * one is FLUX_ERR_UNKNOWN_TOKEN with no token, not the id. */
+    EXPECT_STATUS(flux_unregister(d, 4242), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_OK(flux_store_remove_listener(s, listener));
+    EXPECT_STATUS(flux_store_remove_listener(s, listener), FLUX_ERR_UNKNOWN_TOKEN);
+    is_uint(flux_last_error_token(), 0, "a removed listener id: 0, not the id nor the earlier token");
+    EXPECT_STATUS(flux_store_remove_listener(s, 77), FLUX_ERR_UNKNOWN_TOKEN);
+    is_uint(flux_last_error_token(), 0, "a never-issued listener id: 0");
     EXPECT_OK(flux_store_destroy(s));
     EXPECT_OK(flux_dispatcher_destroy(d));
 }

@@ -152,6 +152,54 @@ static void test_destroy_on_failed_register(void)
     check_ledger_clean();
 }
 
+/* flux.h, "Ownership": a failing flux_register() runs destroy at once, on
+ * the caller's thread -- from inside a callback, that is inside the running
+ * dispatch (the one exception to "never inside a running dispatch"), where
+ * dispatching the same dispatcher is refused. */
+static struct inside_failed {
+    flux_dispatcher *d;
+    int destroyed;
+    int dispatching;
+    flux_status dispatch_status;
+    flux_status register_status;
+} inside_failed;
+
+static void inside_failed_destroy(void *context)
+{
+    (void)context;
+    inside_failed.destroyed++;
+    inside_failed.dispatching = flux_is_dispatching(inside_failed.d);
+    inside_failed.dispatch_status = flux_dispatch(inside_failed.d, payload);
+}
+
+static int register_null_cb(void *context, const void *p)
+{
+    (void)context;
+    (void)p;
+    flux_token t = 5;
+    inside_failed.register_status = flux_register(inside_failed.d, NULL, NULL, inside_failed_destroy, &t);
+    is_int(inside_failed.destroyed, 1, "destroy ran before the failing flux_register() returned");
+    return 0;
+}
+
+static void test_destroy_of_failed_register_inside_a_callback(void)
+{
+    memset(&inside_failed, 0, sizeof inside_failed);
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    inside_failed.d = d;
+    flux_token t;
+    EXPECT_OK(flux_register(d, register_null_cb, NULL, NULL, &t));
+    EXPECT_OK(flux_dispatch(d, payload));
+    is_int(inside_failed.register_status, FLUX_ERR_INVALID_ARGUMENT, "the register inside the callback failed");
+    is_int(inside_failed.destroyed, 1, "its destroy ran once");
+    is_int(inside_failed.dispatching, 1, "inside the running dispatch");
+    is_int(inside_failed.dispatch_status, FLUX_ERR_ALREADY_DISPATCHING,
+           "so dispatching the same dispatcher from it is refused");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(inside_failed.destroyed, 1, "and never again");
+}
+
 static int null_context_destroyed;
 static void null_context_destroy(void *context)
 {
@@ -599,6 +647,7 @@ int main(void)
     RUN(test_destroy_on_unregister);
     RUN(test_destroy_on_dispatcher_destroy_in_order);
     RUN(test_destroy_on_failed_register);
+    RUN(test_destroy_of_failed_register_inside_a_callback);
     RUN(test_destroy_null_allowed);
     RUN(test_self_unregister_destroy_deferred);
     RUN(test_unregister_later_destroy_deferred);

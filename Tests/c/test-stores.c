@@ -1545,6 +1545,30 @@ static void listener_fail_outside_a_listener_is_refused(void)
     teardown(d, &t, 1);
 }
 
+/* flux.h, "Ownership": during flux_dispatcher_destroy(), calls on the
+ * dispatcher being destroyed fail with FLUX_ERR_INVALID_ARGUMENT -- this one
+ * too, from a destroy that the destroy of d runs (not NOT_DISPATCHING). */
+typedef struct fail_closer {
+    flux_dispatcher *d;
+    flux_status status;
+} fail_closer;
+
+static void fail_closer_destroy(void *context)
+{
+    fail_closer *c = context;
+    c->status = flux_store_listener_fail(c->d, 5);
+}
+
+static void listener_fail_on_a_dispatcher_being_destroyed_is_invalid(void)
+{
+    flux_dispatcher *d = new_dispatcher();
+    fail_closer c = {.d = d, .status = FLUX_OK};
+    flux_token token;
+    EXPECT_OK(flux_register(d, noop_cb, &c, fail_closer_destroy, &token));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(c.status, FLUX_ERR_INVALID_ARGUMENT, "from a destroy the dispatcher's destroy runs: INVALID_ARGUMENT");
+}
+
 /* A listener waits for another store, whose reduce calls
  * flux_store_listener_fail(): "inside a listener" counts what the listener
  * calls, so the waiting listener is the one that fails. */
@@ -2135,6 +2159,90 @@ static void *ending_dispatch(void *arg)
     return NULL;
 }
 
+/* flux_store_create() and flux_store_group_create() -- "any thread, any
+ * time" -- on one thread while the dispatching thread runs listeners and
+ * group functions of the same dispatcher, with no synchronization between
+ * them: the store count those calls change and the listener cells
+ * flux_store_listener_fail() uses are separate memory, and must be separate
+ * accesses too (under ThreadSanitizer, make check-thread-c, this is a race
+ * report otherwise). */
+static struct side_race {
+    atomic_int stop;
+    atomic_int listened;
+    atomic_int made;
+    int destroyed;
+    flux_status status;
+} SR;
+
+static int side_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context, (void)payload;
+    *next = (void *)((intptr_t)state + 1);
+    return 0;
+}
+
+static void side_listener(void *context)
+{
+    (void)context;
+    atomic_fetch_add_explicit(&SR.listened, 1, memory_order_relaxed);
+}
+
+static void *side_thread(void *arg)
+{
+    flux_dispatcher *d = arg;
+    while (!atomic_load_explicit(&SR.stop, memory_order_relaxed)) {
+        flux_store *s;
+        flux_status st = flux_store_create(d, NULL, side_reduce, NULL, NULL, NULL, NULL, &s);
+        if (st != FLUX_OK) {
+            SR.status = st;
+            break;
+        }
+        atomic_fetch_add(&SR.made, 1);
+        flux_store_group *g;
+        st = flux_store_group_create(&s, 1, side_listener, NULL, NULL, &g);
+        if (st == FLUX_OK)
+            st = flux_store_group_release(g);
+        if (st != FLUX_OK) {
+            SR.status = st;
+            break;
+        }
+        /* Refused while a dispatch runs: try again until it is idle. */
+        while ((st = flux_store_destroy(s)) == FLUX_ERR_ALREADY_DISPATCHING)
+            sched_yield();
+        if (st != FLUX_OK) {
+            SR.status = st;
+            break;
+        }
+        SR.destroyed++;
+    }
+    return NULL;
+}
+
+static void stores_made_on_another_thread_while_listeners_run(void)
+{
+    memset(&SR, 0, sizeof SR);
+    flux_dispatcher *d = new_dispatcher();
+    flux_store *s;
+    REQUIRE(flux_store_create(d, NULL, side_reduce, NULL, NULL, NULL, NULL, &s) == FLUX_OK);
+    flux_listener_id id;
+    REQUIRE(flux_store_add_listener(s, side_listener, NULL, NULL, &id) == FLUX_OK);
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, side_thread, d) == 0);
+    int failed = 0;
+    long rounds = tap_scale(20000), i;
+    /* Until the other thread has been through its loop a few times too. */
+    for (i = 0; i < rounds || atomic_load(&SR.made) < 50; i++)
+        failed += flux_dispatch(d, "inc") != FLUX_OK;
+    atomic_store(&SR.stop, 1);
+    pthread_join(th, NULL);
+    is_int(failed, 0, "every dispatch succeeded");
+    is_int(SR.status, FLUX_OK, "every create, group and destroy on the other thread succeeded");
+    is_int(SR.destroyed, atomic_load(&SR.made), "each store made there was destroyed (%d)", SR.destroyed);
+    ok(atomic_load(&SR.listened) >= i, "the listener ran in every dispatch");
+    EXPECT_OK(flux_store_destroy(s));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 static void dispatcher_with_stores_is_not_destroyed_as_a_dispatch_ends(void)
 {
     int rounds = tap_under_valgrind() ? 50 : 3000, destroyed = 0, refused = 0;
@@ -2217,6 +2325,7 @@ int main(void)
     RUN(closed_dispatcher_create);
     RUN(a_failing_listener_stops_the_emit_and_fails_the_dispatch);
     RUN(listener_fail_outside_a_listener_is_refused);
+    RUN(listener_fail_on_a_dispatcher_being_destroyed_is_invalid);
     RUN(listener_fail_from_what_a_listener_waits_for_fails_that_listener);
     RUN(listener_fail_again_replaces_the_value);
     RUN(a_failing_group_function_fails_the_dispatch);
@@ -2226,6 +2335,7 @@ int main(void)
     RUN(a_listener_whose_wait_meets_a_failure_stops_the_emit);
     RUN(listener_rules_hold_across_many_removals);
     RUN(listeners_added_and_removed_by_other_threads_during_emits);
+    RUN(stores_made_on_another_thread_while_listeners_run);
     RUN(dispatcher_with_stores_is_not_destroyed_as_a_dispatch_ends);
     return tap_done();
 }
