@@ -356,7 +356,8 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  * whose callbacks already finished in this dispatch are skipped. Every token
  * is checked -- registered, and not running further up the stack -- before
  * any callback is invoked, so on FLUX_ERR_UNKNOWN_TOKEN or FLUX_ERR_CIRCULAR
- * no callback has run.
+ * no callback has run; a token whose callback is unregistered by one this
+ * call runs is then skipped, not an error.
  *
  * @param tokens  an array of count tokens; may be NULL only when count is 0.
  * @return FLUX_OK.

@@ -164,7 +164,8 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// run yet in this dispatch, before returning.
     /// - Throws: `FluxError` with `.notDispatching`, `.unknownToken` or
     ///   `.circularDependency` (checked for every token before any callback
-    ///   runs); or the error of a callback that failed in this dispatch.
+    ///   runs: a token whose callback one of them unregisters is then
+    ///   skipped); or the error of a callback that failed in this dispatch.
     public func waitFor(_ tokens: some Collection<DispatchToken>) throws {
         do {
             try core.waitFor(tokens)

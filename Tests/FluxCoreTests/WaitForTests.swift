@@ -29,6 +29,26 @@ import Testing
         #expect(log.all == ["b x", "a x"])
     }
 
+    /// Every token is checked before any callback runs; one whose callback
+    /// an earlier token's unregisters is then skipped, not an error.
+    @Test func aTokenUnregisteredByACallbackTheWaitRanIsSkipped() throws {
+        let d = Dispatcher<String>()
+        let log = Log()
+        let tokens = Box<[DispatchToken]>([])
+        d.register { [unowned d] _ in
+            try d.waitFor(tokens.value)
+            log.append("waiter")
+        }
+        let remover = d.register { [unowned d] _ in
+            try d.unregister(tokens.value[1])
+            log.append("remover")
+        }
+        let target = d.register { _ in log.append("target") }
+        tokens.value = [remover, target]
+        try d.dispatch("x")
+        #expect(log.all == ["remover", "waiter"])
+    }
+
     @Test func chainsOfAnyDepthRunInDependencyOrder() throws {
         let d = Dispatcher<Int>()
         let log = Log()

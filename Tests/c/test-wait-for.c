@@ -482,6 +482,32 @@ static void test_wait_for_handled_then_unregistered(void)
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
 
+/* wait_for [remover, target]: every token is checked before any callback
+ * runs, so the remover runs and the target, which it unregisters, is then
+ * skipped -- the call cannot report UNKNOWN_TOKEN once a callback ran. */
+static void test_wait_for_several_skips_a_token_one_of_them_unregisters(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    node w, target;
+    node_init(&w, 1, d, &log);
+    node_init(&target, 3, d, &log);
+    EXPECT_OK(node_register(&w));
+    struct remover r = {d, 0, (flux_status)-1};
+    flux_token tr;
+    EXPECT_OK(flux_register(d, remove_target, &r, NULL, &tr));
+    EXPECT_OK(node_register(&target));
+    r.target = target.token;
+    flux_token list[] = {tr, target.token};
+    node_wait_on(&w, 2, list);
+    EXPECT_OK(flux_dispatch(d, payload));
+    is_int(r.status, FLUX_OK, "the first token's callback unregistered the second");
+    is_int(w.wait_status, FLUX_OK, "the wait succeeded: the second token was skipped");
+    is_int(target.calls, 0, "the unregistered callback never ran");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 /* A callback of `inner` that waits on a token of the outer dispatcher, which
  * is dispatching further up the same thread. */
 struct nested_wait {
@@ -730,6 +756,7 @@ int main(void)
     RUN(test_circular_checked_first);
     RUN(test_wait_for_token_unregistered_during_dispatch);
     RUN(test_wait_for_handled_then_unregistered);
+    RUN(test_wait_for_several_skips_a_token_one_of_them_unregisters);
     RUN(test_wait_for_token_registered_during_dispatch);
     RUN(test_wait_for_other_dispatcher);
     RUN(test_wait_for_outer_from_nested_dispatch);

@@ -1057,7 +1057,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
 
         A :class:`flux.Store` stands for its ``dispatch_token`` (a store of
         another dispatcher is a token of another dispatcher); stores and
-        tokens may be mixed. Every token is checked before any callback runs.
+        tokens may be mixed. Every token is checked before any callback runs;
+        a token whose callback one of them unregisters is then skipped.
 
         :raises NotDispatchingError: not inside a dispatch of this dispatcher
             on this thread.

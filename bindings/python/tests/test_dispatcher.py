@@ -289,6 +289,25 @@ def test_wait_for_checks_every_token_before_running_any(d: flux.Dispatcher[Any])
     assert "99" in str(errors[0])
 
 
+def test_wait_for_skips_a_token_that_a_callback_it_ran_unregistered(d: flux.Dispatcher[Any]) -> None:
+    calls: list[str] = []
+    tokens: dict[str, flux.Token] = {}
+
+    def waiter(p: Any) -> None:
+        d.wait_for([tokens["remover"], tokens["target"]])  # both checked, then run in turn
+        calls.append("waiter")
+
+    def remover(p: Any) -> None:
+        d.unregister(tokens["target"])
+        calls.append("remover")
+
+    d.register(waiter)
+    tokens["remover"] = d.register(remover)
+    tokens["target"] = d.register(lambda p: calls.append("target"))
+    d.dispatch(None)
+    assert calls == ["remover", "waiter"]
+
+
 def test_circular_wait_names_the_token(d: flux.Dispatcher[Any]) -> None:
     tokens: dict[str, flux.Token] = {}
     errors: list[flux.FluxError] = []
