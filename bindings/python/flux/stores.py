@@ -935,8 +935,11 @@ class Store(_ClosesOnExit):
                     if status:
                         self._handle = handle  # refused: nothing changed, the store is open
                     else:
-                        # No call before the native handle is forgotten (the
-                        # dispatcher's finalizer would destroy it again).
+                        # No call before the native handle is forgotten: an
+                        # interrupt raised after one (a dict's pop is one)
+                        # would skip it, and the dispatcher's finalizer would
+                        # destroy the freed store again.
+                        dispatcher._natives.pop(handle, None)
                         self._held[0] = None
                         self._held[1] = _SETTLED  # the C store's states go (kept above)
                         self._fns = {}
@@ -945,7 +948,6 @@ class Store(_ClosesOnExit):
                         # Its end listener went with the store.
                         self._error_state = self._error_end = self._error_shown = None
                         _unshown.pop(self._ident, None)
-                        dispatcher._natives.pop(handle, None)
                         dispatcher._children.pop(self._ident, None)
                         dispatcher._store_closed(self)
                         token = getattr(self, "_token", None)  # None: creation was interrupted

@@ -594,6 +594,40 @@ def test_sigint_anywhere_in_an_owners_removal_leaves_it_removed_and_counted() ->
     )
 
 
+def test_sigint_anywhere_in_a_stores_close_leaves_nothing_for_the_finalizer_to_destroy_again() -> None:
+    # A store's close() that destroyed the native store must forget its
+    # handle before anything an interrupt can cut short: the dispatcher's
+    # finalizer destroys the handles still recorded, and a freed store
+    # destroyed again crashed the process (as a `_unshown.pop` before the
+    # forgetting let SIGALRM do, now and then, in the test after this one).
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            """
+        place = 0
+        while True:
+            place += 1
+            d = flux.Dispatcher()
+            store = Counter(d)
+            store.add_listener(lambda: None)
+            d.dispatch("inc")
+            handle = store._handle
+            reached, raised = interrupt_at(place, store.close)
+            assert raised is None or raised is sent[-1], (place, raised)
+            if not reached:
+                break  # close() ran to its end: every place was tried
+            store.close()  # finishes, or finds it closed
+            assert store.closed and handle not in d._natives, place
+            d.close()
+            del d, store
+            clean()  # the finalizer: a handle left recorded is destroyed again
+            assert all(c is None for c in _native.objects), (place, _native.objects)
+        assert place > 10, place  # close() was traced
+        """
+        )
+    )
+
+
 def test_sigint_anywhere_in_close_leaves_a_close_the_next_one_finishes() -> None:
     # close() cut short once it cleared its handle reads as closed: the next
     # close() must finish it -- every store and group closed, every
