@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import time
 import weakref
@@ -123,6 +124,8 @@ class Token:
     issued it (by a serial number, not a reference, so tokens never keep a
     dispatcher alive), and every other dispatcher rejects it with
     :class:`~flux.UnknownTokenError`. ``int(token)`` is the C ``flux_token``.
+    Immutable: ``copy`` and ``deepcopy`` give the token itself (so state
+    holding tokens can be deep-copied); ``pickle`` refuses it.
     """
 
     __slots__ = ("_address", "_cell", "_dispatcher", "_value")
@@ -156,12 +159,29 @@ class Token:
     def __repr__(self) -> str:
         return f"<flux.Token {self._value} of dispatcher #{self._dispatcher}>"
 
+    def __copy__(self) -> Token:
+        return self  # immutable: a copy in this process is the token itself
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Token:
+        return self
+
     def __reduce__(self) -> Any:
         raise TypeError("a flux.Token is only meaningful in the process that issued it")
 
 
 def _not_a_token(token: object) -> TypeError:
     return TypeError(f"expected a flux.Token, not {type(token).__name__}")
+
+
+def _default_name(callback: object) -> str:
+    """A registration's name when none is given: the callback's
+    ``__qualname__``, else its ``repr`` -- always a str, and never a reason
+    for register() to fail (a callable's repr may raise)."""
+    try:
+        qualname = getattr(callback, "__qualname__", None)
+        return qualname if isinstance(qualname, str) and qualname else repr(callback)
+    except Exception:  # noqa: BLE001 -- a name is cosmetic: the type's then
+        return f"<{type(callback).__qualname__} object>"
 
 
 def _closed(operation: str) -> InvalidArgumentError:
@@ -452,6 +472,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
     would wait for each other for good (each dispatching, from a callback, a
     dispatcher another is dispatching): the dispatch that would close that
     cycle raises :class:`~flux.AlreadyDispatchingError` instead.
+    Initializing a dispatcher that is not closed again raises
+    :class:`RuntimeError` (nothing is changed).
 
     A dispatcher that is garbage collected without :meth:`close` is closed by
     a ``weakref.finalize``, which first destroys the stores and groups that
@@ -485,6 +507,11 @@ class Dispatcher(_native.Unshareable, Generic[P]):
     )
 
     def __init__(self) -> None:
+        if getattr(self, "_handle", None) is not None or getattr(self, "_unfinished", None) is not None:
+            # A second native dispatcher under this object would leave the
+            # first's callbacks and stores out of reach of close(), as for
+            # a store (see Store._create).
+            raise RuntimeError(f"{self!r} is already made: close() it before initializing it again")
         handle = _flux_dispatcher_create()
         if not handle:
             raise NoMemoryError("flux_dispatcher_create: out of memory")
@@ -536,8 +563,11 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         # a region the lock guards, on the thread holding it, and one that
         # closes a registered store or reads `stores` deadlocked on a plain
         # lock (or, let in, would change the dict under an iteration).
-        self._registry: dict[type, Any] = {}
-        self._creating: dict[type, int] = {}
+        # Keyed by id(cls), never by the class's own __eq__/__hash__, which a
+        # metaclass may define (two classes equal, or a hash that raises); a
+        # registry entry keeps its class: (cls, store).
+        self._registry: dict[int, tuple[type, Any]] = {}
+        self._creating: dict[int, int] = {}
         # Thread ident -> the class it waits for another thread to make, and
         # -> why it must not make that class itself once the maker fails (a
         # cycle across threads, see _check_cycle).
@@ -562,7 +592,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
 
         ``name`` names the registration in traces (:class:`flux.Trace`) and
         circular-dependency messages; by default the callback's
-        ``__qualname__`` (or its ``repr``).
+        ``__qualname__`` (or its ``repr``; or, when that raises, its type's
+        name).
 
         A callback registered during a dispatch is first called by the next
         one. Its return value is ignored; an exception it raises aborts the
@@ -570,15 +601,18 @@ class Dispatcher(_native.Unshareable, Generic[P]):
 
         :returns: the registration's :class:`Token`, for :meth:`unregister`
             and :meth:`wait_for`.
-        :raises TypeError: ``callback`` is not callable (nothing is changed).
+        :raises TypeError: ``callback`` is not callable, or ``name`` is
+            neither a str nor None (nothing is changed).
         :raises InvalidArgumentError: the dispatcher is closed.
         """
         if not callable(callback):
             raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, not {type(name).__name__}")
         handle = self._handle
         if handle is None:
             raise _closed("register")
-        label = name if name is not None else getattr(callback, "__qualname__", None) or repr(callback)
+        label = name if name is not None else _default_name(callback)
         out = c_uint64(_native.UNTOUCHED)
         out_ref = byref(out)
         record = _native.Registration(self._pending, self._names)
@@ -661,8 +695,18 @@ class Dispatcher(_native.Unshareable, Generic[P]):
     def name_of(self, token: Token | int) -> str | None:
         """The name a registration was given (see :meth:`register`), by token
         or token value; None once unregistered (unregistered during a
-        dispatch: once that dispatch has finished)."""
-        return self._names.get(int(token))
+        dispatch: once that dispatch has finished). A token of another
+        dispatcher names no registration of this one: None.
+
+        :raises TypeError: ``token`` is neither a :class:`Token` nor an int.
+        """
+        if type(token) is Token:
+            return self._names.get(token._value) if token._dispatcher == self._serial else None
+        try:
+            value = operator.index(token)
+        except TypeError:
+            raise TypeError(f"expected a flux.Token or an int, not {type(token).__name__}") from None
+        return self._names.get(value)
 
     # -- registered stores (JBFlux's registerStore:, Fluxible's getStore) --
 
@@ -698,6 +742,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         _store_class(cls, "register_store")
         if self._handle is None:
             raise _closed("register_store")
+        key = _id(cls)  # by identity (see __init__)
         me = get_ident()
         creating, waiting = self._creating, self._waiting
         marked = False
@@ -708,10 +753,10 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             with self._registry_lock:
                 try:
                     while True:
-                        found = self._registry.get(cls)  # replaced, not changed: read it anew
+                        found = self._registry.get(key)  # replaced, not changed: read it anew
                         if found is not None:
-                            return found  # type: ignore[no-any-return]
-                        maker = creating.get(cls)
+                            return found[1]  # type: ignore[no-any-return]
+                        maker = creating.get(key)
                         if maker is None:
                             if waited and me in self._cycle_failed:
                                 # Its maker failed, in a cycle through this
@@ -734,7 +779,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                     if waited:
                         waiting.pop(me, None)
                         self._cycle_failed.pop(me, None)
-                creating[cls] = me
+                creating[key] = me
                 marked = True  # no call in between: the finally always sees the mark
                 self._constructing.setdefault(me, []).append(record)  # (the finally checks for it)
             # Made outside the lock: __init__ registers the store with libflux,
@@ -775,10 +820,10 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         finally:
             if marked:
                 with self._registry_lock:
-                    del creating[cls]
+                    del creating[key]
                     # Not if closed by hand already (close() leaves the registry).
                     if store is not None and not store.closed:
-                        self._replace_registry(lambda old: {**old, cls: store})
+                        self._replace_registry(lambda old: {**old, key: (cls, store)})
                     self._wait_registry.notify_all()
                 # Only this thread reads or writes its own entry: no lock.
                 frames = self._constructing.get(me)
@@ -804,7 +849,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             if wanted is None:
                 return  # the chain ends in a thread that is not waiting
             chain.append(wanted)
-            waiter = self._creating.get(wanted)  # None: made by no one now, the waiter will make it
+            waiter = self._creating.get(_id(wanted))  # None: made by no one now, the waiter will make it
             if waiter == me:
                 names = " -> ".join(c.__name__ for c in (*chain, cls))
                 message = (
@@ -828,26 +873,26 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         _store_class(cls, "store")
         if self._handle is None:
             raise _closed("store")
-        found = self._registry.get(cls)  # one step under the GIL
+        found = self._registry.get(_id(cls))  # one step under the GIL
         if found is None:
             raise UnknownStoreError(
                 f"no {cls.__name__} is registered with dispatcher #{self._serial} (see register_store)", cls
             )
-        return found  # type: ignore[no-any-return]
+        return found[1]  # type: ignore[no-any-return]
 
     @property
     def stores(self) -> tuple[Store, ...]:
         """The registered stores, in registration order (empty once closed)."""
-        return tuple(self._registry.values())  # a copy no one changes (see __init__): no lock
+        return tuple(store for _, store in self._registry.values())  # a copy no one changes (see __init__): no lock
 
     def _store_closed(self, store: Store) -> None:
         """``store`` was closed: it leaves the registry and the stores with
         an error emitted."""
         self._erring.pop(store._ident, None)
         with self._registry_lock:
-            self._replace_registry(lambda old: {cls: kept for cls, kept in old.items() if kept is not store})
+            self._replace_registry(lambda old: {key: kept for key, kept in old.items() if kept[1] is not store})
 
-    def _replace_registry(self, change: Callable[[dict[type, Any]], dict[type, Any]]) -> None:
+    def _replace_registry(self, change: Callable[[dict[int, tuple[type, Any]]], dict[int, tuple[type, Any]]]) -> None:
         """Replaces the registry with ``change(registry)``. Under the
         registry lock -- which a finalizer that the collector runs while
         ``change`` allocates may take again on this thread, and replace the
@@ -985,9 +1030,13 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         raised by that call alone, never given to an ``on_error``.
 
         :raises BaseException: as above.
+        :raises TypeError: ``on_error`` is neither callable nor None
+            (nothing is queued or dispatched).
         :raises InvalidArgumentError: the dispatcher is closed.
         :raises NoMemoryError: the queue could not grow.
         """
+        if on_error is not None and not callable(on_error):
+            raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")
         handle = self._handle
         if handle is None:
             raise _closed("enqueue")
@@ -996,35 +1045,43 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         context = _add(record)
         try:
             try:
-                status = _flux_enqueue(handle, address, _DONE, context)
-            except (ArgumentError, RecursionError) as exc:
-                # The call failed before libflux ran (at the recursion limit,
-                # calling it or converting its arguments): no done will let the
-                # record go, nor has one run (so the take below is skipped). Any
-                # other exception came after libflux returned, and a queued
-                # record must stay alive for its done.
-                _native.drop(context, record, _native.UNTOUCHED)  # libflux never ran
-                if isinstance(exc, ArgumentError):
-                    raise _argument_error(exc) from None
-                raise
-            if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
-                # Refused: done has run and let the record go.
-                raise _closed("enqueue") if self._handle is None else self._error(status)
-            if record.done:
-                # Dispatched here, so this call ran the queue (the payload's own
-                # failure, if any, is first in line).
-                self._raise_left_over()
-        except BaseException as exc:
-            # Dispatched here (done's status says so), this call takes what its
-            # dispatches left even when an interrupt cuts it short, as libflux
-            # returns or after: never a later call (see dispatch).
-            if record.done and (self._pending or self._queued_errors) and record.status in _RAN:
                 try:
-                    _take_left(self._pending, self._queued_errors, exc)
-                except BaseException as interrupt:  # cut short: the interrupt takes the rest
-                    _take_left(self._pending, self._queued_errors, interrupt)
+                    status = _flux_enqueue(handle, address, _DONE, context)
+                except (ArgumentError, RecursionError) as exc:
+                    # The call failed before libflux ran (at the recursion limit,
+                    # calling it or converting its arguments): no done will let the
+                    # record go, nor has one run (so the take below is skipped). Any
+                    # other exception came after libflux returned, and a queued
+                    # record must stay alive for its done.
+                    _native.drop(context, record, _native.UNTOUCHED)  # libflux never ran
+                    if isinstance(exc, ArgumentError):
+                        raise _argument_error(exc) from None
                     raise
-            raise
+                if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
+                    # Refused: done has run and let the record go.
+                    raise _closed("enqueue") if self._handle is None else self._error(status)
+                if record.done:
+                    # Dispatched here, so this call ran the queue (the payload's own
+                    # failure, if any, is first in line).
+                    self._raise_left_over()
+            except BaseException as exc:
+                # Dispatched here (done's status says so), this call takes what its
+                # dispatches left even when an interrupt cuts it short, as libflux
+                # returns or after: never a later call (see dispatch).
+                if record.done and (self._pending or self._queued_errors) and record.status in _RAN:
+                    try:
+                        _take_left(self._pending, self._queued_errors, exc)
+                    except BaseException as interrupt:  # cut short: the interrupt takes the rest
+                        _take_left(self._pending, self._queued_errors, interrupt)
+                        raise
+                raise
+        finally:
+            # A failure's traceback reaches this frame (the callback's frame
+            # was called from it), and this frame would reach the failure
+            # through the record (its failure): a cycle, holding this
+            # dispatcher, that only the cycle collector frees. The registry
+            # keeps a queued record alive for its done.
+            del record
 
     def _dispatch_error(self, status: int) -> BaseException:
         if status == _CALLBACK_FAILED or status == _TOO_DEEP:

@@ -113,7 +113,10 @@ class FluxError(Exception):
     def __copy__(self) -> FluxError:
         # A copy in this process keeps every fact, token and cycle included
         # (the default would go through __reduce__ and drop them).
-        duplicate = type(self).__new__(type(self))
+        # BaseException's __new__, not the class's: a built-in base may
+        # have one of its own that refuses a subclass (MemoryError's, for
+        # NoMemoryError), and it sets nothing the copy does not copy.
+        duplicate = BaseException.__new__(type(self))
         duplicate.args = self.args
         duplicate.__dict__.update(self.__dict__)
         return duplicate

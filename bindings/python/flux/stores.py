@@ -30,11 +30,11 @@ import inspect
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import ExitStack
 from ctypes import ArgumentError, byref, c_int, c_uint64, c_void_p
 from threading import get_ident as _get_ident
-from types import TracebackType
+from types import FunctionType, TracebackType
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from . import _native
@@ -277,9 +277,11 @@ _listener_trampoline = _LISTENER_TYPE(_on_listener)
 class Action:
     """JBFlux's action: a name (``type``), a payload, and an error.
 
-    Immutable and hashable by value. A :class:`ReduceStore` routes an
-    ``Action`` (or any object with a ``type`` attribute, or a mapping with a
-    ``"type"`` key) to its ``@flux.handles(type)`` methods.
+    Immutable and hashable by value; ``copy``, ``deepcopy`` and ``pickle``
+    work as for any value (pickling needs picklable fields). A
+    :class:`ReduceStore` routes an ``Action`` (or any object with a ``type``
+    attribute, or a mapping with a ``"type"`` key) to its
+    ``@flux.handles(type)`` methods.
     """
 
     __slots__ = ("error", "payload", "type")
@@ -304,6 +306,11 @@ class Action:
     def __hash__(self) -> int:
         return hash((self.type, self.payload, self.error))
 
+    def __reduce__(self) -> tuple[type[Action], tuple[Any, Any, Any]]:
+        # A value: copied and pickled by its three fields (the default would
+        # restore them through __setattr__, which refuses).
+        return (Action, (self.type, self.payload, self.error))
+
     def __repr__(self) -> str:
         extra = "".join(
             f", {name}={value!r}"
@@ -315,7 +322,9 @@ class Action:
 
 def handles(action_type: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Routes actions of ``action_type`` to the decorated method of a
-    :class:`ReduceStore`: ``method(self, state, action) -> new state``.
+    :class:`ReduceStore`: ``method(self, state, action) -> new state``
+    (called as ``store.method(state, action)``, so a ``staticmethod`` or
+    ``classmethod`` under the decorator works too).
 
     Actions of a type no method handles go to ``reduce`` when the class
     defines one; otherwise the state stays as it is. A subclass that
@@ -335,7 +344,15 @@ def _action_type(action: Any) -> Any:
         return action.type
     if isinstance(action, dict):
         return action.get("type")
-    return getattr(action, "type", None)
+    found = getattr(action, "type", _NO_TYPE)
+    if found is not _NO_TYPE:
+        return found
+    if isinstance(action, Mapping):  # any other mapping with a "type" key
+        return action.get("type")
+    return None
+
+
+_NO_TYPE: Any = object()
 
 
 # --------------------------------------------------------------------------
@@ -1068,11 +1085,32 @@ def _reduce(store: ReduceStore[Any], state: Any, action: Any) -> Any:
     return store.reduce(state, action)
 
 
+def _as_route(method: Any) -> Callable[..., Any]:
+    """A routed method as a function of ``(store, state, action)``, called
+    as ``store.method(state, action)`` would call it: a function as it is
+    (the fast path), any other attribute -- a staticmethod, a classmethod
+    -- bound the way attribute access binds it."""
+    if type(method) is FunctionType:
+        return method
+    get = getattr(type(method), "__get__", None)
+    if get is None:  # not a descriptor: store.method is the object itself
+
+        def plain(store: Any, state: Any, action: Any) -> Any:
+            return method(state, action)
+
+        return plain
+
+    def bound(store: Any, state: Any, action: Any) -> Any:
+        return get(method, store, type(store))(state, action)
+
+    return bound
+
+
 def _reducer(cls: type[ReduceStore[Any]]) -> Callable[..., Any]:
     """A ReduceStore class's _flux_reduce: its own ``reduce`` as it is (the
     fast path: one method call), or a function that routes actions
     (``@handles``) and compares with a Python ``are_equal``."""
-    routes = cls._routes
+    routes = {action_type: _as_route(method) for action_type, method in cls._routes.items()}
     has_reduce = cls.reduce is not ReduceStore.reduce
     if routes:
 

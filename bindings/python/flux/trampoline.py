@@ -23,6 +23,7 @@ naming the handler -- and the C caller gets 0 (0.0, NULL); the process goes on.
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 import weakref
 from collections.abc import Callable
@@ -191,7 +192,11 @@ def _check_value(letter: str, value: object, what: str) -> int | float:
     if letter in "fd":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{what} must be a float, not {type(value).__name__}")
-        return float(value)
+        number = float(value)  # an int too large for a double: OverflowError
+        if letter == "f" and math.isinf(ctypes.c_float(number).value) and not math.isinf(number):
+            # Rounded as C rounds it, a finite value became an infinity.
+            raise OverflowError(f"{what} {value} does not fit in 'f' (a float)")
+        return number
     if value is None and letter == "p":
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
@@ -351,7 +356,8 @@ def call(address: int, signature: str, *args: Any) -> Any:
     :returns: the result as a Python value (``None`` for ``v``; pointers as
         ``int``, NULL as 0).
     :raises TypeError: wrong number or types of arguments.
-    :raises OverflowError: an integer that does not fit its C type, or an
+    :raises OverflowError: a number that does not fit its C type (a
+        finite float too large for ``f`` included), or an
         ``address`` that is not one (negative, or too large for a pointer).
     :raises InvalidArgumentError: a malformed signature (the message is
         ``flux_call``'s), or ``address`` 0.

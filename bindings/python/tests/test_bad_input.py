@@ -193,3 +193,101 @@ def test_closing_from_inside_a_callback_is_refused(d: flux.Dispatcher[Any]) -> N
     assert calls == ["after"]
     d.dispatch(None)
     assert calls == ["after", "after"]
+
+
+def test_name_of_a_token_of_another_dispatcher_is_none(d: flux.Dispatcher[Any]) -> None:
+    # Token values are per dispatcher: another dispatcher's token 1 names no
+    # registration here, whatever this dispatcher's token 1 is called.
+    d.register(lambda p: None, name="mine")
+    with flux.Dispatcher[Any]() as other:
+        theirs = other.register(lambda p: None, name="theirs")
+        assert theirs.value == 1 and other.name_of(theirs) == "theirs"
+        assert d.name_of(theirs) is None
+    assert d.name_of(1) == "mine"
+    with pytest.raises(TypeError, match="flux.Token"):
+        d.name_of("1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", [1, b"name", object()], ids=lambda n: type(n).__name__)
+def test_register_rejects_a_name_that_is_not_a_str(d: flux.Dispatcher[Any], name: Any) -> None:
+    # A name is what traces and cycle messages show: one that is not a str
+    # was taken, and broke Trace.render() and write_chrome_trace() later.
+    before = list(_native.objects)
+    with pytest.raises(TypeError, match="name"):
+        d.register(lambda p: None, name=name)
+    assert _native.objects == before
+    assert live_callbacks(d) == 0
+    token = d.register(lambda p: None, name="fine")
+    with flux.Trace(d) as trace:
+        d.dispatch("x")
+    assert "fine" in trace.render()
+    d.unregister(token)
+
+
+@pytest.mark.parametrize("on_error", [1, "text", object()], ids=lambda o: type(o).__name__)
+def test_enqueue_rejects_a_non_callable_on_error_before_dispatching(d: flux.Dispatcher[Any], on_error: Any) -> None:
+    # Taken, it only failed once a dispatch failed -- maybe on another
+    # thread, in place of the failure it was given.
+    seen: list[object] = []
+    d.register(seen.append)
+    with pytest.raises(TypeError, match="on_error"):
+        d.enqueue("x", on_error=on_error)
+    assert seen == [], "nothing was dispatched"
+    assert flux.dispatcher.live_enqueued() == 0
+    d.enqueue("y", on_error=None)
+    assert seen == ["y"]
+
+
+class UnrepresentableCallable:
+    def __call__(self, payload: object) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+class NumberNamedCallable:
+    def __call__(self, payload: object) -> None:
+        pass
+
+
+def test_a_callable_that_names_itself_badly_still_registers_with_a_str_name(d: flux.Dispatcher[Any]) -> None:
+    # The default name is cosmetic: a repr that raises made register()
+    # fail, and a __qualname__ that is no str broke Trace.render() later.
+    numbered = NumberNamedCallable()
+    numbered.__qualname__ = 42  # type: ignore[attr-defined]
+    first = d.register(UnrepresentableCallable())
+    second = d.register(numbered)
+    assert d.name_of(first) == "<UnrepresentableCallable object>"
+    assert isinstance(d.name_of(second), str)
+
+    def waiter(payload: object) -> None:
+        d.wait_for([first, second])
+
+    d.register(waiter)
+    with flux.Trace(d) as trace:
+        d.dispatch("x")
+    assert "<UnrepresentableCallable object>" in trace.render()
+
+
+def test_initializing_an_open_dispatcher_again_is_refused_and_changes_nothing() -> None:
+    # As for a store or a group: a second native dispatcher under the same
+    # object left the first one's callbacks and stores out of close()'s reach.
+    class Plain(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            pass
+
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    store = Plain(d)
+    seen: list[object] = []
+    token = d.register(seen.append)
+    with pytest.raises(RuntimeError, match="already made"):
+        d.__init__()  # type: ignore[misc]
+    d.dispatch("x")
+    assert seen == ["x"]
+    d.unregister(token)
+    d.close()
+    assert store.closed and live_callbacks(d) == 0
+    d.__init__()  # type: ignore[misc]  # closed: it may be made anew
+    assert not d.closed
+    d.close()

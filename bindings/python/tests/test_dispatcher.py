@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
+import pickle
 from typing import Any
 
 import pytest
@@ -34,6 +36,18 @@ def test_tokens_are_hashable_and_equal_only_within_one_dispatcher(d: flux.Dispat
         assert foreign != token
         assert token != token.value  # not an int
     assert "Token 1" in repr(token)
+
+
+def test_a_token_copies_as_itself_and_is_never_pickled(d: flux.Dispatcher[Any]) -> None:
+    # An immutable value: state that holds tokens (a store's, say) can be
+    # copied and deep-copied; only another process cannot use one.
+    token = d.register(lambda p: None)
+    assert copy.copy(token) is token and copy.deepcopy(token) is token
+    state = {"waits_for": [token], "name": "x"}
+    twin = copy.deepcopy(state)
+    assert twin == state and twin["waits_for"][0] is token and twin["waits_for"] is not state["waits_for"]
+    with pytest.raises(TypeError, match="process"):
+        pickle.dumps(token)
 
 
 def test_every_payload_goes_to_every_callback_in_registration_order(

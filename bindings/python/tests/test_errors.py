@@ -86,6 +86,17 @@ def test_copies_of_an_error_keep_its_token_and_cycle(d: flux.Dispatcher[Any], du
     assert twin.args == error.args
 
 
+@pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, lambda e: pickle.loads(pickle.dumps(e))])
+@pytest.mark.parametrize("status", list(CLASSES), ids=lambda s: s.name)
+def test_every_error_class_copies_and_pickles(status: flux.Status, duplicate: Any) -> None:
+    # NoMemoryError is also a MemoryError, whose __new__ refuses to make a
+    # subclass's instance: a copy made through it raised TypeError.
+    error = error_for_status(int(status), "message")
+    twin = duplicate(error)
+    assert twin is not error and type(twin) is type(error)
+    assert (twin.status, str(twin), twin.args) == (error.status, str(error), error.args)
+
+
 def test_a_pickled_error_drops_its_token(d: flux.Dispatcher[Any]) -> None:
     token = d.register(lambda p: None)
     d.unregister(token)

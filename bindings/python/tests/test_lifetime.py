@@ -347,6 +347,57 @@ def test_callbacks_of_a_failed_dispatch_are_freed_without_the_cycle_collector(
     assert [r() for r in refs] == [None, None]
 
 
+class Traced(Exception):
+    """An exception that can be weakly referenced (a KeyError cannot)."""
+
+
+@pytest.mark.parametrize("how", ["on_error", "raised", "queued_on_error", "queued_raised"])
+def test_an_enqueued_failure_and_its_dispatcher_are_freed_without_the_cycle_collector(no_gc: None, how: str) -> None:
+    # "Closing frees at once, by reference counting alone": the enqueue
+    # frame kept the call's record, whose failure's traceback reaches that
+    # frame -- a cycle holding the dispatcher, its stores and the failure.
+    seen: list[weakref.ref[BaseException]] = []
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    holder = Holder(d)
+
+    def failing(payload: Any) -> None:
+        if payload == "fail":
+            raise Traced(payload)
+
+    def on_error(exc: BaseException) -> None:
+        seen.append(weakref.ref(exc))
+
+    dispatcher = [d]  # let go below, as d is
+
+    def cascade(payload: Any) -> None:
+        if payload == "go":
+            dispatcher[0].enqueue("fail", on_error if how == "queued_on_error" else None)
+
+    d.register(failing)
+    d.register(cascade)
+    if how == "on_error":
+        d.enqueue("fail", on_error)
+    elif how == "raised":
+        with pytest.raises(Traced) as info:
+            d.enqueue("fail")
+        seen.append(weakref.ref(info.value))
+        del info
+    elif how == "queued_on_error":
+        d.dispatch("go")
+    else:
+        with pytest.raises(Traced) as info:
+            d.dispatch("go")
+        seen.append(weakref.ref(info.value))
+        del info
+    refs: list[weakref.ref[Any]] = [weakref.ref(d), weakref.ref(holder), *seen]
+    assert len(refs) == 3
+    d.close()
+    del d, holder
+    dispatcher.clear()
+    assert [r() for r in refs] == [None] * len(refs)
+    assert flux.dispatcher.live_enqueued() == 0
+
+
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "dumps"])
 @pytest.mark.parametrize("what", ["Dispatcher", "ReduceStore", "StoreGroup", "Trace"])
 def test_what_owns_native_state_cannot_be_copied_or_pickled(how: str, what: str) -> None:

@@ -359,6 +359,49 @@ def test_a_registered_store_closed_by_hand_leaves_the_registry(d: flux.Dispatche
     assert d.stores == (greeter, again)
 
 
+class AllEqual(type):
+    # A metaclass whose classes are all equal, with one hash.
+    def __eq__(cls, other: object) -> bool:
+        return isinstance(other, AllEqual)
+
+    def __hash__(cls) -> int:
+        return 1
+
+
+class NoHash(type):
+    def __hash__(cls) -> int:
+        raise RuntimeError("this class cannot be hashed")
+
+    __eq__ = type.__eq__
+
+
+def test_store_classes_are_told_apart_by_identity_not_by_a_metaclass_eq_and_hash(d: flux.Dispatcher[Any]) -> None:
+    # "The store of class cls": a metaclass's __eq__ made register_store(B)
+    # return A's store, and a hash that raised made the class unusable.
+    class A(flux.Store, metaclass=AllEqual):
+        def on_dispatch(self, payload: Any) -> None:
+            pass
+
+    class B(flux.Store, metaclass=AllEqual):
+        def on_dispatch(self, payload: Any) -> None:
+            pass
+
+    class C(flux.Store, metaclass=NoHash):
+        def on_dispatch(self, payload: Any) -> None:
+            pass
+
+    a = d.register_store(A)
+    with pytest.raises(flux.UnknownStoreError):
+        d.store(B)
+    b = d.register_store(B)
+    c = d.register_store(C)
+    assert type(a) is A and type(b) is B and type(c) is C
+    assert d.store(A) is a and d.store(B) is b and d.store(C) is c
+    assert d.register_store(B) is b and d.stores == (a, b, c)
+    b.close()
+    assert list(d.stores) == [a, c] and d.store(A) is a
+
+
 def test_a_refused_close_keeps_the_store_registered(d: flux.Dispatcher[Any]) -> None:
     users = d.register_store(CurrentUserStore)
     refused = []

@@ -4,11 +4,16 @@ FluxStoreGroup-test.js case by case, then DESIGN.md section 6's rules."""
 
 from __future__ import annotations
 
+import collections.abc
+import copy
 import gc
+import pickle
 import sys
 import threading
 import time
+import types
 import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -663,6 +668,80 @@ def test_an_unhashable_action_type_is_unhandled(d: flux.Dispatcher[Any]) -> None
         d.dispatch({"type": unhashable})
         assert todos.state == ("milk",), "unrouted, no reduce: the state stays"
         assert fallback.state == ("fallback", unhashable), "unrouted: reduce"
+
+
+def test_any_mapping_with_a_type_key_routes(d: flux.Dispatcher[Any]) -> None:
+    # "a mapping with a 'type' key", not only a dict.
+    class Items(collections.abc.Mapping[str, Any]):
+        def __init__(self, **items: Any) -> None:
+            self.items_ = items
+
+        def __getitem__(self, key: str) -> Any:
+            return self.items_[key]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self.items_)
+
+        def __len__(self) -> int:
+            return len(self.items_)
+
+    class Count(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        @flux.handles("inc")
+        def inc(self, state: int, action: Any) -> int:
+            return state + 1
+
+    count = Count(d)
+    d.dispatch({"type": "inc"})
+    d.dispatch(types.MappingProxyType({"type": "inc"}))
+    d.dispatch(Items(type="inc"))
+    d.dispatch(Items(kind="inc"))
+    assert count.state == 3
+
+    class Typed(Items):
+        type = "inc"  # an attribute comes first, as it did
+
+    d.dispatch(Typed(type="other"))
+    assert count.state == 4
+
+
+def test_a_routed_staticmethod_or_classmethod_is_called_as_a_method_call_would(d: flux.Dispatcher[Any]) -> None:
+    # reduce may be a staticmethod; a routed one was called with the store
+    # as an extra first argument, and a classmethod not at all.
+    class Static(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        @flux.handles("inc")
+        @staticmethod
+        def inc(state: int, action: Any) -> int:
+            return state + 1
+
+    class Class(flux.ReduceStore[Any]):
+        def get_initial_state(self) -> Any:
+            return None
+
+        @flux.handles("inc")
+        @classmethod
+        def inc(cls, state: Any, action: Any) -> Any:
+            return (cls.__name__, action.type)
+
+    static, klass = Static(d), Class(d)
+    d.dispatch(flux.Action("inc"))
+    assert static.state == 1 and klass.state == ("Class", "inc")
+
+
+@pytest.mark.parametrize(
+    "duplicate", [copy.copy, copy.deepcopy, lambda a: pickle.loads(pickle.dumps(a))], ids=["copy", "deepcopy", "pickle"]
+)
+def test_an_action_is_a_value_that_copies_and_pickles(duplicate: Callable[[Any], Any]) -> None:
+    action = flux.Action("failed", ("id", 1), "timeout")
+    twin = duplicate(action)
+    assert type(twin) is flux.Action and twin == action and hash(twin) == hash(action)
+    with pytest.raises(AttributeError):
+        twin.type = "other"
 
 
 def test_action_is_a_name_a_payload_and_an_error() -> None:

@@ -292,6 +292,22 @@ def test_a_result_that_does_not_fit_is_reported_and_c_gets_zero(monkeypatch: pyt
     assert [type(r.exc_value) for r in reported] == [OverflowError, TypeError]
 
 
+def test_a_float_too_large_for_f_is_refused_and_as_a_result_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ctypes makes it an infinity; 'f' is C's float, and a finite value
+    # beyond it does not fit, as 2**40 does not fit 'i'.
+    reported: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with flux.Trampoline("f(f)", lambda x: x) as t:
+        with pytest.raises(OverflowError, match="argument 1"):
+            flux.call(t.address, "f(f)", 1e300)
+        assert flux.call(t.address, "f(f)", 3.4e38) == pytest.approx(3.4e38, rel=1e-6)
+        assert flux.call(t.address, "f(f)", float("inf")) == float("inf")
+    assert reported == []
+    with flux.Trampoline("f()", lambda: -1e300) as t:
+        assert flux.call(t.address, "f()") == 0.0
+    assert [type(r.exc_value) for r in reported] == [OverflowError]
+
+
 def test_close_is_idempotent_and_releases_the_handler() -> None:
     before = tr.live_closures()
     t = flux.Trampoline("i()", lambda: 1)
