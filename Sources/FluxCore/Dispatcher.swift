@@ -105,6 +105,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///   failures with no `onError` are thrown too, by this call whatever
     ///   its own outcome (see `enqueue(_:onError:)`).
     public func dispatch(_ payload: Payload) throws {
+        // Failures this thread had pending before are an enclosing call's
+        // (this one runs, say, from a deinit its end triggered): not ours.
+        let mark = queuedFailures.mark
         do {
             try core.dispatch(payload)
         } catch {
@@ -112,9 +115,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
             if error.isRefusal { throw error.unwrapped }
             // It ran, failed (a callback's error, or too deep), and drained
             // the queue: what failed there comes out with it, not later.
-            try queuedFailures.throwPending(first: error.unwrapped)
+            try queuedFailures.throwPending(first: error.unwrapped, since: mark)
         }
-        if queuedFailures.any { try queuedFailures.throwPending(first: nil) }
+        if queuedFailures.any { try queuedFailures.throwPending(first: nil, since: mark) }
     }
 
     /// Dispatches `payload` now when idle; while a dispatch runs (from a
@@ -137,6 +140,7 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///
     /// - Throws: as above; `FluxError` `.noMemory` when the queue cannot grow.
     public func enqueue(_ payload: sending Payload, onError: (@Sendable (any Error) -> Void)? = nil) throws {
+        let mark = queuedFailures.mark  // as in `dispatch`
         switch core.enqueue(payload, EnqueueCompletion(onError: onError, failures: queuedFailures)) {
         case .queued:
             return
@@ -144,7 +148,7 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
             throw error
         case .dispatched:
             // The outermost call: its own failure was recorded first.
-            if queuedFailures.any { try queuedFailures.throwPending(first: nil) }
+            if queuedFailures.any { try queuedFailures.throwPending(first: nil, since: mark) }
         }
     }
 
@@ -234,8 +238,11 @@ final class QueuedFailures: @unchecked Sendable {
     // @unchecked: `byThread` is guarded by `lock`; `count` is atomic, so the
     // common check (nothing pending) takes no lock.
     private let lock: ConditionLock
-    private var byThread: [UInt: [any Error]] = [:]
+    /// Each failure with its number in `added`, in the order added.
+    private var byThread: [UInt: [(number: UInt64, error: any Error)]] = [:]
     private let count = Atomic<Int>(0)
+    /// How many failures were ever added: each is numbered by it.
+    private let added = Atomic<UInt64>(0)
 
     init() {
         // Swift's own allocations trap when memory runs out; so does this.
@@ -247,18 +254,33 @@ final class QueuedFailures: @unchecked Sendable {
 
     var any: Bool { count.load(ordering: .relaxed) != 0 }
 
+    /// Noted by a call as it starts: the failures this thread adds from then
+    /// on are numbered above it. (Relaxed is enough: a thread's own adds
+    /// and loads of one atomic keep their order.)
+    var mark: UInt64 { added.load(ordering: .relaxed) }
+
     func add(_ error: any Error) {
         lock.lock()
-        byThread[currentThreadID(), default: []].append(error)
+        let number = added.wrappingAdd(1, ordering: .relaxed).newValue
+        byThread[currentThreadID(), default: []].append((number, error))
         lock.unlock()
         count.add(1, ordering: .relaxed)
     }
 
-    /// Throws `first` (the outer call's own error) or else this thread's
-    /// first pending failure; later ones ride along in `QueuedDispatchFailures`.
-    func throwPending(first: (any Error)?) throws {
+    /// Throws `first` (the outer call's own error) or else the first of the
+    /// failures this thread added since `mark`; later ones ride along in
+    /// `QueuedDispatchFailures`. Those added before `mark` are left for the
+    /// call that was running then.
+    func throwPending(first: (any Error)?, since mark: UInt64) throws {
+        let me = currentThreadID()
         lock.lock()
-        let mine = byThread.removeValue(forKey: currentThreadID()) ?? []
+        var mine: [any Error] = []
+        if var pending = byThread.removeValue(forKey: me) {
+            let split = pending.firstIndex { $0.number > mark } ?? pending.endIndex
+            mine = pending[split...].map(\.error)
+            pending.removeSubrange(split...)
+            if !pending.isEmpty { byThread[me] = pending }
+        }
         lock.unlock()
         count.subtract(mine.count, ordering: .relaxed)
         var all = mine

@@ -273,4 +273,82 @@ import Synchronization
         first.join()
         #expect(seen.all == ["", "made"])
     }
+
+    @Test("an onError, run on the dispatching thread with no callback running, cannot wait or dispatch")
+    func onErrorCannotWaitOrDispatch() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let b = Box<DispatchToken?>(nil)
+        d.register { [unowned d] p in
+            log.append("a\(p)")
+            if p == 1 {
+                try d.enqueue(
+                    2,
+                    onError: { _ in
+                        let code = { (body: () throws -> Void) in fluxCode(body).map { "\($0)" } ?? "none" }
+                        log.append("one \(code { try d.waitFor([b.value!]) })")
+                        log.append("two \(code { try d.waitFor([b.value!, b.value!]) })")
+                        log.append("dispatch \(code { try d.dispatch(9) })")
+                    })
+            }
+            if p == 2 { throw Boom(id: 2) }
+        }
+        b.value = d.register { log.append("b\($0)") }
+        try d.dispatch(1)
+        // b ran once per dispatch, never out of turn for a wait from onError.
+        #expect(
+            log.all == [
+                "a1", "b1", "a2", "one notDispatching", "two notDispatching", "dispatch alreadyDispatching",
+            ])
+    }
+
+    /// Runs `body` when it goes.
+    final class OnDeinit: Sendable {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+        deinit { body() }
+    }
+
+    // A callback unregistered during a dispatch is released once the whole
+    // call -- its queued dispatches included -- is over, still inside the
+    // outermost call; a dispatch from what that release lets go of ran as a
+    // call of its own, and used to take (and throw, into the deinit) the
+    // queued failure the outermost call had still to throw, which then
+    // returned normally.
+    @Test(
+        "a dispatch from a deinit run by the end of a call does not take that call's queued failure",
+        arguments: [false, true])
+    func aNestedCallLeavesTheOutermostCallsQueuedFailure(outerEnqueues: Bool) throws {
+        let d = Dispatcher<Int>()
+        let inner = Log()
+        let victim = Box<DispatchToken?>(nil)
+        d.register { [unowned d] p in
+            if p == 1 {
+                try d.unregister(victim.value!)  // released when the call ends
+                try d.enqueue(2)  // queued; fails, no onError
+            }
+            if p == 2 { throw Boom(id: 2) }
+            if p == 7 { throw Boom(id: 7) }
+        }
+        // The only reference to the deinit's object is the victim's closure.
+        func registerVictim() -> DispatchToken {
+            let hook = OnDeinit { [weak d] in
+                do {
+                    try d?.dispatch(7)
+                    inner.append("returned")
+                } catch {
+                    inner.append("threw \((error as? Boom)?.id ?? -1)")
+                }
+            }
+            return d.register { _ in withExtendedLifetime(hook) {} }
+        }
+        victim.value = registerVictim()
+        #expect(throws: Boom(id: 2)) {
+            if outerEnqueues { try d.enqueue(1) } else { try d.dispatch(1) }
+        }
+        // The nested call threw its own failure, and only that.
+        #expect(inner.all == ["threw 7"])
+        try d.dispatch(5)  // nothing left over
+    }
+
 }
