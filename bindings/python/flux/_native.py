@@ -694,10 +694,10 @@ def park_exception(table: Pending, payload: object, exc: BaseException, token: i
         return
     # A few frames up from the last entry's when it continues that dispatch;
     # to the stack's root, once per failed dispatch, when it does not.
-    entries.append((payload, exc, frame, not _ran_under(entries[-1][2].f_back, frame), token))
+    entries.append((payload, exc, frame, not ran_under(entries[-1][2].f_back, frame), token))
 
 
-def _ran_under(frame: FrameType | None, ancestor: FrameType | None) -> bool:
+def ran_under(frame: FrameType | None, ancestor: FrameType | None) -> bool:
     """Whether ``ancestor`` is ``frame`` or one of its callers (frames keep
     their callers after they return)."""
     while frame is not None and frame is not ancestor:
@@ -723,7 +723,7 @@ def parked_under_caller(frame: FrameType) -> bool:
     here: FrameType | None = sys._getframe(1)
     while here is not None and here.f_code not in _trampoline_codes:
         here = here.f_back
-    return here is not None and _ran_under(frame, here)
+    return here is not None and ran_under(frame, here)
 
 
 @trampoline(rerun=True)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import operator
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
 from ctypes import ArgumentError, addressof, byref, c_uint64
 from threading import get_ident
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
 from . import _native
@@ -255,7 +256,7 @@ class _Enqueued:
         payload: object,
         on_error: Callable[[BaseException], object] | None,
         pending: _native.Pending,
-        queued_errors: dict[int, list[BaseException]],
+        queued_errors: QueuedErrors,
         locate: Callable[[FluxError], FluxError],
         erring: dict[int, Any],
     ) -> None:
@@ -370,14 +371,16 @@ def _report(record: _Enqueued) -> None:
         else:
             record.reported = True
             return
+    # The done's frame: which call ran this dispatch (see _mine).
+    done = sys._getframe(1)
     errors = record.queued_errors.get(ident)
     if errors is None:
         # Counted first, so nothing sees the entry with the flag down.
         _left_over.up = True
         _left_over.queued += 1
-        record.queued_errors[ident] = [record.failure]
+        record.queued_errors[ident] = [(record.failure, done)]
     else:
-        errors += (record.failure,)  # no call between this and its record
+        errors += ((record.failure, done),)  # no call between this and its record
     record.reported = True
 
 
@@ -399,35 +402,70 @@ def _about(entry: tuple[object, BaseException, Any, bool, int], token: int, esca
 _DONE = _DONE_TYPE(_on_done)
 
 
-def _take_left(pending: _native.Pending, queued_errors: dict[int, list[BaseException]], exc: BaseException) -> None:
+QueuedErrors = dict[int, list[tuple[BaseException, FrameType]]]
+
+
+def _mine(entries: list[Any], frame: int) -> int:
+    """Where the entries parked by the dispatches of the innermost dispatch
+    or enqueue running on this thread (the call) begin in this thread's
+    ``entries``, oldest first, whose item ``frame`` is the frame of the
+    trampoline that parked each: those that ran under the call, always the
+    last ones. Any before them are an enclosing call's, still running: this
+    call ran inside its end (from a destroy or a finalizer run there), and
+    leaves them for it to raise."""
+    call: FrameType | None = sys._getframe(1)
+    while call is not None and call.f_code not in _CALL_CODES:
+        call = call.f_back
+    if call is None:  # not called under a dispatch or enqueue: all of them
+        return 0
+    start = len(entries)
+    while start > 0 and _native.ran_under(entries[start - 1][frame].f_back, call):
+        start -= 1
+    return start
+
+
+def _take_left(pending: _native.Pending, queued_errors: QueuedErrors, exc: BaseException) -> None:
     """As ``exc`` escapes the outermost call of this thread that ran the
-    queue, takes what that call reports: its own dispatch's failure (the
-    last of this thread's entries: the queued dispatches took theirs) and
-    the queued dispatches' failures; each but the one ``exc`` is becomes a
-    note on it -- on an interrupt that took the call's place too. Nothing
-    is left for a later call. Each is deleted with no call after its notes:
-    a run an interrupt cut short leaves the rest to a run that follows."""
+    queue (the caller), takes what that call reports: its own dispatch's
+    failure (the last of its entries: the queued dispatches took theirs)
+    and the queued dispatches' failures; each but the one ``exc`` is
+    becomes a note on it -- on an interrupt that took the call's place too.
+    Nothing of it is left for a later call, and nothing of an enclosing
+    call's is taken (see _mine). Each is deleted with no call after its
+    notes: a run an interrupt cut short leaves the rest to a run that
+    follows."""
     ident = get_ident()
     entries = pending.get(ident)
-    own = entries[-1][1] if entries else None
+    own = None
     if entries:
-        # The last entry of each dispatch's (see park_exception): more than
-        # one when an interrupt kept a drained dispatch from taking its own.
-        for i, (_, failure, _, _, _) in enumerate(entries):
-            if (i + 1 == len(entries) or entries[i + 1][3]) and not _continues(exc, failure):
-                exc.add_note(f"a dispatch it ran failed: {type(failure).__name__}: {failure}")
-        del pending[ident]
+        start = _mine(entries, 2)
+        if start < len(entries):
+            own = entries[-1][1]
+            # The last entry of each dispatch's (see park_exception): more than
+            # one when an interrupt kept a drained dispatch from taking its own.
+            for i in range(start, len(entries)):
+                failure = entries[i][1]
+                if (i + 1 == len(entries) or entries[i + 1][3]) and not _continues(exc, failure):
+                    exc.add_note(f"a dispatch it ran failed: {type(failure).__name__}: {failure}")
+            if start:
+                del entries[start:]
+            else:
+                del pending[ident]
     errors = queued_errors.get(ident)
-    if errors:
+    first = _mine(errors, 1) if errors else 0
+    if errors and first < len(errors):
         # Skipped by place, not by identity: one object raised by two failed
         # dispatches is two failures, and the second is noted on itself.
-        raised = own is None and errors[0] is exc  # the first raised by _raise_left_over
+        raised = own is None and errors[first][0] is exc  # the first raised by _raise_left_over
         later = "a later" if raised or own is exc else "a"
-        for failure in errors[1:] if raised else errors:
+        for failure, _ in errors[first + 1 :] if raised else errors[first:]:
             exc.add_note(f"{later} queued dispatch also failed: {type(failure).__name__}: {failure}")
-        del queued_errors[ident]
-        _left_over.queued -= 1
-        _lower_left_over()
+        if first:
+            del errors[first:]
+        else:
+            del queued_errors[ident]
+            _left_over.queued -= 1
+            _lower_left_over()
 
 
 def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
@@ -553,7 +591,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         self._names: dict[int, str] = {}
         # thread ident -> failures of queued dispatches that thread ran with
         # no on_error, for its outermost dispatch/enqueue to raise.
-        self._queued_errors: dict[int, list[BaseException]] = {}
+        self._queued_errors: QueuedErrors = {}
         # register_store's stores, one per class, in registration order; the
         # classes being made now, by thread; and a condition other threads
         # wait on for a class being made. A C lock: its with-statement makes
@@ -991,10 +1029,12 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                     del escaped  # no exception -> traceback -> frame cycle
         errors = self._queued_errors.get(get_ident())
         if errors:
-            try:
-                raise errors[0]
-            finally:
-                del errors  # no exception -> traceback -> frame cycle
+            first = _mine(errors, 1)
+            if first < len(errors):
+                try:
+                    raise errors[first][0]
+                finally:
+                    del errors  # no exception -> traceback -> frame cycle
 
     def enqueue(self, payload: P, on_error: Callable[[BaseException], object] | None = None) -> None:
         """Dispatches ``payload`` now when the dispatcher is idle; while a
@@ -1091,7 +1131,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             # whatever escapes (an interrupt before this returns included).
             ident = get_ident()
             entries = self._pending.get(ident)
-            exc = entries[-1][1] if entries else None
+            # Not an enclosing call's (see _mine): this call's native failure.
+            exc = entries[-1][1] if entries and _mine(entries[-1:], 2) == 0 else None
             if _left_over.up:
                 # What escaped a trampoline of this call (an interrupt, in a
                 # callback of this dispatch or of one it drained) comes out in
@@ -1448,6 +1489,10 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             f"token {token._value} was issued by dispatcher #{token._dispatcher}, not by this one (#{self._serial})",
             token=token,
         )
+
+
+#: The code of the calls that raise what their dispatches left (see _mine).
+_CALL_CODES = frozenset({Dispatcher.dispatch.__code__, Dispatcher.enqueue.__code__})
 
 
 def live_callbacks(dispatcher: Dispatcher[Any]) -> int:

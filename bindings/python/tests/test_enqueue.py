@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from ctypes import ArgumentError
 from typing import Any
 
@@ -184,6 +185,59 @@ def test_an_escaped_exception_puts_the_flag_up_until_it_is_raised(d: flux.Dispat
     assert not _native.escaped and not _native.left_over.up
     d.dispatch("q")
     assert log == ["first", "first", "second"]
+
+
+class DispatchesWhenFreed:
+    """Dispatches ``payload`` on ``d`` from its finalizer, as a destroy that
+    lets go of the last reference runs it; records the outcome."""
+
+    def __init__(self, d: flux.Dispatcher[Any], payload: object, outcome: list[str]) -> None:
+        self.d, self.payload, self.outcome = d, payload, outcome
+
+    def __del__(self) -> None:
+        try:
+            self.d.dispatch(self.payload)
+            self.outcome.append("returned")
+        except BaseException as exc:  # noqa: BLE001 -- recorded for the test
+            self.outcome.append(f"{exc!r} notes={getattr(exc, '__notes__', [])}")
+
+
+@pytest.mark.parametrize("outer", ["dispatch", "enqueue", "own failure"])
+def test_a_dispatch_from_a_destroy_at_the_end_of_a_call_leaves_that_calls_failures(
+    d: flux.Dispatcher[Any], outer: str
+) -> None:
+    # A callback unregistered during a call is released as the call ends,
+    # after its queued dispatches ran; a dispatch from what that lets go of
+    # is a call of its own, and used to take (as notes on its own failure)
+    # the failures the enclosing call had still to raise -- which then
+    # returned normally, or raised a bare CallbackFailedError.
+    inner: list[str] = []
+    victim: list[flux.Token] = []
+
+    def cb(p: int) -> None:
+        if p == 1:
+            d.unregister(victim[0])  # released as this call ends
+            if outer == "own failure":
+                raise Boom(1)
+            d.enqueue(2)  # queued, fails, no on_error
+        if p in (2, 7):
+            raise Boom(p)
+
+    d.register(cb)
+
+    def holder(hook: DispatchesWhenFreed) -> Callable[[Any], None]:
+        return lambda p: hook.outcome.append("ran") if p == "never" else None
+
+    victim.append(d.register(holder(DispatchesWhenFreed(d, 7, inner))))  # its only reference
+    with pytest.raises(Boom) as info:
+        if outer == "enqueue":
+            d.enqueue(1)
+        else:
+            d.dispatch(1)
+    assert info.value.args == ((1,) if outer == "own failure" else (2,))
+    assert inner == ["Boom(7) notes=[]"]  # its own failure, and only that
+    d.dispatch(5)  # nothing left over
+    assert not d._pending and not d._queued_errors
 
 
 def test_the_outer_failure_comes_first_and_queued_ones_are_notes(d: flux.Dispatcher[Any]) -> None:
