@@ -310,7 +310,7 @@ public func flux_store_listener_fail(_ handle: OpaquePointer?, _ value: Int32) -
     guard handle.dispatcher.pointee.isDispatchingOnCurrentThread, handle.listenerCells.pointee.listenerDepth > 0 else {
         // From a destroy that flux_dispatcher_destroy runs: refused as every
         // call on a dispatcher being destroyed is (flux.h, "Ownership").
-        if handle.dispatcher.pointee.isClosing {
+        if handle.dispatcher.pointee.isClosed {
             return fail("flux_store_listener_fail", .invalidArgument, "the dispatcher is closed (being destroyed)")
         }
         return fail(

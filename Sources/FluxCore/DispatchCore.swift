@@ -263,8 +263,9 @@ import Synchronization
     }
 
     /// True once `close()` has begun (the dispatcher is being destroyed):
-    /// every later call on it is refused. Any thread; never waits.
-    @_spi(Engine) public var isClosing: Bool {
+    /// every later call on it is refused. Set under the lock; any thread
+    /// may read it, and never waits.
+    @_spi(Engine) public var isClosed: Bool {
         state.load(ordering: .acquiring) & Self.closedBit != 0
     }
 
@@ -476,9 +477,6 @@ import Synchronization
             current = original
         }
     }
-
-    /// Set by `close()` under the lock; read under the lock.
-    private var isClosed: Bool { state.load(ordering: .relaxed) & Self.closedBit != 0 }
 
     private func releaseTable() {
         state.bitwiseAnd(~Self.mutatingBit, ordering: .releasing)
@@ -957,11 +955,7 @@ import Synchronization
                 // out of memory), the completion runs inside that callback:
                 // with the run's payload put aside, as for a hook, so that a
                 // wait from it is refused rather than run callbacks out of turn.
-                if isDispatchingOnCurrentThread {
-                    hook { Callback.complete(completion, payload, .flux(error)) }
-                } else {
-                    Callback.complete(completion, payload, .flux(error))
-                }
+                hook(isDispatchingOnCurrentThread) { Callback.complete(completion, payload, .flux(error)) }
                 return .refused(error)
             case .queued:
                 return .queued
@@ -1120,7 +1114,8 @@ import Synchronization
     /// waits, forever). With no payload a wait finds no callback running,
     /// so it is refused with `notDispatching` and reports nothing, as from
     /// `dispatchBegin`/`dispatchEnd` (called with none) or a completion.
-    /// `putAside` false: the run holds none now (the observed loop's).
+    /// `putAside` false: nothing to put aside -- the run holds none (the
+    /// observed loop's), or is not this thread's (a refused enqueue's).
     @inlinable @inline(__always)
     func hook(_ putAside: Bool = true, _ call: () -> Void) {
         guard putAside else { return call() }
