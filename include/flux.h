@@ -1062,7 +1062,11 @@ FLUX_API const char *flux_status_name(flux_status status);
  *         string belongs to the library and stays valid until this thread's
  *         next failing call or the thread's exit; one read inside a done
  *         (flux_done_fn), describing that done's payload, only until the
- *         done returns (copy it to keep it). Never NULL.
+ *         done returns (copy it to keep it). Never NULL. In a process
+ *         that has used up its thread-specific keys (PTHREAD_KEYS_MAX)
+ *         before libflux made its own, failures are not recorded: this
+ *         reads a fixed message saying so, and the token and cycle below
+ *         read 0, until a key is free again.
  * Threads: any thread; each thread has its own message.
  */
 FLUX_API const char *flux_last_error(void);

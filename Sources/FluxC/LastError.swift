@@ -6,6 +6,7 @@
     import Darwin
 #endif
 @_spi(Engine) import FluxCore
+import Synchronization
 
 // flux_last_error() and its values: one malloc'd record per thread -- the
 // token, the cycle's length and tokens, then the NUL-terminated message --
@@ -27,17 +28,25 @@ private struct Record {
     static func messageOffset(_ count: Int) -> Int { MemoryLayout<Record>.stride + count * MemoryLayout<UInt64>.stride }
 }
 
-private let lastErrorKey: pthread_key_t = {
-    var key = pthread_key_t()
-    pthread_key_create(&key) { record in
+private let noKeyMessage: StaticString =
+    "flux: no thread-specific key left for the error message (the process used up PTHREAD_KEYS_MAX)"
+
+/// The key of this thread's record (see threadKey): nil when the process
+/// has none left, and then no error is recorded -- flux_last_error() reads
+/// `noKeyMessage`, the token and the cycle 0.
+private let lastErrorKeyCell = Atomic<UInt>(0)
+
+private var lastErrorKey: pthread_key_t? {
+    threadKey(lastErrorKeyCell) { record in
         if record != outOfMemorySentinel { free(record) }
     }
-    return key
-}()
+}
 
-/// This thread's record, or nil (none yet, or the out-of-memory sentinel).
+/// This thread's record, or nil (none yet, no key, or the out-of-memory sentinel).
 private func currentRecord() -> UnsafeMutableRawPointer? {
-    guard let record = pthread_getspecific(lastErrorKey), record != outOfMemorySentinel else { return nil }
+    guard let key = lastErrorKey, let record = pthread_getspecific(key), record != outOfMemorySentinel else {
+        return nil
+    }
     return record
 }
 
@@ -51,6 +60,7 @@ func fail(
     _ function: StaticString, _ status: FluxError.Code, _ message: String,
     token: DispatchToken? = nil, cycle: [DispatchToken] = []
 ) -> Int32 {
+    guard let key = lastErrorKey else { return status.rawValue }
     var message = message
     message.withUTF8 { text in
         let name = function.utf8CodeUnitCount
@@ -67,10 +77,10 @@ func fail(
             buffer.storeBytes(of: UInt8(ascii: " "), toByteOffset: name + 1, as: UInt8.self)
             if let base = text.baseAddress { (buffer + name + 2).copyMemory(from: base, byteCount: text.count) }
             buffer.storeBytes(of: 0, toByteOffset: count, as: UInt8.self)
-            pthread_setspecific(lastErrorKey, record)
+            pthread_setspecific(key, record)
         } else {
             free(currentRecord())
-            pthread_setspecific(lastErrorKey, outOfMemorySentinel)
+            pthread_setspecific(key, outOfMemorySentinel)
         }
     }
     return status.rawValue
@@ -85,12 +95,13 @@ func fail(
 func whileRecorded(
     _ function: StaticString, _ error: DispatchError<CallbackFailure>, _ body: (Int32) -> Void
 ) {
-    let saved = pthread_getspecific(lastErrorKey)
-    pthread_setspecific(lastErrorKey, nil)
+    guard let key = lastErrorKey else { return body(fail(function, error)) }
+    let saved = pthread_getspecific(key)
+    pthread_setspecific(key, nil)
     body(fail(function, error))
     // body may have failed calls of its own, which replaced the record.
     free(currentRecord())
-    pthread_setspecific(lastErrorKey, saved)
+    pthread_setspecific(key, saved)
 }
 
 func fail(_ function: StaticString, _ error: FluxError) -> Int32 {
@@ -165,7 +176,8 @@ extension StaticString {
 
 @_cdecl("flux_last_error")
 public func flux_last_error() -> UnsafePointer<CChar> {
-    guard let record = pthread_getspecific(lastErrorKey) else { return emptyMessage.cString }
+    guard let key = lastErrorKey else { return noKeyMessage.cString }
+    guard let record = pthread_getspecific(key) else { return emptyMessage.cString }
     guard record != outOfMemorySentinel else { return outOfMemoryMessage.cString }
     let count = record.load(as: Record.self).count
     return UnsafePointer((record + Record.messageOffset(count)).assumingMemoryBound(to: CChar.self))

@@ -682,9 +682,47 @@ static void test_churn_while_dispatching(void)
     EXPECT_OK(flux_dispatcher_destroy(c.d));
 }
 
+/* ---- first use on two threads at once ------------------------------------ */
+
+/* The first failing calls of the process, on two threads at once: each makes
+ * the thread-specific key of flux_last_error() if it finds none. Under
+ * ThreadSanitizer this was a race report (the key was a lazy global, made
+ * under swift_once, which it cannot see into); each thread must read its
+ * own message. Runs first: no earlier case may have made the key. */
+typedef struct first_error {
+    pthread_barrier_t *start;
+    flux_token token;
+    char message[128];
+} first_error;
+
+static void *first_error_main(void *arg)
+{
+    first_error *e = arg;
+    pthread_barrier_wait(e->start);
+    flux_unregister(NULL, e->token);
+    snprintf(e->message, sizeof e->message, "%s", flux_last_error());
+    return NULL;
+}
+
+static void test_first_errors_on_two_threads_at_once(void)
+{
+    pthread_barrier_t start;
+    REQUIRE(pthread_barrier_init(&start, NULL, 2) == 0);
+    first_error errors[2] = {{&start, 1, ""}, {&start, 2, ""}};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++)
+        REQUIRE(pthread_create(&threads[i], NULL, first_error_main, &errors[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        REQUIRE(pthread_join(threads[i], NULL) == 0);
+    pthread_barrier_destroy(&start);
+    for (int i = 0; i < 2; i++)
+        has_prefix(errors[i].message, "flux_unregister:", "thread %d reads its own failure", i);
+}
+
 int main(void)
 {
     tap_init();
+    RUN(test_first_errors_on_two_threads_at_once);
     RUN(test_dispatches_serialized);
     RUN(test_second_dispatch_waits);
     RUN(test_waiting_dispatch_runs_after_failed_one);

@@ -8,6 +8,7 @@
 #elseif canImport(Darwin)
     import Darwin
 #endif
+import Synchronization
 
 /// A non-zero number unique to the calling thread while it lives. Public
 /// only for the Flux module's inlinable code (which cannot use an SPI); not
@@ -280,19 +281,43 @@ internal func currentStackAddress() -> UInt {
     return _withUnprotectedUnsafeMutablePointer(to: &marker) { UInt(bitPattern: $0) }
 }
 
+/// A pthread key made by the first thread that asks for it, kept in `cell`
+/// (0: not made yet; otherwise the key + 1); nil when none can be made (the
+/// process used up PTHREAD_KEYS_MAX), and the next call tries again.
+///
+/// Not a lazily initialized global: Swift runs those under swift_once, whose
+/// synchronization ThreadSanitizer cannot see (two threads' first failing
+/// calls were reported as a race on the key), and a pthread_key_create that
+/// failed left key 0 there -- some other library's key, whose values a
+/// caller would then have overwritten. An `Atomic` global with a constant
+/// initializer is static data: nothing runs to make `cell`.
+@_spi(Engine) public func threadKey(
+    _ cell: borrowing Atomic<UInt>, destructor: ThreadKeyDestructor? = nil
+) -> pthread_key_t? {
+    let made = cell.load(ordering: .acquiring)
+    if made != 0 { return numericCast(made - 1) }
+    var key = pthread_key_t()
+    guard pthread_key_create(&key, destructor) == 0 else { return nil }
+    let (won, existing) = cell.compareExchange(
+        expected: 0, desired: UInt(key) + 1, ordering: .acquiringAndReleasing)
+    if won { return key }
+    // Another thread made one first: use that one.
+    pthread_key_delete(key)
+    return numericCast(existing - 1)
+}
+
+/// What pthread_key_create calls with a thread's value as the thread exits.
+#if canImport(Darwin)
+    @_spi(Engine) public typealias ThreadKeyDestructor = @convention(c) (UnsafeMutableRawPointer) -> Void
+#else
+    @_spi(Engine) public typealias ThreadKeyDestructor = @convention(c) (UnsafeMutableRawPointer?) -> Void
+#endif
+
 /// Per-thread cache of `computeStackBounds()`: the low-water address and the
 /// stack's top, stored as the pointer values themselves (no allocation, no
 /// destructor). 0 means "not computed yet".
-private let stackLimitKey: pthread_key_t = {
-    var key = pthread_key_t()
-    pthread_key_create(&key, nil)
-    return key
-}()
-private let stackTopKey: pthread_key_t = {
-    var key = pthread_key_t()
-    pthread_key_create(&key, nil)
-    return key
-}()
+private let stackLimitKey = Atomic<UInt>(0)
+private let stackTopKey = Atomic<UInt>(0)
 
 /// How much stack must remain when a `waitFor` invokes one more callback:
 /// room for that callback's own frames before it waits again (a Python
@@ -329,8 +354,11 @@ private func margin(forStackOf size: UInt) -> UInt {
 /// `Executor.mainThread`. Asked of the system once per thread: the answer is
 /// cached in a thread-specific value (1 main, 2 not; 0 not asked yet).
 @_spi(Engine) public func isMainThread() -> Bool {
-    let cached = UInt(bitPattern: pthread_getspecific(mainThreadKey))
-    if cached != 0 { return cached == 1 }
+    let key = threadKey(mainThreadKey)
+    if let key {
+        let cached = UInt(bitPattern: pthread_getspecific(key))
+        if cached != 0 { return cached == 1 }
+    }
     #if canImport(Glibc)
         let isMain = getpid() == flux_gettid()
     #elseif canImport(Darwin)
@@ -338,15 +366,11 @@ private func margin(forStackOf size: UInt) -> UInt {
     #else
         let isMain = false
     #endif
-    pthread_setspecific(mainThreadKey, UnsafeRawPointer(bitPattern: isMain ? 1 : 2))
+    if let key { pthread_setspecific(key, UnsafeRawPointer(bitPattern: isMain ? 1 : 2)) }
     return isMain
 }
 
-private let mainThreadKey: pthread_key_t = {
-    var key = pthread_key_t()
-    pthread_key_create(&key, nil)
-    return key
-}()
+private let mainThreadKey = Atomic<UInt>(0)
 
 /// This thread's stack as (low-water mark, top): below the mark, `waitFor`
 /// refuses to go deeper. (0, .max) when the bounds cannot be found, which
@@ -395,12 +419,17 @@ private func computeStackBounds() -> (limit: UInt, top: UInt) {
 /// stack), where the bounds say nothing.
 @usableFromInline
 internal func stackLimit(at address: UInt) -> UInt {
-    var limit = UInt(bitPattern: pthread_getspecific(stackLimitKey))
-    var top = UInt(bitPattern: pthread_getspecific(stackTopKey))
-    if limit == 0 {
+    // With no key to cache them in, the bounds are computed every time.
+    let limitKey = threadKey(stackLimitKey)
+    let topKey = threadKey(stackTopKey)
+    var limit = limitKey.map { UInt(bitPattern: pthread_getspecific($0)) } ?? 0
+    var top = topKey.map { UInt(bitPattern: pthread_getspecific($0)) } ?? 0
+    if limit == 0 || top == 0 {
         (limit, top) = computeStackBounds()
-        pthread_setspecific(stackLimitKey, UnsafeRawPointer(bitPattern: limit))
-        pthread_setspecific(stackTopKey, UnsafeRawPointer(bitPattern: top))
+        if let limitKey, let topKey {
+            pthread_setspecific(limitKey, UnsafeRawPointer(bitPattern: limit))
+            pthread_setspecific(topKey, UnsafeRawPointer(bitPattern: top))
+        }
         if limit == 0 { return 0 }
     }
     // Far below the stack (more than a margin below the mark): not on it.
