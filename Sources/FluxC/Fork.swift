@@ -6,6 +6,7 @@
     import Darwin
 #endif
 @_spi(Engine) import FluxCore
+import Synchronization
 
 // fork(): every live C dispatcher is on one list, and pthread_atfork handlers
 // hold each one's lock across fork() (so the child gets consistent tables and
@@ -17,8 +18,9 @@
 // Only create and destroy touch the list; the hot paths never do.
 
 /// The list: a mutex and the head, in one malloc'd block made (and the fork
-/// handlers installed) by the first flux_dispatcher_create(). Nil when that
-/// allocation failed: fork is then left unguarded, as before.
+/// handlers installed) by the first flux_dispatcher_create(). Nil while that
+/// allocation fails: fork is then left unguarded, as it is when
+/// pthread_atfork fails.
 // A bare pthread mutex: the fork handlers lock it in one function and unlock
 // it in another, which Synchronization.Mutex cannot do, and it needs no
 // condition (the engine's ConditionLock).
@@ -26,23 +28,46 @@
 private struct ForkRegistry: @unchecked Sendable {
     let mutex: UnsafeMutablePointer<pthread_mutex_t>
     let head: UnsafeMutablePointer<UnsafeMutablePointer<CDispatcher>?>
+
+    static var headOffset: Int {
+        roundUp(MemoryLayout<pthread_mutex_t>.size, MemoryLayout<UnsafeMutableRawPointer>.alignment)
+    }
+    static var size: Int { headOffset + MemoryLayout<UnsafeMutableRawPointer>.size }
+
+    init(block: UnsafeMutableRawPointer) {
+        mutex = block.assumingMemoryBound(to: pthread_mutex_t.self)
+        head = (block + Self.headOffset).assumingMemoryBound(to: UnsafeMutablePointer<CDispatcher>?.self)
+    }
 }
 
-private let forkRegistry: ForkRegistry? = {
-    let headOffset = roundUp(MemoryLayout<pthread_mutex_t>.size, MemoryLayout<UnsafeMutableRawPointer>.alignment)
-    guard let block = malloc(headOffset + MemoryLayout<UnsafeMutableRawPointer>.size) else { return nil }
-    let registry = ForkRegistry(
-        mutex: block.bindMemory(to: pthread_mutex_t.self, capacity: 1),
-        head: (block + headOffset).bindMemory(to: UnsafeMutablePointer<CDispatcher>?.self, capacity: 1))
+/// The registry's block, 0 until made: an atomic, not a lazy global, for the
+/// reasons threadKey gives (two threads' first flux_dispatcher_create() at
+/// once was a ThreadSanitizer report).
+private let forkRegistryBlock = Atomic<UInt>(0)
+
+private var forkRegistry: ForkRegistry? {
+    if let block = UnsafeMutableRawPointer(bitPattern: forkRegistryBlock.load(ordering: .acquiring)) {
+        return ForkRegistry(block: block)
+    }
+    guard let block = malloc(ForkRegistry.size) else { return nil }
+    block.bindMemory(to: pthread_mutex_t.self, capacity: 1)
+    (block + ForkRegistry.headOffset).bindMemory(to: UnsafeMutablePointer<CDispatcher>?.self, capacity: 1)
+        .initialize(to: nil)
+    let registry = ForkRegistry(block: block)
     pthread_mutex_init(registry.mutex, nil)
-    registry.head.initialize(to: nil)
-    guard pthread_atfork(forkPrepare, forkParent, forkChild) == 0 else {
+    let (won, existing) = forkRegistryBlock.compareExchange(
+        expected: 0, desired: UInt(bitPattern: block), ordering: .acquiringAndReleasing)
+    guard won else {
+        // Another thread made it first: use that one.
         pthread_mutex_destroy(registry.mutex)
         free(block)
-        return nil
+        return UnsafeMutableRawPointer(bitPattern: existing).map(ForkRegistry.init(block:))
     }
+    // Installed once, by the thread whose block was kept; the handlers find
+    // the registry through forkRegistryBlock.
+    _ = pthread_atfork(forkPrepare, forkParent, forkChild)
     return registry
-}()
+}
 
 func registerForFork(_ dispatcher: UnsafeMutablePointer<CDispatcher>) {
     guard let registry = forkRegistry else { return }

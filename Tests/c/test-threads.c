@@ -684,11 +684,12 @@ static void test_churn_while_dispatching(void)
 
 /* ---- first use on two threads at once ------------------------------------ */
 
-/* The first failing calls of the process, on two threads at once: each makes
- * the thread-specific key of flux_last_error() if it finds none. Under
- * ThreadSanitizer this was a race report (the key was a lazy global, made
- * under swift_once, which it cannot see into); each thread must read its
- * own message. Runs first: no earlier case may have made the key. */
+/* The first dispatchers and failing calls of the process, on two threads at
+ * once: each makes the fork registry and the thread-specific key of
+ * flux_last_error() if it finds none. Under ThreadSanitizer each was a race
+ * report (they were lazy globals, made under swift_once, which it cannot see
+ * into); each thread must read its own message. Runs first: no earlier case
+ * may have made them. */
 typedef struct first_error {
     pthread_barrier_t *start;
     flux_token token;
@@ -699,8 +700,12 @@ static void *first_error_main(void *arg)
 {
     first_error *e = arg;
     pthread_barrier_wait(e->start);
-    flux_unregister(NULL, e->token);
+    flux_dispatcher *d = flux_dispatcher_create();
+    if (d == NULL)
+        return NULL;
+    flux_unregister(d, e->token);
     snprintf(e->message, sizeof e->message, "%s", flux_last_error());
+    flux_dispatcher_destroy(d);
     return NULL;
 }
 
@@ -715,8 +720,10 @@ static void test_first_errors_on_two_threads_at_once(void)
     for (int i = 0; i < 2; i++)
         REQUIRE(pthread_join(threads[i], NULL) == 0);
     pthread_barrier_destroy(&start);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         has_prefix(errors[i].message, "flux_unregister:", "thread %d reads its own failure", i);
+        has_number(errors[i].message, errors[i].token, "thread %d's names its token", i);
+    }
 }
 
 int main(void)
