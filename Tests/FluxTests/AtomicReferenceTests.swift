@@ -2,6 +2,16 @@ import Foundation
 import XCTest
 import Flux
 
+/// Runs `body` on another thread; false when it has not returned within `seconds` (a deadlock).
+private func finishes(within seconds: Double, _ body: @escaping () -> Void) -> Bool {
+    let done = DispatchSemaphore(value: 0)
+    Thread {
+        body()
+        done.signal()
+    }.start()
+    return done.wait(timeout: .now() + seconds) == .success
+}
+
 final class AtomicReferenceTests: XCTestCase {
     func testSynchronized() {
         let atomicReference = AtomicReference(0)
@@ -124,5 +134,22 @@ final class AtomicReferenceTests: XCTestCase {
 
         _ = group.wait(timeout: .now() + 10)
         XCTAssertEqual(atomicReference.value, 0)
+    }
+
+    final class Reader {
+        let read: () -> Void
+        init(_ read: @escaping () -> Void) { self.read = read }
+        deinit { read() }
+    }
+
+    // AtomicReference.value's setter released the replaced value with the lock
+    // held: a replaced value whose deinit reads the reference deadlocked.
+    func testReplacedValueDeinitMayReadTheAtomicReference() {
+        XCTAssertTrue(
+            finishes(within: 5) {
+                let reference = AtomicReference<Reader?>(nil)
+                reference.value = Reader { _ = reference.value }
+                reference.value = nil
+            })
     }
 }

@@ -4,6 +4,7 @@
 public struct Binder<Value> {
     private let register: (Signal<Value>, Executor) -> any Disposable
 
+    /// A binder calling `binding(target, value)`; `target` is held weakly.
     public init<Target: AnyObject>(target: Target, binding: @escaping (Target, Value) -> Void) {
         register = { [weak target] signal, executor in
             guard let target else { return AnyDisposable.disposed() }
@@ -21,6 +22,8 @@ public struct Binder<Value> {
         }
     }
 
+    /// Observes `signal` through `executor` while the target lives; an
+    /// already-disposed disposable when the target is gone.
     public func bind(signal: Signal<Value>, on executor: Executor) -> any Disposable {
         register(signal, executor)
     }

@@ -1,9 +1,11 @@
 /// A read-only view of a `Variable`.
 public struct Constant<Value> {
+    /// The variable's signal: its current value, then every change.
     public var signal: Signal<Value> {
         variable.signal
     }
 
+    /// The variable's current value.
     public var value: Value {
         variable.value
     }
@@ -15,6 +17,7 @@ public struct Constant<Value> {
         variable = .init(value)
     }
 
+    /// A read-only view of `variable`, which it keeps alive.
     public init(variable: Variable<Value>) {
         self.variable = variable
     }

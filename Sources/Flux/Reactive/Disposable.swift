@@ -1,9 +1,13 @@
 import Synchronization
 
-/// Something that can be stopped once, such as an observation.
+/// Something that can be stopped once, such as an observation. Not
+/// `Sendable` (as in VueFlux): across threads, pass an `AnyDisposable` or a
+/// `DisposableScope`, which are.
 public protocol Disposable {
+    /// True once `dispose()` has been called.
     var isDisposed: Bool { get }
 
+    /// Stops it; calling it again does nothing.
     func dispose()
 }
 
@@ -17,6 +21,7 @@ public final class AnyDisposable: Disposable, @unchecked Sendable {
     // Written by init and by the one caller that wins the exchange in dispose().
     private var action: (() -> Void)?
 
+    /// Runs `dispose` at the first `dispose()`, on the thread that calls it.
     public init(_ dispose: @escaping () -> Void) {
         action = dispose
     }
@@ -26,6 +31,8 @@ public final class AnyDisposable: Disposable, @unchecked Sendable {
         action = nil
     }
 
+    /// Runs the closure if this is the first call (from any thread, also
+    /// from inside the closure itself: once only).
     public func dispose() {
         guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else {

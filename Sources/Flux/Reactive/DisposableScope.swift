@@ -15,14 +15,18 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
         dispose()
     }
 
+    /// A scope holding `disposebles`, disposed with it.
     public init<Sequence: Swift.Sequence>(_ disposebles: Sequence) where Sequence.Element == any Disposable {
         disposables = ContiguousArray(disposebles)
     }
 
+    /// An empty scope.
     public convenience init() {
         self.init([])
     }
 
+    /// Keeps `disposable` until the scope is disposed; disposes it at once
+    /// when the scope already is. Any thread.
     public func add(disposable: any Disposable) {
         // A disposed disposable is not kept (nothing would ever release it
         // earlier than this scope's end).
@@ -37,6 +41,8 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
         }
     }
 
+    /// Disposes what was added, in order, once; any thread, also from
+    /// inside one of the disposals.
     public func dispose() {
         // Taken out under the lock, disposed outside it: a disposal may add
         // to or dispose this scope again.
@@ -54,6 +60,7 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
         }
     }
 
+    /// `add(disposable:)`.
     public static func += (disposableScope: DisposableScope, disposable: any Disposable) {
         disposableScope.add(disposable: disposable)
     }

@@ -1,6 +1,9 @@
 /// A stream of values that can be observed. Made by a `Sink`, a `Variable`,
 /// or a producer that receives the send function and returns what stops it.
+/// Not `Sendable` (its producer closure is not): capture the sink or
+/// variable in a `@Sendable` closure instead.
 public struct Signal<Value> {
+    /// Receives the send function of one observation and returns what ends it.
     public typealias Producer = (@escaping (Value) -> Void) -> any Disposable
 
     @usableFromInline
@@ -14,6 +17,8 @@ public struct Signal<Value> {
 
     @usableFromInline let source: Source
 
+    /// A signal that runs `producer` once per observation; values sent after
+    /// that observation is disposed are dropped.
     public init(_ producer: @escaping Producer) {
         source = .producer(producer)
     }
@@ -81,6 +86,8 @@ public struct Signal<Value> {
         binder.bind(signal: self, on: executor)
     }
 
+    /// Calls `binding(target, value)` on `executor` for each value while
+    /// `target` lives (held weakly; see `Binder`).
     @discardableResult
     public func bind<Target: AnyObject>(
         to target: Target, on executor: Executor = .mainThread,
@@ -89,6 +96,7 @@ public struct Signal<Value> {
         bind(to: .init(target: target, binding: binding), on: executor)
     }
 
+    /// Sets `target[keyPath:]` to each value on `executor` while `target` lives.
     @discardableResult
     public func bind<Target: AnyObject>(
         to target: Target, _ keyPath: ReferenceWritableKeyPath<Target, Value>,
@@ -99,6 +107,7 @@ public struct Signal<Value> {
         }
     }
 
+    /// Sets the optional `target[keyPath:]` to each value on `executor` while `target` lives.
     @discardableResult
     public func bind<Target: AnyObject>(
         to target: Target, _ keyPath: ReferenceWritableKeyPath<Target, Value?>,

@@ -29,6 +29,7 @@ public final class Sink<Value>: @unchecked Sendable {
 
     @usableFromInline let core = SinkCore<Value>()
 
+    /// A sink with no observers.
     public init() {}
 
     // The observers go with the sink, not with its subscriptions (which hold
@@ -37,6 +38,9 @@ public final class Sink<Value>: @unchecked Sendable {
         core.close()
     }
 
+    /// Calls the observers with `value` (see above for the thread, and when
+    /// the call is handed to another thread's delivery instead). From any
+    /// thread, and from inside an observer.
     @inlinable
     public func send(value: Value) {
         core.send(value: value)

@@ -27,15 +27,19 @@
 /// observing thread itself when it observes inside an observer of this
 /// variable, when the current delivery ends).
 public final class Variable<Value>: @unchecked Sendable {
+    /// A read-only view of this variable.
     public var constant: Constant<Value> {
         .init(variable: self)
     }
 
+    /// The current value, then every change (see above).
     @inlinable
     public var signal: Signal<Value> {
         .init(variable: self)
     }
 
+    /// The value delivered last (see above for a set's ordering). Any
+    /// thread may get or set it, also inside an observer.
     // @inlinable, as are the members it uses: so that a client's release
     // build specializes a set (unspecialized, it spends most of its time
     // looking up generic metadata).
@@ -64,6 +68,7 @@ public final class Variable<Value>: @unchecked Sendable {
     // Only touched during the sink's turn.
     @usableFromInline @exclusivity(unchecked) var delivered: Value
 
+    /// A variable holding `value`, with no observers.
     public init(_ value: Value) {
         storage = value
         delivered = value

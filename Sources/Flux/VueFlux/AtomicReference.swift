@@ -1,15 +1,18 @@
 /// A value behind a lock. `recursive: true` lets the thread that holds the
 /// lock enter `synchronized` or `modify` again.
 public final class AtomicReference<Value>: @unchecked Sendable {
-    /// Reads or replaces the value under the lock.
+    /// Reads or replaces the value under the lock. The value replaced is
+    /// let go of after the lock is released: its deinit may use this reference.
     public var value: Value {
         get { synchronized { $0 } }
-        set { modify { $0 = newValue } }
+        set { _ = swap(newValue) }
     }
 
     private var storage: Value
     private let lock: PosixLock
 
+    /// Without `recursive`, entering `synchronized` or `modify` again from
+    /// inside one (or reading `value` there) deadlocks, as in VueFlux.
     public init(_ value: Value, recursive: Bool = false) {
         storage = value
         lock = PosixLock(recursive: recursive)

@@ -37,6 +37,8 @@ public struct Executor: @unchecked Sendable {
     /// commit in a closure for `execute`.
     @usableFromInline let runsInline: Bool
 
+    /// An executor that hands each function to `context`, which decides
+    /// where and when it runs (and is called from any thread, see above).
     public init(_ context: @escaping Context) {
         self.context = context
         runsInline = false
@@ -47,6 +49,7 @@ public struct Executor: @unchecked Sendable {
         self.runsInline = runsInline
     }
 
+    /// Runs `function` as this executor does; from any thread.
     public func execute(_ function: @escaping () -> Void) {
         context(function)
     }

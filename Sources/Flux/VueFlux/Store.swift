@@ -21,8 +21,12 @@ open class Store<State: Flux.State>: @unchecked Sendable {
     /// Dispatches to this store only.
     public let actions: Actions<State>
 
+    /// Read access to the state.
     public let computed: Computed<State>
 
+    /// Subscribes to this store's own dispatcher and to the shared one of
+    /// `State`; from any thread, also from inside a commit (the store then
+    /// misses the action being dispatched).
     @inlinable
     public init(state: State, mutations: State.Mutations, executor: Executor) {
         let commitProcedure = CancelableProcedure<State.Action> { action in

@@ -160,7 +160,9 @@ extension Dispatcher {
         return unsafeDowncast(made, to: type)
     }
 
-    /// The registered store of class `type`, or nil.
+    /// The registered store of class `type`, or nil: also while another
+    /// thread's `registerStore` is still creating it (a lookup never waits;
+    /// `registerStore` does, and returns that instance).
     public func store<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered?
     where Registered.Payload == Payload {
         registry.store(ObjectIdentifier(type)).map { unsafeDowncast($0, to: type) }
@@ -175,7 +177,11 @@ extension Dispatcher {
     /// this dispatcher): with no other reference, they and the dispatcher
     /// are freed. Then every store of this dispatcher, registered or not,
     /// removes its owner-bound listeners whose owner went (a listener that
-    /// captured its store kept that store alive).
+    /// captured its store kept that store alive). A listener whose owner is
+    /// still alive stays, and so does what it captured: when such a
+    /// listener captured its store, the store and this dispatcher are freed
+    /// only once the owner has gone and the store has looked (its next
+    /// dispatch or `addListener`, or another `removeAllStores()`).
     public func removeAllStores() {
         do {
             let released = registry.removeAll()
