@@ -2,16 +2,6 @@ import Foundation
 import XCTest
 import Flux
 
-/// Runs `body` on another thread; false when it has not returned within `seconds` (a deadlock).
-private func finishes(within seconds: Double, _ body: @escaping () -> Void) -> Bool {
-    let done = DispatchSemaphore(value: 0)
-    Thread {
-        body()
-        done.signal()
-    }.start()
-    return done.wait(timeout: .now() + seconds) == .success
-}
-
 final class AtomicReferenceTests: XCTestCase {
     func testSynchronized() {
         let atomicReference = AtomicReference(0)
@@ -146,10 +136,13 @@ final class AtomicReferenceTests: XCTestCase {
     // held: a replaced value whose deinit reads the reference deadlocked.
     func testReplacedValueDeinitMayReadTheAtomicReference() {
         XCTAssertTrue(
-            finishes(within: 5) {
-                let reference = AtomicReference<Reader?>(nil)
-                reference.value = Reader { _ = reference.value }
-                reference.value = nil
-            })
+            onThreads(
+                [
+                    {
+                        let reference = AtomicReference<Reader?>(nil)
+                        reference.value = Reader { _ = reference.value }
+                        reference.value = nil
+                    }
+                ], seconds: 5))
     }
 }

@@ -531,19 +531,3 @@ private final class Log: @unchecked Sendable {
 
     var entries: [String] { lock.withLock { recorded } }
 }
-
-/// Runs each body on a thread of its own, all at once (dispatch queues may
-/// run them one after another when their threads are busy or blocked), and
-/// says whether all of them returned within `seconds`.
-private func onThreads(_ bodies: [() -> Void], seconds: Double = 120) -> Bool {
-    let done = DispatchGroup()
-    for body in bodies {
-        done.enter()
-        nonisolated(unsafe) let body = body
-        Thread {
-            body()
-            done.leave()
-        }.start()
-    }
-    return done.wait(timeout: .now() + seconds) == .success
-}

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Flux
 
 // VueFlux's test fixtures (VueFluxTests.swift), ported.
@@ -74,4 +75,20 @@ struct CallbackMutations: Mutations {
 
 func callbackStore(_ onCommit: @escaping () -> Void) -> Store<CallbackState> {
     return Store<CallbackState>(state: .init(onCommit), mutations: .init(), executor: .immediate)
+}
+
+/// Runs each body on a thread of its own, all at once (dispatch queues may
+/// run them one after another when their threads are busy or blocked), and
+/// says whether all of them returned within `seconds`.
+func onThreads(_ bodies: [() -> Void], seconds: Double = 120) -> Bool {
+    let done = DispatchGroup()
+    for body in bodies {
+        done.enter()
+        nonisolated(unsafe) let body = body
+        Thread {
+            body()
+            done.leave()
+        }.start()
+    }
+    return done.wait(timeout: .now() + seconds) == .success
 }

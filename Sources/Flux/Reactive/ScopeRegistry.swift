@@ -22,6 +22,10 @@ final class ScopeRegistry: @unchecked Sendable {
 
     func scope(for object: AnyObject) -> DisposableScope {
         var dead: [DisposableScope] = []
+        // The objects a sweep found alive, let go of after the lock: another
+        // thread may drop its last reference meanwhile, and the deinit would
+        // otherwise run here, under the lock (a deinit that binds deadlocks).
+        var swept: [AnyObject] = []
         let scope: DisposableScope = lock.withLock {
             let identifier = ObjectIdentifier(object)
             if let entry = entries[identifier] {
@@ -32,9 +36,13 @@ final class ScopeRegistry: @unchecked Sendable {
             let scope = DisposableScope()
             entries[identifier] = Entry(object: object, scope: scope)
             if entries.count >= sweepCount {
-                for (key, entry) in entries where entry.object == nil {
-                    dead.append(entry.scope)
-                    entries[key] = nil
+                for (key, entry) in entries {
+                    if let alive = entry.object {
+                        swept.append(alive)
+                    } else {
+                        dead.append(entry.scope)
+                        entries[key] = nil
+                    }
                 }
                 sweepCount = max(Self.minimumSweepCount, entries.count * 2)
             }
@@ -44,6 +52,7 @@ final class ScopeRegistry: @unchecked Sendable {
         for scope in dead {
             scope.dispose()
         }
+        swept.removeAll()
         return scope
     }
 }
