@@ -112,8 +112,10 @@
  *     finish that dispatch: flux_dispatch() on it fails at once with
  *     FLUX_ERR_ALREADY_DISPATCHING (the message says the process forked),
  *     flux_enqueue() too (its done runs at once with that status, since
- *     no dispatch would ever drain the queue), flux_dispatcher_destroy()
- *     too, flux_is_dispatching() stays 1. Leave it; make a new dispatcher
+ *     no dispatch would ever drain the queue), flux_dispatcher_set_observer()
+ *     too (its context destroyed at once, since no dispatch would ever end
+ *     to install it), flux_dispatcher_destroy() too, flux_is_dispatching()
+ *     stays 1. Leave it; make a new dispatcher
  *     if the child needs one;
  *   - a dispatch the forking thread itself was running (fork() from a
  *     callback) goes on in the child as in the parent;
@@ -871,6 +873,10 @@ typedef struct flux_observer {
  *         to note the change (the running call keeps its observer, and the
  *         one set before, if any, stays pending). Idle, this allocates
  *         nothing and cannot run out of memory.
+ *         FLUX_ERR_ALREADY_DISPATCHING: in a child process, d was being
+ *         dispatched by another thread of the parent at the fork (see
+ *         "fork"): no dispatch will ever end to install the change, so it
+ *         is refused (clearing too) and the context destroyed at once.
  * Threads: any thread, from inside a callback or a hook too; never waits.
  */
 FLUX_API flux_status flux_dispatcher_set_observer(flux_dispatcher *d,

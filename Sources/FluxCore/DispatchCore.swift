@@ -1152,13 +1152,22 @@ import Synchronization
     /// takes effect from the next dispatch (a queued one included) and the
     /// previous one is released when the running call returns. Never waits.
     ///
-    /// - Throws: `invalidArgument` once closed; `observer.release` has run.
+    /// - Throws: `invalidArgument` once closed; `alreadyDispatching` in a
+    ///   forked child whose dispatch another thread of the parent was
+    ///   running (it never ends, so the change would stay pending, and the
+    ///   observer held, for good); `noMemory`. Each time `observer.release`
+    ///   has run.
     @_spi(Engine) public func setObserver(_ observer: Observer?) throws(FluxError) {
         lock.lock()
         if isClosed {
             lock.unlock()
             observer?.release()
             throw .closed
+        }
+        if state.load(ordering: .relaxed) & Self.orphanedBit != 0 {
+            lock.unlock()
+            observer?.release()
+            throw .orphaned
         }
         var old: Observer?
         if claimTable(orSet: Self.slowEndBit) {

@@ -1,7 +1,9 @@
 /// What a dispatcher reports to its observer, as the engine calls it, and
 /// how the engine lets go of it: `release()` runs exactly once per observer
 /// set, when it is replaced, cleared or the dispatcher closes (never inside a
-/// dispatch, never with the lock held).
+/// dispatch, never with the lock held) -- or, when `setObserver` refuses it
+/// (closed, out of memory, orphaned by fork()), at once on the caller's
+/// thread, which may be inside a dispatch (a callback's call).
 ///
 /// Events, on the dispatching thread: `dispatchBegin`; `callbackBegin` …
 /// `callbackEnd` around each callback (nested inside the waiter's pair for

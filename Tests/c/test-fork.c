@@ -289,6 +289,61 @@ static int forking_cb(void *context, const void *payload)
     return 0;
 }
 
+/* flux_dispatcher_set_observer on the orphaned dispatcher: no dispatch can
+ * ever end there, so a change would stay pending, and its context held,
+ * for good (set_observer said FLUX_OK, destroy never ran). Refused like
+ * flux_enqueue instead: FLUX_ERR_ALREADY_DISPATCHING, destroy(context) at
+ * once, exactly once; clearing is refused the same way. */
+static int child_observer_destroyed;
+static void child_observer_destroy(void *context)
+{
+    (void)context;
+    child_observer_destroyed++;
+}
+
+static int child_refuses_observer(void *arg)
+{
+    shared *s = arg;
+    static const flux_observer hooks = {FLUX_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL};
+    int tag = 0;
+    child_observer_destroyed = 0;
+    flux_status st = flux_dispatcher_set_observer(s->d, &hooks, &tag, child_observer_destroy);
+    if (st != FLUX_ERR_ALREADY_DISPATCHING)
+        return 1;
+    if (strstr(flux_last_error(), "forked") == NULL)
+        return 2;
+    if (child_observer_destroyed != 1)
+        return 3; /* destroy must have run, at once, exactly once */
+    if (flux_dispatcher_set_observer(s->d, NULL, &tag, child_observer_destroy) != FLUX_ERR_ALREADY_DISPATCHING)
+        return 4;
+    if (child_observer_destroyed != 2)
+        return 5;
+    return 0;
+}
+
+static void test_child_refuses_an_observer_on_a_dispatch_another_thread_was_running(void)
+{
+    shared s = {0};
+    flag_init(&s.entered);
+    flag_init(&s.release);
+    s.d = flux_dispatcher_create();
+    REQUIRE(s.d != NULL);
+    flux_token t;
+    EXPECT_OK(flux_register(s.d, blocking_cb, &s, NULL, &t));
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, NULL, dispatching_thread, &s) == 0);
+    REQUIRE(flag_wait(&s.entered, 10));
+    int child = in_child(child_refuses_observer, &s);
+    is_int(child, 0,
+           "the child's flux_dispatcher_set_observer is refused with FLUX_ERR_ALREADY_DISPATCHING and "
+           "destroy(context) runs at once (1: not refused; 3: destroy did not run)");
+    flag_set(&s.release);
+    pthread_join(thread, NULL);
+    EXPECT_OK(flux_dispatcher_destroy(s.d));
+    flag_fini(&s.entered);
+    flag_fini(&s.release);
+}
+
 static void test_fork_from_a_callback(void)
 {
     from_callback f = {0};
@@ -449,6 +504,7 @@ int main(void)
     RUN(test_child_fails_fast_on_a_dispatch_another_thread_was_running);
     RUN(test_child_fails_fast_with_waiters_too);
     RUN(test_child_refuses_enqueue_on_a_dispatch_another_thread_was_running);
+    RUN(test_child_refuses_an_observer_on_a_dispatch_another_thread_was_running);
     RUN(test_fork_from_a_callback);
     RUN(test_child_forgets_the_waits_of_the_parents_threads);
     return tap_done();

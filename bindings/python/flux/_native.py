@@ -760,12 +760,28 @@ def _on_destroy(context: int | None) -> None:
 _previous_unraisable_hook = sys.unraisablehook
 
 
+#: id(function) -> the function, for the user-facing callbacks C calls
+#: (flux.Trampoline's handler entry): their exceptions are the user's to
+#: see as unraisable, but an interrupt (any BaseException that is not an
+#: Exception: KeyboardInterrupt, SystemExit) must not be lost, so it is
+#: parked like a trampoline's, for the next libflux call of that thread
+#: (flux.call itself, when it made the call) to raise.
+interrupts_parked: dict[int, Callable[..., Any]] = {}
+
+
 def _unraisable_hook(unraisable: Any) -> None:
     # ctypes reports an exception that escaped a callback through
     # sys.unraisablehook, on the thread that ran it, before returning to C.
     # Ours are the outermost call's to raise, not to print; the first counts.
     entry = _trampolines.get(id(unraisable.object))
     if entry is None or entry[0] is not unraisable.object or unraisable.exc_value is None:
+        if (
+            interrupts_parked.get(id(unraisable.object)) is unraisable.object
+            and unraisable.exc_value is not None
+            and not isinstance(unraisable.exc_value, Exception)
+        ):
+            park_escaped(get_ident(), unraisable.exc_value)
+            return
         _previous_unraisable_hook(unraisable)
         return
     exc = unraisable.exc_value

@@ -43,8 +43,10 @@ class TraceEvent:
     -- equal to 0 -- or the status of the failure), ``token``/``name``
     (callback events; for wait_for, the waiter), ``result`` (callback_end:
     0, or non-zero when it raised), ``tokens``/``names`` (wait_for: the
-    tokens waited for, as given). A callback's events carry the name it was
-    registered with, also when it unregistered itself during the dispatch.
+    tokens waited for, as given; a token of another dispatcher, which
+    libflux never sees, as 0 named "a token of another dispatcher"). A
+    callback's events carry the name it was registered with, also when it
+    unregistered itself during the dispatch.
     """
 
     kind: str
@@ -184,6 +186,10 @@ class Trace(_native.Unshareable):
         self._context = 0
 
     def _name(self, token: int) -> str:
+        if not token:
+            # libflux never issues 0: it is how Dispatcher.wait_for hands
+            # libflux a token of another dispatcher (which it then refuses).
+            return "a token of another dispatcher"
         return self.dispatcher.name_of(token) or f"token {token}"
 
     def _observes(self, cell: list[int] | None) -> bool:

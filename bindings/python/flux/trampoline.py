@@ -18,6 +18,11 @@ Exceptions cannot cross C. An exception raised by a trampoline's handler (or a
 result that does not fit its return type) is reported through
 :func:`sys.unraisablehook` -- ctypes does it, as for any callback, with a note
 naming the handler -- and the C caller gets 0 (0.0, NULL); the process goes on.
+An interrupt is not lost that way: a :class:`BaseException` that is not an
+:class:`Exception` (a ``KeyboardInterrupt`` from SIGINT landing in or just
+before the handler, a ``SystemExit``) also gives the C caller 0, and is raised
+by this thread's next libflux call -- by :func:`call` itself when the
+trampoline was called through it (or through C code it called).
 """
 
 from __future__ import annotations
@@ -249,6 +254,9 @@ def _on_call(userdata: int | None, ret: int | None, args: Any) -> None:
         raise
 
 
+# An interrupt escaping _on_call (as it is entered, or from the handler) is
+# kept for the thread's next libflux call rather than printed and lost.
+_native.interrupts_parked[id(_on_call)] = _on_call
 _handler_trampoline = _HANDLER(_on_call)
 
 
@@ -274,7 +282,10 @@ class Trampoline(_native.Unshareable):
 
     Keep the trampoline open for as long as C code may call it: ``close()``
     (or leaving a ``with`` block, or garbage collection of an unclosed
-    trampoline) frees the native code, and a later call would crash. But
+    trampoline) frees the native code, and a later call would crash.
+    Closing it while a call through it runs -- from its own handler (or
+    dropping the last reference to it there) or from another thread -- is
+    undefined behaviour too, as for ``flux_closure_destroy``. But
     libflux holds the handler until then, so a handler that refers to its
     trampoline (a bound method of the object that holds it, say) keeps it
     alive for good: close trampolines you are done with. The handler may be

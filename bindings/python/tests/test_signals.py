@@ -1204,3 +1204,57 @@ def test_sigint_anywhere_in_a_dispatch_that_drains_the_queue_reports_the_interru
         """
         )
     )
+
+
+def test_sigint_in_or_just_before_a_trampolines_handler_comes_out_of_the_call() -> None:
+    # flux.Trampoline's handler is user code C calls: its exceptions are
+    # reported as unraisable, but an interrupt was printed as one and lost
+    # (the C caller got 0 and the program went on as if Ctrl-C never came).
+    # In the handler (raise_signal), and as it is entered (libc's raise()
+    # as a native flux callback just before the trampoline, so the signal
+    # arrives while the thread is in C), it comes out of flux.call.
+    result = run_script(
+        f"""
+        import ctypes, signal
+        import flux
+        from flux import _native
+        calls = []
+        def handler(context, payload):
+            calls.append(payload)
+            if payload == 1:
+                signal.raise_signal(signal.SIGINT)
+            return 0
+        with flux.Trampoline("i(pp)", handler) as t:
+            for _ in range({ROUNDS}):
+                try:
+                    flux.call(t.address, "i(pp)", 0, 1)
+                except KeyboardInterrupt:
+                    pass
+                else:
+                    raise AssertionError("the interrupt in the handler was lost")
+                assert flux.call(t.address, "i(pp)", 0, 2) == 0  # nothing left over
+
+            libc = ctypes.CDLL(None)
+            raise_signal = _native.CALLBACK(ctypes.cast(getattr(libc, "raise"), ctypes.c_void_p).value)
+            d = _native.flux_dispatcher_create()
+            out = ctypes.c_uint64()
+            no_destroy = ctypes.cast(None, _native.DESTROY)
+            _native.flux_register(d, raise_signal, signal.SIGINT, no_destroy, ctypes.byref(out))
+            _native.flux_register(d, _native.CALLBACK(t.address), None, no_destroy, ctypes.byref(out))
+            dispatch = ctypes.cast(_native.lib.flux_dispatch, ctypes.c_void_p).value
+            for _ in range({ROUNDS}):
+                calls.clear()
+                try:
+                    flux.call(dispatch, "i(pp)", d, 3)
+                except KeyboardInterrupt:
+                    pass
+                else:
+                    raise AssertionError("the interrupt on entering the handler was lost")
+                assert calls == [], calls  # interrupted as it was entered
+            _native.flux_dispatcher_destroy(d)
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+    assert result.stderr == "", result.stderr  # nothing printed as unraisable

@@ -412,3 +412,25 @@ def test_a_trace_started_as_another_thread_closes_the_dispatcher_is_let_go(nativ
     gc.collect()
     assert [r() for r in refs] == [None, None]
     assert handle in native_destroys
+
+
+def test_a_wait_for_a_token_of_another_dispatcher_is_not_named_as_token_0(d: flux.Dispatcher[Any]) -> None:
+    # The binding hands libflux a foreign token as 0 (never a token), so the
+    # wait_for event carried token 0 named "token 0": a token nobody gave.
+    other: flux.Dispatcher[Any] = flux.Dispatcher()
+    foreign = other.register(lambda p: None)
+    t: dict[str, flux.Token] = {}
+
+    def waiter(p: Any) -> None:
+        with pytest.raises(flux.UnknownTokenError):
+            d.wait_for([t["mine"], foreign])
+
+    d.register(waiter, name="waiter")
+    t["mine"] = d.register(lambda p: None, name="mine")
+    with flux.Trace(d) as trace:
+        d.dispatch(1)
+    (wait,) = [ev for ev in trace.events if ev.kind == "wait_for"]
+    assert wait.tokens == (t["mine"].value, 0)
+    assert wait.names == ("mine", "a token of another dispatcher")
+    assert "waits for mine, a token of another dispatcher" in trace.render()
+    other.close()
