@@ -353,6 +353,23 @@ FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
 FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
 
 /**
+ * flux_dispatch(), except that it never waits for another thread: while
+ * another thread dispatches d (or is about to), it fails at once, having
+ * run nothing. For a caller holding a lock that the other thread's callbacks
+ * may need -- a language runtime's global lock, say: it tries first, and on
+ * FLUX_ERR_ALREADY_DISPATCHING lets go of the lock and calls flux_dispatch(),
+ * which waits (and gives the definitive answer: it fails the same way inside
+ * a callback of d on this thread). Queued payloads (flux_enqueue()) are run
+ * as flux_dispatch() runs them.
+ *
+ * @return as flux_dispatch(), and FLUX_ERR_ALREADY_DISPATCHING also when
+ *         another thread is dispatching d: nothing ran, and the message says
+ *         so.
+ * Threads: any thread; never waits.
+ */
+FLUX_API flux_status flux_try_dispatch(flux_dispatcher *d, const void *payload);
+
+/**
  * From inside a callback, runs the callbacks of the given tokens that have
  * not yet run in this dispatch, in the order given, before returning. Tokens
  * whose callbacks already finished in this dispatch are skipped. Every token

@@ -82,6 +82,14 @@ public func flux_dispatch(_ handle: OpaquePointer?, _ payload: UnsafeRawPointer?
     }
 }
 
+@_cdecl("flux_try_dispatch") @inline(__always)
+public func flux_try_dispatch(_ handle: OpaquePointer?, _ payload: UnsafeRawPointer?) -> Int32 {
+    guard let handle else { return fail("flux_try_dispatch", .invalidArgument, "the dispatcher is NULL") }
+    return status("flux_try_dispatch") { () throws(DispatchError<CallbackFailure>) in
+        try handle.dispatcher.pointee.dispatch(payload, waits: false)
+    }
+}
+
 @_cdecl("flux_wait_for") @inline(__always)
 public func flux_wait_for(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt64>?, _ count: Int) -> Int32 {
     // One token is the common case and every link of a wait_for chain: the

@@ -494,11 +494,18 @@ import Synchronization
     ///   `.callback(failure, token)` when a callback failed, or
     ///   `.flux(tooDeep)` when a `waitFor` chain went too deep: the dispatch
     ///   was aborted and the dispatcher is idle again.
+    ///
+    /// With `waits: false` (flux_try_dispatch) it never waits: while another
+    /// thread dispatches it throws `.flux(alreadyDispatching)` at once,
+    /// having done nothing -- a host holding a lock that thread's callbacks
+    /// need (Python's GIL) tries first, and lets go of the lock to wait.
     @inlinable @inline(__always)
-    @_spi(Engine) public func dispatch(_ payload: Callback.Payload) throws(DispatchError<Callback.Failure>) {
+    @_spi(Engine) public func dispatch(
+        _ payload: Callback.Payload, waits: Bool = true
+    ) throws(DispatchError<Callback.Failure>) {
         let me = currentThreadID()
         if !state.compareExchange(expected: 0, desired: Self.dispatchingBit, ordering: .acquiring).exchanged {
-            if let error = beginSlow(me) { throw .flux(error) }
+            if let error = beginSlow(me, waits: waits) { throw .flux(error) }
         }
         owner.store(me, ordering: .relaxed)
         let error = runBody(payload)
@@ -776,10 +783,11 @@ import Synchronization
     }
 
     /// The contended start: refuses a dispatch from inside a dispatch on this
-    /// thread, or one whose wait would deadlock, otherwise sleeps until the
-    /// running dispatch ends and claims it.
+    /// thread, or one whose wait would deadlock (or, unless it `waits`, any
+    /// that would wait), otherwise sleeps until the running dispatch ends and
+    /// claims it.
     @usableFromInline
-    func beginSlow(_ me: UInt) -> FluxError? {
+    func beginSlow(_ me: UInt, waits: Bool) -> FluxError? {
         if owner.load(ordering: .relaxed) == me { return .alreadyDispatching }
         lock.lock()
         defer { lock.unlock() }
@@ -804,6 +812,8 @@ import Synchronization
                     checkInvariantsLocked()
                     return nil
                 }
+            } else if !waits {
+                return .wouldWait
             } else if current & Self.waitersBit == 0 {
                 // Announce ourselves, then look again: the dispatch may have
                 // ended by the fast path in between, with nobody to wake us.
@@ -1464,6 +1474,10 @@ extension FluxError {
     /// it without calling `close()` when the dispatcher has stores.)
     @_spi(Engine) public static var closingWhileDispatching: FluxError {
         FluxError(.alreadyDispatching, "cannot destroy a dispatcher while it is dispatching")
+    }
+    /// A dispatch that does not wait, while another thread dispatches.
+    static var wouldWait: FluxError {
+        FluxError(.alreadyDispatching, "another thread is dispatching (a try does not wait for it)")
     }
     @usableFromInline static var orphaned: FluxError {
         FluxError(

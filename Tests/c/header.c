@@ -52,6 +52,7 @@ struct header_api {
     flux_status (*register_)(flux_dispatcher *, flux_callback, void *, flux_destroy, flux_token *);
     flux_status (*unregister)(flux_dispatcher *, flux_token);
     flux_status (*dispatch)(flux_dispatcher *, const void *);
+    flux_status (*try_dispatch)(flux_dispatcher *, const void *);
     flux_status (*wait_for)(flux_dispatcher *, const flux_token *, size_t);
     int (*is_dispatching)(const flux_dispatcher *);
     const char *(*status_name)(flux_status);
@@ -128,6 +129,7 @@ struct header_api header_test_api(void)
     api.register_ = flux_register;
     api.unregister = flux_unregister;
     api.dispatch = flux_dispatch;
+    api.try_dispatch = flux_try_dispatch;
     api.wait_for = flux_wait_for;
     api.is_dispatching = flux_is_dispatching;
     api.status_name = flux_status_name;

@@ -460,6 +460,68 @@ static void test_dispatch_inside_dispatch(void)
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
 
+/* flux_try_dispatch() with no other thread around: a dispatch like any other
+ * -- refused inside a callback of its dispatcher, queued payloads drained,
+ * a failure aborting it. */
+enum trying_mode { TRY_INSIDE, ENQUEUE_INSIDE, FAIL };
+
+struct trying {
+    flux_dispatcher *d;
+    enum trying_mode mode;
+    flux_status inner;
+    char message[128];
+};
+
+static int trying_cb(void *context, const void *payload)
+{
+    struct trying *t = context;
+    switch (t->mode) {
+    case TRY_INSIDE:
+        t->inner = flux_try_dispatch(t->d, payload_b);
+        snprintf(t->message, sizeof t->message, "%s", flux_last_error());
+        return 0;
+    case ENQUEUE_INSIDE:
+        if (payload == payload_a)
+            flux_enqueue(t->d, (void *)payload_b, NULL, NULL);
+        return 0;
+    case FAIL:
+        return 7;
+    }
+    return 0;
+}
+
+static void test_try_dispatch(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    node a;
+    node_init(&a, 1, d, &log);
+    struct trying t = {d, TRY_INSIDE, (flux_status)-1, ""};
+    flux_token tt;
+    EXPECT_OK(flux_register(d, trying_cb, &t, NULL, &tt));
+    EXPECT_OK(node_register(&a));
+
+    EXPECT_OK(flux_try_dispatch(d, payload_a));
+    is_int(t.inner, FLUX_ERR_ALREADY_DISPATCHING, "inside a callback of its dispatcher -> ALREADY_DISPATCHING");
+    has_prefix(t.message, "flux_try_dispatch:", "its message names flux_try_dispatch");
+    is_trace(&log, INTS(1), "the outer dispatch went on, running each callback once");
+    is_ptr(a.payload, payload_a, "with its payload");
+    is_int(flux_is_dispatching(d), 0, "idle afterwards");
+
+    log.n = 0;
+    t.mode = ENQUEUE_INSIDE;
+    EXPECT_OK(flux_try_dispatch(d, payload_a));
+    is_trace(&log, INTS(1, 1), "the payload queued by a callback ran before the try returned");
+    is_ptr(a.payload, payload_b, "the queued payload came last");
+
+    t.mode = FAIL;
+    EXPECT_STATUS(flux_try_dispatch(d, payload_a), FLUX_ERR_CALLBACK_FAILED);
+    is_uint(flux_last_error_token(), tt, "a failing callback aborts it, naming its token");
+    EXPECT_STATUS(flux_try_dispatch(NULL, payload_a), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 struct cross {
     flux_dispatcher *outer, *inner;
     int outer_dispatching, inner_dispatching;
@@ -575,6 +637,7 @@ int main(void)
     RUN(test_failure_with_joiner_registered);
     RUN(test_dispatch_inside_dispatch);
     RUN(test_dispatch_other_dispatcher_inside);
+    RUN(test_try_dispatch);
     RUN(test_version);
     RUN(test_status_names);
     return tap_done();

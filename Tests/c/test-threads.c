@@ -271,6 +271,36 @@ static void test_second_dispatch_waits(void)
     blocker_fini(&a);
 }
 
+/* flux_try_dispatch() never waits: while another thread dispatches, it fails
+ * at once, having run nothing; once that dispatch is over it dispatches. */
+static void test_try_dispatch_does_not_wait(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    blocker a;
+    blocker_init(&a, 1, &log);
+    flux_token t;
+    EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &t));
+
+    dispatch_job j;
+    dispatch_job_start(&j, d, &payload_ids[1]);
+    REQUIRE(flag_wait(&a.entered, prompt_seconds()));
+    /* This thread is the one that lets the dispatch go on: were the call to
+     * wait, the watchdog would end the test. */
+    EXPECT_STATUS(flux_try_dispatch(d, &payload_ids[2]), FLUX_ERR_ALREADY_DISPATCHING);
+    has_prefix(flux_last_error(), "flux_try_dispatch:", "its message names flux_try_dispatch");
+    has_substr(flux_last_error(), "another thread is dispatching", "and says another thread is dispatching");
+    ok(!flag_is_set(&j.done), "the other thread's dispatch is still running");
+    flag_set(&a.release);
+    dispatch_job_join(&j);
+    is_int(j.status, FLUX_OK, "which then finished OK");
+    EXPECT_OK(flux_try_dispatch(d, &payload_ids[2]));
+    is_trace(&log, INTS(11, 12), "the refused try ran nothing; the later one ran the callback");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    blocker_fini(&a);
+}
+
 static void test_waiting_dispatch_runs_after_failed_one(void)
 {
     flux_dispatcher *d = flux_dispatcher_create();
@@ -732,6 +762,7 @@ int main(void)
     RUN(test_first_errors_on_two_threads_at_once);
     RUN(test_dispatches_serialized);
     RUN(test_second_dispatch_waits);
+    RUN(test_try_dispatch_does_not_wait);
     RUN(test_waiting_dispatch_runs_after_failed_one);
     RUN(test_other_threads_during_dispatch);
     RUN(test_wait_for_from_other_thread);
