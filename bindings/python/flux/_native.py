@@ -25,7 +25,11 @@ Nothing here is public API. Three things live in this module:
 
 ``ctypes.CDLL`` releases the GIL for the duration of each C call, and the
 trampolines take it again, so a thread blocked in ``flux_dispatch`` (waiting
-for another thread's dispatch) does not hold up the interpreter.
+for another thread's dispatch) does not hold up the interpreter. The calls
+that never wait for another thread -- ``flux_try_dispatch``, which
+``Dispatcher.dispatch`` calls first, ``flux_wait_for`` and ``flux_enqueue``
+-- keep the GIL instead (:data:`holding_lib`): a crossing into a trampoline
+then takes no GIL handoff.
 """
 
 from __future__ import annotations
@@ -306,6 +310,23 @@ def declare_raw(name: str, restype: Any, argtypes: tuple[Any, ...]) -> Any:
     return fn
 
 
+#: The library again, as ctypes.PyDLL: its functions keep the GIL through
+#: the call, so the trampolines the call runs need not take it back -- a
+#: GIL handoff each, the larger part of a crossing's cost. Only for calls
+#: that cannot wait for another thread: holding the GIL there, the thread
+#: it waits for could never run its Python callbacks.
+holding_lib = ctypes.PyDLL(library_path)
+
+
+def declare_holding(name: str, restype: Any, argtypes: tuple[Any, ...]) -> Any:
+    """A declaration of ``name`` called holding the GIL, with no errcheck
+    (see :data:`holding_lib`)."""
+    fn = holding_lib[name]
+    fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
+
+
 flux_dispatcher_create = declare("flux_dispatcher_create", c_void_p, ())
 flux_dispatcher_destroy = declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
 flux_register = declare("flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)), True)
@@ -320,9 +341,12 @@ flux_register_raw = declare_raw("flux_register", c_int, (c_void_p, CALLBACK, c_v
 # metaclass and more on every call).
 # No errcheck on these two: callers test the status (see the module docstring).
 flux_dispatch = declare("flux_dispatch", c_int, (c_void_p, c_void_p))
+#: Tried first, keeping the GIL: it never waits (flux.h).
+flux_try_dispatch = declare_holding("flux_try_dispatch", c_int, (c_void_p, c_void_p))
 # The token array as a plain address: callers pass a token's own cell or an
-# array they keep alive across the call (an int converts fastest).
-flux_wait_for = declare("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
+# array they keep alive across the call (an int converts fastest). Called
+# holding the GIL: a wait never waits for another thread (see above).
+flux_wait_for = declare_holding("flux_wait_for", c_int, (c_void_p, c_void_p, c_size_t))
 flux_is_dispatching = declare("flux_is_dispatching", c_int, (c_void_p,))
 #: flux_done_fn: void (*)(void *context, void *payload, flux_status status).
 #: Dispatcher.enqueue's context is the call's record's slot in the registry
@@ -330,7 +354,8 @@ flux_is_dispatching = declare("flux_is_dispatching", c_int, (c_void_p,))
 DONE = CFUNCTYPE(None, c_void_p, c_void_p, c_int)
 # No errcheck: Dispatcher.enqueue tests the status (a failed own dispatch
 # re-raises the callback's exception, as dispatch does).
-flux_enqueue = declare("flux_enqueue", c_int, (c_void_p, c_void_p, DONE, c_void_p))
+#: Called holding the GIL: an enqueue never waits (flux.h).
+flux_enqueue = declare_holding("flux_enqueue", c_int, (c_void_p, c_void_p, DONE, c_void_p))
 
 
 class Observer(ctypes.Structure):
@@ -648,6 +673,7 @@ def _on_callback(context: int, payload: object) -> int:
         return 1
     try:
         objects[context](payload)
+        return 0  # here, not after the handler: no jump over it
     except BaseException as exc:  # noqa: BLE001 -- every exception aborts the dispatch
         try:
             record = extras[context]
@@ -658,7 +684,6 @@ def _on_callback(context: int, payload: object) -> int:
         else:
             park_exception(record.pending, payload, exc, record.value)
         return 1
-    return 0
 
 
 #: The payload of an exception parked where the payload is not known (a

@@ -37,6 +37,9 @@ from ._native import (
     flux_dispatch as _flux_dispatch,
 )
 from ._native import (
+    flux_try_dispatch as _flux_try_dispatch,
+)
+from ._native import (
     flux_dispatcher_create as _flux_dispatcher_create,
 )
 from ._native import (
@@ -104,6 +107,7 @@ if TYPE_CHECKING:
 _id = id
 _CALLBACK_FAILED = int(Status.ERR_CALLBACK_FAILED)
 _TOO_DEEP = int(Status.ERR_TOO_DEEP)
+_ALREADY_DISPATCHING = int(Status.ERR_ALREADY_DISPATCHING)
 _UNKNOWN_TOKEN = int(Status.ERR_UNKNOWN_TOKEN)
 _INVALID_ARGUMENT = int(Status.ERR_INVALID_ARGUMENT)
 _CIRCULAR = int(Status.ERR_CIRCULAR)
@@ -973,9 +977,20 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         handle = self._handle
         try:
             try:
-                status = _flux_dispatch(handle, _id(payload))
+                # Keeping the GIL, so the callbacks it runs take no GIL handoff:
+                # a try never waits for another thread's dispatch (whose Python
+                # callbacks would need the GIL).
+                status = _flux_try_dispatch(handle, _id(payload))
             except ArgumentError as exc:
                 raise _argument_error(exc) from None
+            if status:
+                if status == _ALREADY_DISPATCHING:
+                    # Nothing ran: another thread dispatches (or this one does,
+                    # and flux_dispatch answers the same). Wait without the GIL.
+                    # Unbound meanwhile, so an interrupt as it returns reads as
+                    # one as libflux returned (see the except below).
+                    del status
+                    status = _flux_dispatch(handle, _id(payload))
             if status:
                 if self._erring and (status == _CALLBACK_FAILED or status == _TOO_DEEP):
                     # Only this call's own failed dispatch ends the errors it left:

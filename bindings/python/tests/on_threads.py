@@ -3,9 +3,17 @@ the suite when what they test deadlocks."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
+
+import flux
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
 
 
 def all_return(target: Callable[[Any], None], args: Iterable[Any], timeout: float = 1.5) -> bool:
@@ -18,3 +26,19 @@ def all_return(target: Callable[[Any], None], args: Iterable[Any], timeout: floa
     for thread in threads:
         thread.join(timeout=timeout)
     return not any(thread.is_alive() for thread in threads)
+
+
+def run_in_own_process(body: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Runs ``body`` (dedented) in a fresh interpreter that imports this
+    package: a deadlock there -- one that holds the GIL stops every thread,
+    the test's watchdog too -- fails the test (TimeoutExpired) instead of
+    hanging the run, and a crash cannot end it."""
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(body)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from on_threads import run_in_own_process
 
 import flux
 from flux.dispatcher import live_callbacks
@@ -180,6 +181,68 @@ def test_a_second_threads_dispatch_waits_for_the_first(d: flux.Dispatcher[Any]) 
     first.join(TIMEOUT)
     second.join(TIMEOUT)
     assert log == ["start first", "end first", "start second", "end second"]
+
+
+# A dispatch first tries, keeping the GIL (its callbacks then take no GIL
+# handoff); only when another thread dispatches does it wait, letting go of
+# the GIL, which that thread's Python callbacks need. Each case below
+# deadlocks -- the whole process, so each runs in one of its own -- if a call
+# that waits kept the GIL.
+
+
+@pytest.mark.parametrize("begun_by", ["dispatch", "enqueue"])
+def test_a_dispatch_waits_without_the_gil_for_one_another_thread_began(begun_by: str) -> None:
+    result = run_in_own_process(
+        f"""
+        import threading
+        import flux
+        d = flux.Dispatcher()
+        entered, release = threading.Event(), threading.Event()
+        log = []
+        def callback(p):
+            log.append(p)
+            if p == "first":
+                entered.set()
+                release.wait()  # lets go of the GIL
+        d.register(callback)
+        first = threading.Thread(target=d.{begun_by}, args=("first",))
+        first.start()
+        entered.wait()
+        # Runs only if the dispatch below waits without the GIL.
+        threading.Timer(0.2, release.set).start()
+        d.dispatch("second")
+        first.join()
+        assert log == ["first", "second"], log
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+
+
+def test_an_enqueue_from_another_thread_during_a_dispatch_that_keeps_the_gil_is_queued() -> None:
+    result = run_in_own_process(
+        """
+        import threading
+        import flux
+        d = flux.Dispatcher()
+        log = []
+        def callback(p):
+            log.append(p)
+            if p == "first":
+                # Another thread enqueues while this dispatch runs: queued,
+                # and run by this thread before its dispatch returns.
+                t = threading.Thread(target=d.enqueue, args=("queued",))
+                t.start()
+                t.join()
+        d.register(callback)
+        d.dispatch("first")
+        assert log == ["first", "queued"], log
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
 
 
 def test_different_dispatchers_dispatch_concurrently() -> None:
