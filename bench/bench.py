@@ -43,7 +43,7 @@ drifts between fast and slow spells lasting seconds, and two timings taken
 next to each other share the spell, where two separate minimums may not.
 The target is flux <= 1.05 x floor at every N: what the binding's own
 code adds on top of what its design costs (flux / bare is shown too; the
-design's extra Python call per callback puts floor at ~1.4 x bare). This is a measurement, not a test: it always
+design's extra Python call per callback puts floor at ~1.45-1.6 x bare). This is a measurement, not a test: it always
 exits 0 unless something could not be measured.
 
     make bench     (or: PYTHONPATH=bindings/python python3 bench/bench.py)
