@@ -37,9 +37,6 @@ from ._native import (
     flux_dispatch as _flux_dispatch,
 )
 from ._native import (
-    flux_try_dispatch as _flux_try_dispatch,
-)
-from ._native import (
     flux_dispatcher_create as _flux_dispatcher_create,
 )
 from ._native import (
@@ -62,6 +59,9 @@ from ._native import (
 )
 from ._native import (
     flux_store_group_release as _flux_store_group_release,
+)
+from ._native import (
+    flux_try_dispatch as _flux_try_dispatch,
 )
 from ._native import (
     flux_unregister as _flux_unregister,
@@ -983,14 +983,13 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                 status = _flux_try_dispatch(handle, _id(payload))
             except ArgumentError as exc:
                 raise _argument_error(exc) from None
-            if status:
-                if status == _ALREADY_DISPATCHING:
-                    # Nothing ran: another thread dispatches (or this one does,
-                    # and flux_dispatch answers the same). Wait without the GIL.
-                    # Unbound meanwhile, so an interrupt as it returns reads as
-                    # one as libflux returned (see the except below).
-                    del status
-                    status = _flux_dispatch(handle, _id(payload))
+            if status and status == _ALREADY_DISPATCHING:
+                # Nothing ran: another thread dispatches (or this one does,
+                # and flux_dispatch answers the same). Wait without the GIL.
+                # Unbound meanwhile, so an interrupt as it returns reads as
+                # one as libflux returned (see the except below).
+                del status
+                status = _flux_dispatch(handle, _id(payload))
             if status:
                 if self._erring and (status == _CALLBACK_FAILED or status == _TOO_DEEP):
                     # Only this call's own failed dispatch ends the errors it left:
