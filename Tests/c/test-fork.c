@@ -142,7 +142,10 @@ static int child_fails_fast(void *arg)
     return 0;
 }
 
-static void test_child_fails_fast_on_a_dispatch_another_thread_was_running(void)
+/* Forks while another thread holds a dispatch of a fresh dispatcher open,
+ * runs body in the child (see in_child), then lets the parent's dispatch end
+ * and checks the dispatcher still works there. Returns the child's status. */
+static int in_child_of_a_held_dispatch(int (*body)(void *))
 {
     shared s = {0};
     flag_init(&s.entered);
@@ -154,14 +157,20 @@ static void test_child_fails_fast_on_a_dispatch_another_thread_was_running(void)
     pthread_t thread;
     REQUIRE(pthread_create(&thread, NULL, dispatching_thread, &s) == 0);
     REQUIRE(flag_wait(&s.entered, 10));
-    int child = in_child(child_fails_fast, &s);
-    is_int(child, 0, "the child's dispatch fails with FLUX_ERR_ALREADY_DISPATCHING at once (100: it hung)");
+    int child = in_child(body, &s);
     flag_set(&s.release);
     pthread_join(thread, NULL);
     EXPECT_OK(flux_dispatch(s.d, NULL));
     EXPECT_OK(flux_dispatcher_destroy(s.d));
     flag_fini(&s.entered);
     flag_fini(&s.release);
+    return child;
+}
+
+static void test_child_fails_fast_on_a_dispatch_another_thread_was_running(void)
+{
+    is_int(in_child_of_a_held_dispatch(child_fails_fast), 0,
+           "the child's dispatch fails with FLUX_ERR_ALREADY_DISPATCHING at once (100: it hung)");
 }
 
 /* flux_enqueue on the orphaned dispatcher: refused like flux_dispatch, and
@@ -213,26 +222,9 @@ static int child_refuses_enqueue(void *arg)
 
 static void test_child_refuses_enqueue_on_a_dispatch_another_thread_was_running(void)
 {
-    shared s = {0};
-    flag_init(&s.entered);
-    flag_init(&s.release);
-    s.d = flux_dispatcher_create();
-    REQUIRE(s.d != NULL);
-    flux_token t;
-    EXPECT_OK(flux_register(s.d, blocking_cb, &s, NULL, &t));
-    pthread_t thread;
-    REQUIRE(pthread_create(&thread, NULL, dispatching_thread, &s) == 0);
-    REQUIRE(flag_wait(&s.entered, 10));
-    int child = in_child(child_refuses_enqueue, &s);
-    is_int(child, 0,
+    is_int(in_child_of_a_held_dispatch(child_refuses_enqueue), 0,
            "the child's flux_enqueue is refused with FLUX_ERR_ALREADY_DISPATCHING, its done run at once, "
            "exactly once, with the error and its context (1: not refused; 3: done did not run)");
-    flag_set(&s.release);
-    pthread_join(thread, NULL);
-    EXPECT_OK(flux_dispatch(s.d, NULL));
-    EXPECT_OK(flux_dispatcher_destroy(s.d));
-    flag_fini(&s.entered);
-    flag_fini(&s.release);
 }
 
 /* The same with a second parent thread waiting in flux_dispatch: the child
@@ -325,25 +317,9 @@ static int child_refuses_observer(void *arg)
 
 static void test_child_refuses_an_observer_on_a_dispatch_another_thread_was_running(void)
 {
-    shared s = {0};
-    flag_init(&s.entered);
-    flag_init(&s.release);
-    s.d = flux_dispatcher_create();
-    REQUIRE(s.d != NULL);
-    flux_token t;
-    EXPECT_OK(flux_register(s.d, blocking_cb, &s, NULL, &t));
-    pthread_t thread;
-    REQUIRE(pthread_create(&thread, NULL, dispatching_thread, &s) == 0);
-    REQUIRE(flag_wait(&s.entered, 10));
-    int child = in_child(child_refuses_observer, &s);
-    is_int(child, 0,
+    is_int(in_child_of_a_held_dispatch(child_refuses_observer), 0,
            "the child's flux_dispatcher_set_observer is refused with FLUX_ERR_ALREADY_DISPATCHING and "
            "destroy(context) runs at once (1: not refused; 3: destroy did not run)");
-    flag_set(&s.release);
-    pthread_join(thread, NULL);
-    EXPECT_OK(flux_dispatcher_destroy(s.d));
-    flag_fini(&s.entered);
-    flag_fini(&s.release);
 }
 
 static void test_fork_from_a_callback(void)
