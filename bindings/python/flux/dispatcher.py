@@ -983,28 +983,29 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                 status = _flux_try_dispatch(handle, _id(payload))
             except ArgumentError as exc:
                 raise _argument_error(exc) from None
-            if status and status == _ALREADY_DISPATCHING:
-                # Nothing ran: another thread dispatches (or this one does,
-                # and flux_dispatch answers the same). Wait without the GIL.
-                # Unbound meanwhile, so an interrupt as it returns reads as
-                # one as libflux returned (see the except below).
-                del status
-                status = _flux_dispatch(handle, _id(payload))
             if status:
-                if self._erring and (status == _CALLBACK_FAILED or status == _TOO_DEEP):
-                    # Only this call's own failed dispatch ends the errors it left:
-                    # a refusal (from inside a running dispatch, say) ran nothing,
-                    # and the running emit's error is not over.
-                    _end_errors(self._erring)
-                # Raised here, so the traceback goes dispatch -> the callback.
-                error = self._dispatch_error(status)
-                try:
-                    raise error
-                finally:
-                    # This frame is in the traceback: a local naming the exception
-                    # would make a cycle (exception -> traceback -> frame -> exception)
-                    # that only the cycle collector frees, with every frame in it.
-                    del error
+                if status == _ALREADY_DISPATCHING:
+                    # Nothing ran: another thread dispatches (or this one does,
+                    # and flux_dispatch answers the same). Wait without the GIL.
+                    # Unbound meanwhile, so an interrupt as it returns reads as
+                    # one as libflux returned (see the except below).
+                    del status
+                    status = _flux_dispatch(handle, _id(payload))
+                if status:
+                    if self._erring and (status == _CALLBACK_FAILED or status == _TOO_DEEP):
+                        # Only this call's own failed dispatch ends the errors it left:
+                        # a refusal (from inside a running dispatch, say) ran nothing,
+                        # and the running emit's error is not over.
+                        _end_errors(self._erring)
+                    # Raised here, so the traceback goes dispatch -> the callback.
+                    error = self._dispatch_error(status)
+                    try:
+                        raise error
+                    finally:
+                        # This frame is in the traceback: a local naming the exception
+                        # would make a cycle (exception -> traceback -> frame -> exception)
+                        # that only the cycle collector frees, with every frame in it.
+                        del error
             if _left_over.up:  # a flag: no call on the hot path (see _native.Flag)
                 self._raise_left_over()
         except BaseException as exc:
