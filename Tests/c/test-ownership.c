@@ -561,7 +561,7 @@ struct closing {
 
 
 struct closing_more {
-    flux_status dispatch_status, unregister_status, destroy_status, wait_status, wait_none_status;
+    flux_status dispatch_status, try_dispatch_status, unregister_status, destroy_status, wait_status, wait_none_status;
 };
 static struct closing_more closing_more;
 
@@ -575,6 +575,7 @@ static void closing_destroy(void *context)
     /* Token 2 is registered but not yet destroyed: still refused. */
     closing_more.unregister_status = flux_unregister(c->d, 2);
     closing_more.dispatch_status = flux_dispatch(c->d, payload);
+    closing_more.try_dispatch_status = flux_try_dispatch(c->d, payload);
     flux_token two = 2;
     closing_more.wait_status = flux_wait_for(c->d, &two, 1);
     closing_more.wait_none_status = flux_wait_for(c->d, NULL, 0);
@@ -601,6 +602,8 @@ static void test_register_while_dispatcher_destroyed(void)
            "flux_unregister() on a dispatcher being destroyed -> INVALID_ARGUMENT");
     is_int(closing_more.dispatch_status, FLUX_ERR_INVALID_ARGUMENT,
            "flux_dispatch() on a dispatcher being destroyed -> INVALID_ARGUMENT");
+    is_int(closing_more.try_dispatch_status, FLUX_ERR_INVALID_ARGUMENT,
+           "flux_try_dispatch() on a dispatcher being destroyed -> INVALID_ARGUMENT, as flux_dispatch()");
     is_int(closing_more.wait_status, FLUX_ERR_INVALID_ARGUMENT,
            "flux_wait_for() on a dispatcher being destroyed -> INVALID_ARGUMENT (not NOT_DISPATCHING)");
     is_int(closing_more.wait_none_status, FLUX_ERR_INVALID_ARGUMENT, "with no tokens too");

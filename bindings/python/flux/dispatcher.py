@@ -1018,7 +1018,12 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                 try:
                     ran = status == 0 or status == _CALLBACK_FAILED or status == _TOO_DEEP
                 except UnboundLocalError:  # interrupted as libflux returned
-                    ran = not _flux_is_dispatching(handle)
+                    # Whether it ran is not known here: is_dispatching cannot
+                    # tell this thread's dispatch from another thread's that
+                    # began as this one ended (the fallback's case). Taking is
+                    # safe either way: _take_left takes only entries parked
+                    # under this call (see _mine), none when it ran nothing.
+                    ran = True
                 if ran:
                     # Inline, not a helper: an interrupt can land as a Python
                     # function is entered, and would then skip the take.

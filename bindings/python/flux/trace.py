@@ -26,7 +26,7 @@ from typing import Any
 
 from . import _native
 from .dispatcher import Dispatcher
-from .errors import InvalidArgumentError, Status
+from .errors import AlreadyDispatchingError, InvalidArgumentError, Status
 
 __all__ = ["Trace", "TraceEvent"]
 
@@ -251,7 +251,9 @@ class Trace(_native.Unshareable):
     def stop(self) -> None:
         """Clears the dispatcher's observer if it is still this trace; a
         trace another one replaced just stops recording. Once the dispatcher
-        is closed (which cleared its observer), only forgets the trace."""
+        is closed (which cleared its observer) -- or, in a forked child,
+        orphaned by a dispatch another thread of the parent was running --
+        only forgets the trace."""
         if not self._context:
             return
         dispatcher = self.dispatcher
@@ -269,7 +271,13 @@ class Trace(_native.Unshareable):
                 return
             cell[0] = 0
             if handle is not None:
-                _native.flux_dispatcher_set_observer(handle, None, None, _native.NO_DESTROY)
+                try:
+                    _native.flux_dispatcher_set_observer(handle, None, None, _native.NO_DESTROY)
+                except AlreadyDispatchingError:
+                    # Refused only in a forked child whose dispatch another
+                    # thread of the parent ran (flux.h, "fork"): it never
+                    # ends, so no event can come; forgotten, as when closed.
+                    pass
 
     def __enter__(self) -> Trace:  # noqa: PYI034 -- no typing.Self before Python 3.11
         return self.start()

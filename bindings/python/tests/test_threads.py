@@ -245,6 +245,64 @@ def test_an_enqueue_from_another_thread_during_a_dispatch_that_keeps_the_gil_is_
     assert result.stdout == "ok\n"
 
 
+def test_an_interrupt_as_the_waiting_dispatch_returns_while_another_thread_dispatches_leaves_nothing() -> None:
+    # The dispatch waited for another thread's (its try refused), then ran
+    # and failed; an interrupt lands as libflux returns, before the status is
+    # read, and by then a third thread dispatches. The failure goes with the
+    # interrupt (a note): none is left in _pending for a later call.
+    result = run_in_own_process(
+        """
+        import threading
+        import flux
+        from flux import dispatcher as module
+        d = flux.Dispatcher()
+        class Boom(Exception):
+            pass
+        own = Boom("own")
+        held, release_held, third_in, release_third = (threading.Event() for _ in range(4))
+        def callback(p):
+            if p == "held":
+                held.set()
+                release_held.wait()
+            elif p == "go":
+                raise own
+            elif p == "third":
+                third_in.set()
+                release_third.wait()
+        d.register(callback)
+        first = threading.Thread(target=d.dispatch, args=("held",))
+        first.start()
+        held.wait()
+        real = module._flux_dispatch
+        main = threading.get_ident()
+        third = threading.Thread(target=d.dispatch, args=("third",))
+        def waiting_dispatch(handle, payload):
+            if threading.get_ident() != main:
+                return real(handle, payload)
+            threading.Timer(0.1, release_held.set).start()
+            real(handle, payload)  # waits for "held", then runs "go"
+            third.start()
+            third_in.wait()
+            raise KeyboardInterrupt  # as SIGINT landing as libflux returned
+        module._flux_dispatch = waiting_dispatch
+        try:
+            d.dispatch("go")
+        except KeyboardInterrupt as exc:
+            raised = exc
+        module._flux_dispatch = real
+        release_third.set()
+        first.join()
+        third.join()
+        assert not d._pending and not d._queued_errors, (d._pending, d._queued_errors)
+        assert any("own" in note for note in getattr(raised, "__notes__", [])), raised
+        d.dispatch("ok")
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+
+
 def test_different_dispatchers_dispatch_concurrently() -> None:
     # Each callback waits until the other dispatcher's callback is running too:
     # this only finishes if the two dispatches really overlap.
