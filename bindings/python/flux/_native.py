@@ -571,6 +571,9 @@ _PROLOGUE = frozenset({"RESUME", "MAKE_CELL", "COPY_FREE_VARS", "NOP", "EXTENDED
 _unstarted: dict[Any, int] = {}
 #: The code of every trampoline: what marks where libflux called Python.
 _trampoline_codes: set[Any] = set()
+#: The code of every function C calls that the unraisable hook handles (the
+#: trampolines, those in interrupts_parked) -> that function (see _called).
+callbacks_by_code: dict[Any, Callable[..., Any]] = {}
 
 
 def _last_call(code: Any) -> int:
@@ -624,6 +627,7 @@ def trampoline(
             _unstarted[f.__code__] = _last_call(f.__code__) if effect_is_last_call else body
         _trampolines[id(fn)] = (fn, recover)
         _trampoline_codes.add(fn.__code__)
+        callbacks_by_code[fn.__code__] = fn
         return fn
 
     return mark
@@ -794,14 +798,28 @@ _previous_unraisable_hook = sys.unraisablehook
 interrupts_parked: dict[int, Callable[..., Any]] = {}
 
 
+def _called(unraisable: Any) -> Any:
+    """The function an unraisable report is about. ctypes names the callback
+    it called as the report's object up to CPython 3.12; from 3.13 the object
+    is None (the callback is only named in the message), and the callback's
+    frame is the traceback's first (the exception began in it, or as it was
+    entered)."""
+    called = unraisable.object
+    if called is None and unraisable.exc_traceback is not None:
+        called = callbacks_by_code.get(unraisable.exc_traceback.tb_frame.f_code)
+    return called
+
+
 def _unraisable_hook(unraisable: Any) -> None:
     # ctypes reports an exception that escaped a callback through
     # sys.unraisablehook, on the thread that ran it, before returning to C.
     # Ours are the outermost call's to raise, not to print; the first counts.
-    entry = _trampolines.get(id(unraisable.object))
-    if entry is None or entry[0] is not unraisable.object or unraisable.exc_value is None:
+    called = _called(unraisable)
+    entry = _trampolines.get(id(called))
+    if entry is None or entry[0] is not called or unraisable.exc_value is None:
         if (
-            interrupts_parked.get(id(unraisable.object)) is unraisable.object
+            called is not None
+            and interrupts_parked.get(id(called)) is called
             and unraisable.exc_value is not None
             and not isinstance(unraisable.exc_value, Exception)
         ):

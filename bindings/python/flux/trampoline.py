@@ -257,6 +257,7 @@ def _on_call(userdata: int | None, ret: int | None, args: Any) -> None:
 # An interrupt escaping _on_call (as it is entered, or from the handler) is
 # kept for the thread's next libflux call rather than printed and lost.
 _native.interrupts_parked[id(_on_call)] = _on_call
+_native.callbacks_by_code[_on_call.__code__] = _on_call
 _handler_trampoline = _HANDLER(_on_call)
 
 
