@@ -800,10 +800,10 @@ interrupts_parked: dict[int, Callable[..., Any]] = {}
 
 def _called(unraisable: Any) -> Any:
     """The function an unraisable report is about. ctypes names the callback
-    it called as the report's object up to CPython 3.12; from 3.13 the object
-    is None (the callback is only named in the message), and the callback's
-    frame is the traceback's first (the exception began in it, or as it was
-    entered)."""
+    it called as the report's object in CPython 3.11; newer ctypes reports it
+    through PyErr_FormatUnraisable, with no object (the callback is named in
+    the message only), and the callback's frame is the traceback's first (the
+    exception began in it, or as it was entered)."""
     called = unraisable.object
     if called is None and unraisable.exc_traceback is not None:
         called = callbacks_by_code.get(unraisable.exc_traceback.tb_frame.f_code)

@@ -30,18 +30,19 @@ ROUNDS = 20
 SIGINT_RAISES = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
 
 
-# CPython 3.13's ctypes reports an exception escaping a callback with no
-# object (the callback is named in the message only); up to 3.12 the object
-# is the callback. Put after `import flux`, this reports every exception the
-# 3.13 way, so the tests parametrized with it hold the binding to both.
+# Newer CPython's ctypes reports an exception escaping a callback with no
+# object (PyErr_FormatUnraisable: the callback is named in the message only);
+# 3.11's names the callback as the object. Put after `import flux`, this
+# reports every exception the newer way, so the tests parametrized with it
+# hold the binding to both.
 REPORTED_WITHOUT_OBJECT = """
 import sys as _sys
 _flux_hook = _sys.unraisablehook
-def _as_in_cpython_3_13(report):
+def _with_no_object(report):
     _flux_hook(type(report)((report.exc_type, report.exc_value, report.exc_traceback, report.err_msg, None)))
-_sys.unraisablehook = _as_in_cpython_3_13
+_sys.unraisablehook = _with_no_object
 """
-REPORTS = {"as up to 3.12": "", "as from 3.13": REPORTED_WITHOUT_OBJECT}
+REPORTS = {"naming the callback": "", "with no object": REPORTED_WITHOUT_OBJECT}
 
 
 def run_script(body: str) -> subprocess.CompletedProcess[str]:
@@ -1287,7 +1288,7 @@ def test_sigint_in_or_just_before_a_trampolines_handler_comes_out_of_the_call(re
 def test_an_interrupt_reported_with_no_object_from_outside_the_package_goes_to_the_previous_hook(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # CPython 3.13 reports many exceptions with no object (a __del__'s, say).
+    # Newer CPython reports many exceptions with no object.
     # One that no function of the package raised is not the package's: an
     # interrupt among them goes to the hook chained before, not to this
     # thread's next libflux call (it did, taken for a flux.Trampoline's).
