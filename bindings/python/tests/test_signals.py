@@ -492,14 +492,16 @@ def removed_as_if_by_remove(store, sub):
 """
 
 
+@pytest.mark.parametrize("reports", REPORTS)
 @pytest.mark.parametrize("kind", ["method", "itself", "function"])
-def test_sigint_as_an_owners_weakref_callback_is_entered_comes_out_of_the_next_call(kind: str) -> None:
+def test_sigint_as_an_owners_weakref_callback_is_entered_comes_out_of_the_next_call(kind: str, reports: str) -> None:
     # An owner's weakref callbacks run newest first: one made after the
     # listener's -- libc's raise() itself, handed the weak reference as a
     # SIGINT -- sends the signal from C, and the listener's removal is
     # interrupted as it is entered, before anything ran.
     run_with_preamble(
-        OWNERS
+        REPORTS[reports]
+        + OWNERS
         + textwrap.dedent(
             f"""
         class AsSigint:
