@@ -365,7 +365,8 @@ FLUX_API flux_status flux_dispatch(flux_dispatcher *d, const void *payload);
  * @return as flux_dispatch(), and FLUX_ERR_ALREADY_DISPATCHING also when
  *         another thread is dispatching d: nothing ran, and the message says
  *         so.
- * Threads: any thread; never waits.
+ * Threads: any thread; never waits for a dispatch (the lock it takes, as
+ *          every call does, is never held while a callback runs).
  */
 FLUX_API flux_status flux_try_dispatch(flux_dispatcher *d, const void *payload);
 
