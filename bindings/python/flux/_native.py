@@ -298,13 +298,14 @@ def declare(name: str, restype: Any, argtypes: tuple[Any, ...], errcheck: bool =
     return fn
 
 
-def declare_raw(name: str, restype: Any, argtypes: tuple[Any, ...]) -> Any:
+def declare_raw(name: str, restype: Any, argtypes: tuple[Any, ...], library: ctypes.CDLL | None = None) -> Any:
     """A second declaration of ``name`` with no errcheck, for a caller that
     must record what libflux did before anything can raise (an interrupt as
     an errcheck is entered, or what escaped on this thread, which the
     errcheck raises first). ``lib[name]`` makes a function object of its
-    own; ``lib.name``, which :func:`declare` sets up, is shared."""
-    fn = lib[name]
+    own; ``lib.name``, which :func:`declare` sets up, is shared. From
+    ``library`` when given (see :data:`holding_lib`)."""
+    fn = (library or lib)[name]
     fn.argtypes = argtypes
     fn.restype = restype
     return fn
@@ -321,10 +322,7 @@ holding_lib = ctypes.PyDLL(library_path)
 def declare_holding(name: str, restype: Any, argtypes: tuple[Any, ...]) -> Any:
     """A declaration of ``name`` called holding the GIL, with no errcheck
     (see :data:`holding_lib`)."""
-    fn = holding_lib[name]
-    fn.argtypes = argtypes
-    fn.restype = restype
-    return fn
+    return declare_raw(name, restype, argtypes, holding_lib)
 
 
 flux_dispatcher_create = declare("flux_dispatcher_create", c_void_p, ())

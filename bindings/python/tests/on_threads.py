@@ -28,7 +28,7 @@ def all_return(target: Callable[[Any], None], args: Iterable[Any], timeout: floa
     return not any(thread.is_alive() for thread in threads)
 
 
-def run_in_own_process(body: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def run_in_own_process(body: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Runs ``body`` (dedented) in a fresh interpreter that imports this
     package: a deadlock there -- one that holds the GIL stops every thread,
     the test's watchdog too -- fails the test (TimeoutExpired) instead of

@@ -4,7 +4,6 @@ catchable error out of dispatch, never a crash, and the dispatcher goes on."""
 from __future__ import annotations
 
 import ctypes
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,20 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from on_threads import run_in_own_process
 
 import flux
 from flux.dispatcher import live_callbacks
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
-
 
 def run_script(body: str) -> subprocess.CompletedProcess[str]:
     """Runs body in a fresh interpreter (a crash must not take pytest down)."""
-    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
-    script = "import flux, sys, threading\n" + textwrap.dedent(body)
-    return subprocess.run(
-        [sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=120
-    )
+    return run_in_own_process("import flux, sys, threading\n" + textwrap.dedent(body))
 
 
 CHAIN_SOURCE = textwrap.dedent(

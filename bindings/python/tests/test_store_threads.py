@@ -4,25 +4,11 @@ of its own, so a crash fails the test instead of ending the run."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
-import flux
-
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
-
-
-def run_script(body: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(body)], check=False, env=env, capture_output=True, text=True, timeout=120
-    )
+from on_threads import run_in_own_process
 
 
 def test_reading_state_while_another_thread_dispatches_always_gets_a_live_state() -> None:
-    result = run_script(
+    result = run_in_own_process(
         """
         import collections, threading, time
         import flux
@@ -83,7 +69,7 @@ def test_reading_state_while_another_thread_dispatches_always_gets_a_live_state(
 def test_store_calls_racing_close_on_another_thread_never_crash() -> None:
     # close() on one thread while others add and remove listeners and read the
     # state: each call either works or raises the closed error.
-    result = run_script(
+    result = run_in_own_process(
         """
         import threading, time
         import flux
