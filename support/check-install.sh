@@ -3,7 +3,7 @@
 #  1. `make install DESTDIR=<scratch> PREFIX=/usr/local` (a package's staging),
 #     then the README's C example (examples/readme.c) compiled and linked
 #     through pkg-config against that staged copy only, and run. The installed
-#     library must carry no RPATH/RUNPATH.
+#     library must carry no RPATH/RUNPATH. Then `make uninstall` removes it all.
 #  2. `make install PREFIX=<scratch>` (a prefix the loader does not search),
 #     then the README's two recipes for it, literally: pkg-config through
 #     PKG_CONFIG_PATH with an rpath, and CMake's find_package(libflux) through
@@ -40,6 +40,11 @@ used=$(LD_LIBRARY_PATH=$libdir ldd "$dest/readme" | awk '/libflux/ {print $3}')
 [ "$out" = "australia / sydney: FLUX_OK" ] || { echo "check-install: the example printed '$out'" >&2; exit 1; }
 case $used in "$libdir"/*) ;; *) echo "check-install: the example loaded $used, not the installed copy" >&2; exit 1 ;; esac
 echo "check-install: installed under DESTDIR, no RUNPATH; examples/readme.c built with pkg-config against it prints '$out'"
+# `make uninstall` (make help: "what install put there") leaves no file of it behind.
+make --no-print-directory uninstall DESTDIR="$dest" PREFIX="$prefix" >/dev/null
+left=$(find "$dest$prefix" ! -type d)
+[ -z "$left" ] || { echo "check-install: make uninstall left behind:" $left >&2; exit 1; }
+echo "check-install: make uninstall removes every file it installed"
 
 # 2. A non-default prefix, as the README's Install section says to use it.
 PREFIX=$dest/opt/libflux

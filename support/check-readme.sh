@@ -3,6 +3,7 @@
 #   "C in twenty lines"  = examples/readme.c (and it has twenty lines of code)
 #   "Python"             = examples/readme.py
 #   "Swift"              = support/swift-client/Sources/FluxClient/main.swift
+#   bindings/python/README.md's first python block = examples/readme.py too
 # and the snippets of "JBFlux's store model" are excerpts of its examples:
 #   each python block is lines of examples/current_user.py as they stand,
 #   each swift block lines of examples/current-user/main.swift.
@@ -17,6 +18,14 @@ block() {
         found && !inside && $0 == fence { inside = 1; next }
         inside && $0 == "```" { exit }
         inside { print }' README.md
+}
+
+# first_block FILE LANG: the first ```LANG block of FILE.
+first_block() {
+    awk -v fence="\`\`\`$2" '
+        !inside && $0 == fence { inside = 1; next }
+        inside && $0 == "```" { exit }
+        inside { print }' "$1"
 }
 
 same() {  # same HEADING LANG FILE
@@ -62,6 +71,11 @@ PY
 same "C in twenty lines" c examples/readme.c
 same "Python" python examples/readme.py
 same "Swift" swift support/swift-client/Sources/FluxClient/main.swift
+if ! diff -u --label "bindings/python/README.md (first python block)" --label examples/readme.py \
+        <(first_block bindings/python/README.md python) examples/readme.py >&2; then
+    echo "check-readme: bindings/python/README.md's first python block differs from examples/readme.py" >&2
+    fail=1
+fi
 excerpts "JBFlux's store model" python examples/current_user.py
 excerpts "JBFlux's store model" swift examples/current-user/main.swift
 
@@ -83,4 +97,5 @@ done
 [ $fail -eq 0 ] || exit 1
 echo "check-readme: make help lists every target;"
 echo "check-readme: the README's C, Python and Swift examples are examples/readme.c (20 lines), examples/readme.py, support/swift-client;"
+echo "  bindings/python/README.md's example is examples/readme.py;"
 echo "  JBFlux's store model's snippets are lines of examples/current_user.py and examples/current-user/main.swift"

@@ -1094,6 +1094,9 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             (nothing is queued or dispatched).
         :raises InvalidArgumentError: the dispatcher is closed.
         :raises NoMemoryError: the queue could not grow.
+        :raises AlreadyDispatchingError: in a child process forked while
+            another thread dispatched this dispatcher: no dispatch will ever
+            drain a queue there (nothing is queued or dispatched).
         """
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -483,3 +487,37 @@ def test_stop_in_a_forked_child_whose_dispatch_another_thread_ran_only_forgets_t
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
+
+
+# ---------------------------------------------------------------------------
+# The README's trace: what examples/flight_trace.py (make demo) prints
+# ---------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[3]
+FLIGHT_TRACE = ROOT / "examples" / "flight_trace.py"
+
+
+def without_durations(text: str) -> str:
+    return re.sub(r"  [0-9.]+ [µm]?s\b", "  <t>", text)
+
+
+@pytest.mark.skipif(not FLIGHT_TRACE.exists(), reason="not in a libflux checkout")
+def test_the_flight_trace_example_prints_the_readmes_tree(tmp_path: Path) -> None:
+    # The README shows this output (section "Observing dispatches: traces"); only
+    # the durations may differ.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"\n```\n(dispatch Action\(type='city-update'.*?\n)```\n", readme, re.DOTALL)
+    assert shown is not None, "the README no longer shows the flight trace"
+    package = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
+    result = subprocess.run(
+        [sys.executable, str(FLIGHT_TRACE), str(tmp_path / "trace.json")],
+        env=dict(os.environ, PYTHONPATH=package),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    tree = result.stdout.split("\n\n")[0] + "\n"
+    assert without_durations(tree) == without_durations(shown.group(1))
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
