@@ -904,3 +904,6 @@ flux_store_group_create = declare(
     True,
 )
 flux_store_group_release = declare("flux_store_group_release", c_int, (c_void_p,), True)
+#: With no errcheck, for StoreGroup.release(), which must know whether
+#: libflux refused (out of memory during a dispatch: the group stays live).
+flux_store_group_release_raw = declare_raw("flux_store_group_release", c_int, (c_void_p,))

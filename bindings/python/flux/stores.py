@@ -78,7 +78,7 @@ from ._native import (
     flux_store_group_create as _flux_store_group_create,
 )
 from ._native import (
-    flux_store_group_release as _flux_store_group_release,
+    flux_store_group_release_raw as _flux_store_group_release_raw,
 )
 from ._native import (
     flux_store_has_changed as _flux_store_has_changed,
@@ -378,7 +378,7 @@ class Subscription:
         :raises UnknownTokenError: already removed.
         :raises InvalidArgumentError: the store is closed.
         """
-        self._store._unlisten(self._native_id, quiet=False)
+        self._store._unlisten(self._native_id, quiet=False, public_id=self.id)
 
     def __repr__(self) -> str:
         return f"<flux.Subscription {self.id}>"
@@ -835,10 +835,11 @@ class Store(_ClosesOnExit):
                 if out.value and out.value != _native.UNTOUCHED:
                     self._settler = out
 
-    def _unlisten(self, native_id: int, *, quiet: bool) -> None:
+    def _unlisten(self, native_id: int, *, quiet: bool, public_id: int | None = None) -> None:
         """Removes a listener: ``quiet``, one no caller asked to remove (its
         owner went, an emit's error ended), silently, as the store may be
-        closed or the listener removed; otherwise as Subscription.remove."""
+        closed or the listener removed; otherwise as Subscription.remove,
+        whose ``id`` is ``public_id``."""
         if not quiet and self._gone:
             self._sweep()
         error: FluxError | None = None
@@ -854,6 +855,12 @@ class Store(_ClosesOnExit):
                 status = self._drop_listener(handle, native_id, counted=True)
                 if status and not quiet:
                     error = _native.status_error(status)  # read at once, on this thread
+                    if status == _UNKNOWN_TOKEN and public_id is not None:
+                        # libflux names its own id, which the store's own
+                        # listeners make differ from Subscription.id.
+                        message = f"remove: subscription {public_id} was already removed"
+                        error.args = (message,)
+                        error.message = message
             except ArgumentError as exc:
                 raise _argument_error(exc) from None
             finally:
@@ -1216,23 +1223,44 @@ class StoreGroup(_ClosesOnExit):
                     _native.drop(key, fn, native)
 
     def release(self) -> None:
-        """Unregisters the group: no later dispatch runs ``fn``. Idempotent."""
+        """Unregisters the group: no later dispatch runs ``fn``. Idempotent.
+
+        :raises NoMemoryError: only during a dispatch, out of memory to note
+            the removal; nothing changed: the group is live, keeps its
+            stores, and must still be released.
+        """
         with self._lock:  # two threads releasing at once: one releases
             handle = self._handle
             if handle is None:
                 return
             # Nothing between this and the call where an interrupt could be
-            # raised (no call): once cleared, the group is released.
+            # raised (no call): once cleared, the group is released -- unless
+            # libflux says it refused.
             self._handle = None
+            status = _NOT_RUN
+            error: FluxError | None = None
             try:
-                _flux_store_group_release(handle)
+                # No errcheck: it would raise what escaped on this thread
+                # before looking at the status, which alone says whether the
+                # group is gone (as in Store.close()).
+                status = _flux_store_group_release_raw(handle)
+                if status:
+                    error = _native.status_error(status)  # read at once, on this thread
             except ArgumentError as exc:
                 self._handle = handle  # libflux never ran (the recursion limit): the group is live
                 raise _argument_error(exc) from None
             finally:  # released even when what escaped its destroy is raised
+                if status > 0:
+                    # Refused (out of memory during a dispatch): nothing
+                    # changed, the group is live and must still be released.
+                    self._handle = handle
                 if self._handle is None:
                     self._dispatcher._natives.pop(handle, None)
                     self._dispatcher._children.pop(self._ident, None)
+        try:
+            _native.raise_outcome(error)  # this call is the outermost one
+        finally:
+            error = None  # no exception -> traceback -> frame cycle
 
     close = release
 

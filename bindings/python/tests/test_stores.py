@@ -134,6 +134,21 @@ def test_wraps_EventEmitter_addListener_with_an_addListener_method(d: flux.Dispa
         store.add_listener("not callable")  # type: ignore[arg-type]
 
 
+def test_removing_a_subscription_twice_names_its_own_id(d: flux.Dispatcher[Any]) -> None:
+    # A ReduceStore's own listener (see stores._settle) takes libflux ids
+    # too, so libflux's id for a listener is not its Subscription.id: the
+    # error must name the id the caller knows, never libflux's.
+    store = Counter(d)
+    store.add_listener(Spy()).remove()
+    sub = store.add_listener(Spy())
+    assert sub.id == 2
+    sub.remove()
+    with pytest.raises(flux.UnknownTokenError) as info:
+        sub.remove()
+    assert "subscription 2 " in str(info.value)
+    assert "listener" not in str(info.value).replace("remove_listener", "")
+
+
 # ---------------------------------------------------------------------------
 # FluxReduceStore-test.js
 # ---------------------------------------------------------------------------
@@ -263,6 +278,42 @@ def test_should_not_run_the_callback_after_being_released(d: flux.Dispatcher[Any
     group.release()
     d.dispatch({"type": "foo"})
     assert callback.calls == 0
+
+
+def test_a_refused_group_release_leaves_the_group_live(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # flux.h: flux_store_group_release() may refuse (out of memory during a
+    # dispatch), and then nothing changed: the group stays registered, keeps
+    # its stores, and must still be released. (libflux's refusal is faked:
+    # it runs out of memory only in the C tests.)
+    store = SimpleStore(d)
+    callback = Spy()
+    group = flux.StoreGroup([store], callback)
+
+    refused: list[BaseException] = []
+
+    def refuse(handle: Any) -> int:
+        return int(flux.Status.ERR_NO_MEMORY)
+
+    def release_during_the_dispatch(payload: Any) -> None:
+        try:
+            group.release()
+        except flux.NoMemoryError as exc:
+            refused.append(exc)
+
+    token = d.register(release_during_the_dispatch)
+    with monkeypatch.context() as patched:
+        patched.setattr("flux.stores._flux_store_group_release_raw", refuse)
+        d.dispatch({"type": "foo"})
+    d.unregister(token)
+    assert len(refused) == 1
+    d.dispatch({"type": "foo"})
+    assert callback.calls == 2, "the group is still registered"
+    group.release()  # and can still be released
+    d.dispatch({"type": "foo"})
+    assert callback.calls == 2
+    store.close()  # which lets its store go
 
 
 def test_should_have_at_least_one_store() -> None:
