@@ -616,7 +616,9 @@ FLUX_API flux_status flux_store_emit_change(flux_store *s);
  * @param out      receives the listener's id: ids are per store, count up
  *                 from 1 (a failed add uses none) and are never reused.
  * @return FLUX_OK.
- *         FLUX_ERR_INVALID_ARGUMENT: s, fn or out is NULL.
+ *         FLUX_ERR_INVALID_ARGUMENT: s, fn or out is NULL, or s is being
+ *         destroyed (a call from a listener's destroy that
+ *         flux_store_destroy() runs).
  *         FLUX_ERR_NO_MEMORY.
  *         On any error destroy(context) has already run and *out, if out is
  *         not NULL, is 0.

@@ -936,6 +936,37 @@ static void destroy_releases_listeners_then_state_then_context(void)
     teardown(d, NULL, 0);
 }
 
+/* A listener's destroy that adds a listener to its store (which is being
+ * destroyed): the add is refused and its context destroyed at once, so
+ * every destroy still comes before release_state and destroy(context). */
+static flux_status g_add_while_destroyed = FLUX_OK;
+static flux_listener_id g_add_while_destroyed_id = 99;
+
+static void lis_destroy_then_add(void *context)
+{
+    lis *l = context;
+    flux_store *s = l->s;
+    lis_destroy(context);
+    lis *late = lis_new(9, s);
+    g_add_while_destroyed = flux_store_add_listener(s, lis_fn, late, lis_destroy, &g_add_while_destroyed_id);
+}
+
+static void listener_added_by_a_destroy_during_store_destroy_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 3, false);
+    lis *l = lis_new(1, t->s);
+    REQUIRE(flux_store_add_listener(t->s, lis_fn, l, lis_destroy_then_add, &l->token) == FLUX_OK);
+    EXPECT_OK(flux_store_destroy(t->s));
+    is_int(g_add_while_destroyed, FLUX_ERR_INVALID_ARGUMENT,
+           "add_listener from a listener's destroy while the store is destroyed: INVALID_ARGUMENT");
+    is_int((int)g_add_while_destroyed_id, 0, "and *out is 0");
+    is_trace(&L.events, INTS(EV_LISTENER_DESTROY + 1, EV_LISTENER_DESTROY + 9, EV_RELEASE + 3, EV_CONTEXT_DESTROY + 1),
+             "the refused listener destroyed at once: every listener before release_state and destroy(context)");
+    teardown(d, NULL, 0);
+}
+
 /* emit_change from the reduce of another store, called from this one's. */
 static int wait_for_user(tstore *t, void *state, const char *action, void **next)
 {
@@ -2305,6 +2336,7 @@ int main(void)
     RUN(failing_reduce_keeps_state_and_ignores_next);
     RUN(reduce_failing_mid_chain);
     RUN(destroy_releases_listeners_then_state_then_context);
+    RUN(listener_added_by_a_destroy_during_store_destroy_is_refused);
     RUN(emit_change_only_during_its_own_reduce);
     RUN(has_changed_reports_the_previous_result_before_the_store_runs);
     RUN(listener_ids_count_from_1_and_are_never_reused);

@@ -92,6 +92,9 @@ import Synchronization
         @usableFromInline var emitting = false
         /// The id of the listener the emit is running, 0 when none.
         @usableFromInline var running: UInt64 = 0
+        /// Set by `releaseListeners`: the store is going, so an add (from a
+        /// listener's release, say) is refused rather than outliving it.
+        var closed = false
     }
 
     /// The block the three parts live in, at fixed offsets: one pointer
@@ -129,10 +132,12 @@ import Synchronization
         freeBytes(block)
     }
 
-    /// Releases every listener, in the order they were added, leaving none.
-    /// Hosts call it when the store goes away, before releasing the state.
+    /// Releases every listener, in the order they were added, leaving none,
+    /// and refuses later adds. Hosts call it when the store goes away,
+    /// before releasing the state.
     @_spi(Engine) public func releaseListeners() {
         lock()
+        table.pointee.closed = true
         let entries = table.pointee.entries
         let count = table.pointee.count
         table.pointee.entries = nil
@@ -248,10 +253,16 @@ import Synchronization
     /// Adds a listener; returns its id (ids count up from 1 and are never
     /// reused). An emit already running does not call it.
     ///
-    /// - Throws: `noMemory`, and then `listener.release()` has run.
+    /// - Throws: `noMemory`, or `invalidArgument` once the store is going
+    ///   (`releaseListeners`); either way `listener.release()` has run.
     @_spi(Engine) public func addListener(_ listener: Listener) throws(FluxError) -> UInt64 {
         lock()
         let table = self.table
+        if table.pointee.closed {
+            unlock()
+            listener.release()
+            throw FluxError(.invalidArgument, "the store is being destroyed")
+        }
         // Full: make room by dropping removed entries before growing.
         if table.pointee.count == table.pointee.capacity && table.pointee.removed > 0 && !table.pointee.emitting {
             compact()
