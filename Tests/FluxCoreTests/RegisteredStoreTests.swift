@@ -304,6 +304,53 @@ import Testing
         #expect(seen.all == ["error"])
         box.value = nil
     }
+
+    // `error` from another thread is nil or the error of an emit running
+    // during the read -- never that of a handling whose emit has not begun.
+    // It used to test whether an emit ran, then read the error: a reader
+    // preempted between the two, across the end of one emit and the next
+    // handling's emitChange(error:), returned the next error early. Here
+    // each handling sets its error, then pauses before its emit begins, and
+    // more readers than cores (so they are preempted) check every error
+    // they read against the last handling that has finished its reduce.
+    @Test func errorReadOnAnotherThreadIsNeverOneWhoseEmitHasNotBegun() throws {
+        struct Numbered: Error { let n: Int }
+        final class Progress: Sendable {
+            let reduced = Atomic(0)  // the last handling whose reduce returned
+            let stop = Atomic(false)
+            let early = Atomic(0)  // errors read before their emit began
+            let seen = Atomic(0)  // errors read
+        }
+        let d = Dispatcher<Int>()
+        let progress = Progress()
+        let store = FluxStore<Int>(dispatcher: d) { store, n in
+            try store.emitChange(error: Numbered(n: n))
+            pause(microseconds: 50)  // the error is set, the emit has not begun
+            progress.reduced.store(n, ordering: .sequentiallyConsistent)
+        }
+        store.addListener { pause(microseconds: 50) }  // the emit lasts: readers find it running
+        let readers = (0..<6).map { _ in
+            Thread {
+                while !progress.stop.load(ordering: .relaxed) {
+                    guard let error = store.error as? Numbered else { continue }
+                    progress.seen.add(1, ordering: .relaxed)
+                    if progress.reduced.load(ordering: .sequentiallyConsistent) < error.n {
+                        progress.early.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+        }
+        let end = ContinuousClock.now + .seconds(2)
+        var n = 0
+        while ContinuousClock.now < end {
+            n += 1
+            try d.dispatch(n)
+        }
+        progress.stop.store(true, ordering: .relaxed)
+        for reader in readers { reader.join() }
+        #expect(progress.seen.load(ordering: .relaxed) > 0, "the readers saw emits run")
+        #expect(progress.early.load(ordering: .relaxed) == 0, "an error read before its emit began")
+    }
 }
 
 /// Two store classes whose inits register each other, each first waiting

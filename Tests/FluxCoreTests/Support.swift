@@ -87,3 +87,4 @@ final class Gate: Sendable {
 }
 
 func pause(milliseconds: UInt32) { usleep(milliseconds * 1000) }
+func pause(microseconds: UInt32) { usleep(microseconds) }

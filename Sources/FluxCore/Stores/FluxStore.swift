@@ -58,8 +58,10 @@ public class StoreBase<Payload>: DispatchingStore, SweepsGoneOwners, @unchecked 
     public let dispatcher: Dispatcher<Payload>
     public internal(set) var dispatchToken = DispatchToken(rawValue: 0)
     let core: StoreCore<ClosureListener>
-    /// The error of the emit now running (`emitChange(error:)`), else nil.
-    private let emitError = Guarded<(any Error)?>(nil)
+    /// The error of the emit now running (`emitChange(error:)`), else nil;
+    /// with how many times it was set, so a reader can tell it did not
+    /// change around its look at whether an emit runs (see `error`).
+    private let emitError = Guarded<(error: (any Error)?, sets: UInt64)>((nil, 0))
     /// The owner-bound listeners not yet removed, by id, each with its owner
     /// held weakly: what the sweep looks at. `hasOwners` spares a dispatch
     /// the lock when there are none.
@@ -118,12 +120,26 @@ public class StoreBase<Payload>: DispatchingStore, SweepsGoneOwners, @unchecked 
     /// The error the running emit carries (`emitChange(error:)`): set while
     /// that emit's listeners run, nil otherwise (also between
     /// `emitChange(error:)` and the emit). Any thread may read it.
-    public var error: (any Error)? { core.isEmitting ? emitError.withLock { $0 } : nil }
+    public var error: (any Error)? {
+        // An error is set before its emit begins and cleared after it ends,
+        // so one unchanged across a moment an emit ran is that emit's. (Read
+        // after one look, it could be the next handling's, set after that
+        // emit ended and before its own began.)
+        while core.isEmitting {
+            let (error, sets) = emitError.withLock { ($0.error, $0.sets) }
+            guard core.isEmitting else { return nil }
+            if emitError.withLock({ $0.sets }) == sets { return error }
+        }
+        return nil
+    }
 
     /// Replaces the emit's error; the one replaced goes after the lock is
     /// released (its deinit may read `error`).
     private func setEmitError(_ error: (any Error)?) {
-        _ = emitError.exchange(error)
+        _ = emitError.withLock { current in
+            defer { current = (error, current.sets &+ 1) }
+            return current.error
+        }
     }
 
     /// Adds `listener`, run once per dispatch that changed the store (from
