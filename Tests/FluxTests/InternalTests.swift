@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 @testable import Flux
 
@@ -174,5 +175,100 @@ final class CancelableProcedureTests: XCTestCase {
             XCTAssertTrue(procedure.isCanceled)
             XCTAssertEqual(value, 0)
         }
+    }
+}
+
+final class ScopeRegistryTests: XCTestCase {
+    // A sweep holds each live object it looks at for a moment. Should
+    // another thread drop its last reference meanwhile, the object's deinit
+    // runs where the sweep lets go of it -- which used to be under the
+    // registry's lock, where a deinit that observes during an object's scope
+    // deadlocks. (There the moment was a few instructions long, which no
+    // test hit; now it lasts the sweep, so one that let go under the lock
+    // would be caught.) One thread registers objects it keeps (the table
+    // doubles, and is swept each time); another registers victims and,
+    // while a sweep holds the lock, drops them one by one. A victim's
+    // deinit on the sweeping thread checks, with a timed lock, whether that
+    // thread holds the registry's lock.
+    func testASweepLetsGoOfTheObjectsItFoundAliveWithItsLockReleased() {
+        final class Tally: Sendable {
+            let sweeper = Atomic<UInt>(0)  // the sweeping thread's pthread_t (glibc: an integer)
+            let underLock = Atomic(0)
+            let bySweeper = Atomic(0)
+            let stop = Atomic(false)
+        }
+        final class Victim {
+            let tally: Tally
+            init(_ tally: Tally) { self.tally = tally }
+            deinit {
+                guard pthread_equal(tally.sweeper.load(ordering: .acquiring), pthread_self()) != 0 else { return }
+                var deadline = timespec()
+                clock_gettime(CLOCK_REALTIME, &deadline)
+                deadline.tv_nsec += 50_000_000
+                if deadline.tv_nsec >= 1_000_000_000 {
+                    deadline.tv_sec += 1
+                    deadline.tv_nsec -= 1_000_000_000
+                }
+                // Another thread holds the lock only for moments; this
+                // thread, for good (a plain mutex it already holds).
+                if pthread_mutex_timedlock(ScopeRegistry.shared.lock.mutex, &deadline) == 0 {
+                    pthread_mutex_unlock(ScopeRegistry.shared.lock.mutex)
+                    tally.bySweeper.add(1, ordering: .relaxed)
+                } else {
+                    tally.underLock.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        final class Kept {}
+        let tally = Tally()
+        let sink = Sink<Int>()
+        let sweeper: () -> Void = {
+            tally.sweeper.store(pthread_self(), ordering: .releasing)
+            // Kept, so that the table grows (a freed object's address,
+            // reused, would only replace its entry); until the sweeper has
+            // let go of a victim, or 500,000 objects, or 10 s.
+            let deadline = ContinuousClock.now + .seconds(10)
+            var kept: [Kept] = []
+            while kept.count < 500_000 && tally.bySweeper.load(ordering: .relaxed) == 0
+                && ContinuousClock.now < deadline
+            {
+                kept.append(Kept())
+                sink.signal.observe(duringScopeOf: kept[kept.count - 1]) { _ in }
+            }
+            tally.stop.store(true, ordering: .relaxed)
+        }
+        let dropper: () -> Void = {
+            let mutex = ScopeRegistry.shared.lock.mutex
+            while !tally.stop.load(ordering: .relaxed) {
+                var victims = (0..<500).map { _ in Victim(tally) }
+                for victim in victims { sink.signal.observe(duringScopeOf: victim) { _ in } }
+                // A sweep: the lock held for 20 µs on end (a registration
+                // holds it for about one). While it lasts, a victim every
+                // 10 µs, so that the sweep finds some alive and others gone.
+                var busySince: ContinuousClock.Instant?
+                var lastDrop = ContinuousClock.now
+                while !tally.stop.load(ordering: .relaxed) && !victims.isEmpty {
+                    // A look every 2 µs: a trylock that succeeds makes the
+                    // sweeper wait, and waiting slows it down a lot.
+                    let now = ContinuousClock.now
+                    while ContinuousClock.now - now < .microseconds(2) {}
+                    if pthread_mutex_trylock(mutex) == 0 {
+                        pthread_mutex_unlock(mutex)
+                        busySince = nil
+                    } else if let since = busySince {
+                        if now - since > .microseconds(20) && now - lastDrop > .microseconds(10) {
+                            victims.removeLast()
+                            lastDrop = now
+                        }
+                    } else {
+                        busySince = now
+                    }
+                }
+                victims.removeAll()
+            }
+        }
+        XCTAssertTrue(onThreads([sweeper, dropper]), "no thread got stuck")
+        XCTAssertEqual(tally.underLock.load(ordering: .relaxed), 0, "a deinit ran under the registry's lock")
+        XCTAssertGreaterThan(tally.bySweeper.load(ordering: .relaxed), 0, "the sweeper let go of a victim")
     }
 }

@@ -14,7 +14,8 @@ final class ScopeRegistry: @unchecked Sendable {
 
     private static let minimumSweepCount = 64
 
-    private let lock = PosixLock()
+    // Internal, not private: a test looks at whether a deinit runs under it.
+    let lock = PosixLock()
     private var entries: [ObjectIdentifier: Entry] = [:]
     private var sweepCount = ScopeRegistry.minimumSweepCount
 
