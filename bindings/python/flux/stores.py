@@ -108,7 +108,7 @@ from ._native import (
     trampoline as _trampoline,
 )
 from .dispatcher import Dispatcher, Token
-from .errors import FluxError, InvalidArgumentError, NotDispatchingError, Status
+from .errors import FluxError, InvalidArgumentError, NoMemoryError, NotDispatchingError, Status
 
 __all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "handles"]
 
@@ -678,6 +678,8 @@ class Store(_ClosesOnExit):
 
         :raises NotDispatchingError: not called while the store handles a
             payload; no error is kept then.
+        :raises NoMemoryError: with an ``error``, out of memory to note when
+            its emit ends: the change is marked, the error not kept.
         """
         with self._lock:
             handle = self._live_handle("emit_change")
@@ -689,13 +691,14 @@ class Store(_ClosesOnExit):
                 return
             # One left behind (a failed dispatch ends it, unless an interrupt
             # cut that short) would run before listeners added since: a new
-            # one, added last, runs after every listener of this emit.
-            stale, self._error_end = self._error_end, None
-            if stale is not None:
-                self._unlisten(stale.value, quiet=True)
+            # one, added last, runs after every listener of this emit. Added
+            # before the old one goes: refused (NoMemoryError), the old one
+            # still ends the error.
             end = c_uint64()
             self._listen(functools.partial(_error_emitted, weakref.ref(self)), end)
-            self._error_end = end
+            stale, self._error_end = self._error_end, end
+            if stale is not None:
+                self._unlisten(stale.value, quiet=True)
             self._error_state = (error, _get_ident())
             self._dispatcher._erring[self._ident] = self
             _unshown[self._ident] = True
@@ -742,6 +745,7 @@ class Store(_ClosesOnExit):
         :raises TypeError: ``listener`` is not callable; ``owner`` cannot be
             weakly referenced; ``listener`` is a built-in method of ``owner``.
         :raises InvalidArgumentError: the store is closed.
+        :raises NoMemoryError: out of memory; the listener is not added.
         """
         if not callable(listener):
             raise TypeError(f"listener must be callable, not {type(listener).__name__}")
@@ -759,11 +763,15 @@ class Store(_ClosesOnExit):
                 # emitted again, so that its end goes after this listener.
                 # Outside that handling (in a listener of the emit, where
                 # the end still runs in it), libflux refuses, and nothing
-                # changes.
+                # changes. Out of memory, the listener goes again: the
+                # caller gets no Subscription to remove it by.
                 try:
                     self.emit_change(error=state[0])
                 except NotDispatchingError:
                     pass
+                except NoMemoryError:
+                    sub.remove()
+                    raise
             return sub
 
     def _listen(self, fn: Callable[[], object], out: c_uint64) -> None:

@@ -18,6 +18,7 @@ import pytest
 from on_threads import all_return
 
 import flux
+from flux import _native
 from flux.stores import live_objects
 
 
@@ -857,6 +858,51 @@ def test_a_listener_added_after_an_error_emit_in_the_same_handling_sees_the_erro
     seen.clear()
     d.dispatch("second")
     assert seen == [("before", "second"), ("added", "second"), ("owned", "second")]
+    assert log.error is None
+
+
+def test_a_listener_whose_error_emit_runs_out_of_memory_is_not_added(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # add_listener during a handling that emitted an error emits it again,
+    # which adds a listener of its own. Should libflux refuse that one (out
+    # of memory: faked here, as libflux would, destroying the context), the
+    # add fails whole: the caller's listener is not left behind (it had no
+    # Subscription to remove it by), and the error still ends with its emit.
+    real = _native.flux_store_add_listener_raw
+    adds = [0]
+
+    def refusing_the_third(handle: Any, fn: Any, key: Any, destroy: Any, out: Any) -> int:
+        adds[0] += 1
+        if adds[0] != 3:
+            return int(real(handle, fn, key, destroy, out))
+        out._obj.value = 0
+        destroy(key)
+        return int(flux.Status.ERR_NO_MEMORY)
+
+    seen: list[Any] = []
+    refused: list[BaseException] = []
+
+    class Log(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.emit_change(error=payload)  # add 1: the error's end
+            if payload == "first":
+                try:
+                    self.add_listener(lambda: seen.append(("added", self.error)))  # add 2, then 3
+                except flux.NoMemoryError as exc:
+                    refused.append(exc)
+
+    log = Log(d)
+    log.add_listener(lambda: seen.append(("before", log.error)))
+    monkeypatch.setattr("flux.stores._flux_store_add_listener_raw", refusing_the_third)
+    d.dispatch("first")
+    monkeypatch.undo()
+    assert len(refused) == 1
+    assert seen == [("before", "first")], "the refused listener did not run"
+    assert log.error is None, "the emit is over"
+    seen.clear()
+    d.dispatch("second")
+    assert seen == [("before", "second")], "nor does it later"
     assert log.error is None
 
 
