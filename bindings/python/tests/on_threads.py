@@ -28,17 +28,23 @@ def all_return(target: Callable[[Any], None], args: Iterable[Any], timeout: floa
     return not any(thread.is_alive() for thread in threads)
 
 
-def run_in_own_process(body: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Runs ``body`` (dedented) in a fresh interpreter that imports this
-    package: a deadlock there -- one that holds the GIL stops every thread,
-    the test's watchdog too -- fails the test (TimeoutExpired) instead of
-    hanging the run, and a crash cannot end it."""
+def run_python(args: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Runs a fresh interpreter with ``args`` (a script and its arguments,
+    or ``-c`` and code) that imports this package; its output as text."""
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(body)],
+        [sys.executable, *args],
         check=False,
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def run_in_own_process(body: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Runs ``body`` (dedented) in a fresh interpreter that imports this
+    package: a deadlock there -- one that holds the GIL stops every thread,
+    the test's watchdog too -- fails the test (TimeoutExpired) instead of
+    hanging the run, and a crash cannot end it."""
+    return run_python(["-c", textwrap.dedent(body)], timeout)

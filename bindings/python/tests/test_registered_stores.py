@@ -8,14 +8,13 @@ from __future__ import annotations
 import gc
 import os
 import subprocess
-import sys
 import threading
 import time
 import weakref
 from typing import Any
 
 import pytest
-from on_threads import all_return
+from on_threads import all_return, run_python
 
 import flux
 from flux import _native
@@ -463,16 +462,8 @@ print("ok")
 
 
 def test_a_finalizer_closing_a_registered_store_while_the_registry_is_updated() -> None:
-    package = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
     try:
-        result = subprocess.run(
-            [sys.executable, "-c", FINALIZER_CLOSES_A_STORE],
-            env=dict(os.environ, PYTHONPATH=package),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
+        result = run_python(["-c", FINALIZER_CLOSES_A_STORE], timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("deadlock: the finalizer waits for the registry lock its own thread holds")
     assert result.returncode == 0, result.stderr
@@ -1156,15 +1147,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardi
 
 @pytest.mark.skipif(not os.path.exists(EXAMPLE), reason="not in a libflux checkout")
 def test_the_current_user_example_prints_what_the_swift_one_does() -> None:
-    package = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
-    result = subprocess.run(
-        [sys.executable, EXAMPLE],
-        env=dict(os.environ, PYTHONPATH=package),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = run_python([EXAMPLE])
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout == (

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from on_threads import run_in_own_process
+from on_threads import run_in_own_process, run_python
 
 import flux
 from flux import _native
@@ -377,7 +375,6 @@ def test_a_trace_started_as_another_thread_closes_the_dispatcher_is_let_go(nativ
     # an observer of a closed dispatcher, held by the registry (which keeps
     # the trace, and through it the dispatcher, alive for good).
     import gc
-    import sys
     import weakref
 
     d: flux.Dispatcher[Any] = flux.Dispatcher()
@@ -508,15 +505,7 @@ def test_the_flight_trace_example_prints_the_readmes_tree(tmp_path: Path) -> Non
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     shown = re.search(r"\n```\n(dispatch Action\(type='city-update'.*?\n)```\n", readme, re.DOTALL)
     assert shown is not None, "the README no longer shows the flight trace"
-    package = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
-    result = subprocess.run(
-        [sys.executable, str(FLIGHT_TRACE), str(tmp_path / "trace.json")],
-        env=dict(os.environ, PYTHONPATH=package),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = run_python([str(FLIGHT_TRACE), str(tmp_path / "trace.json")])
     assert result.returncode == 0, result.stderr
     tree = result.stdout.split("\n\n")[0] + "\n"
     assert without_durations(tree) == without_durations(shown.group(1))
