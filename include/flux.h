@@ -54,7 +54,9 @@
  * would wait for each other for good, like two locks taken in opposite
  * orders: the flux_dispatch() whose wait would close that cycle fails with
  * FLUX_ERR_ALREADY_DISPATCHING instead (flux_enqueue() never waits: use it
- * there). flux_wait_for() works only on the
+ * there); a flux_dispatch() that must wait with no memory left to note its
+ * wait (which that check needs) fails with FLUX_ERR_NO_MEMORY instead of
+ * waiting unnoted. flux_wait_for() works only on the
  * thread that runs the dispatch. flux_register(), flux_unregister() and
  * flux_is_dispatching() never wait for a running dispatch. destroy functions
  * run on the thread that removed the registration, except when it was removed
@@ -346,6 +348,9 @@ FLUX_API flux_status flux_unregister(flux_dispatcher *d, flux_token token);
  *         FLUX_ERR_TOO_DEEP: a chain of flux_wait_for() calls reached this
  *         thread's stack limit (see "Depth" above) before any callback
  *         failed; the dispatch was aborted.
+ *         FLUX_ERR_NO_MEMORY: another thread was dispatching d and there
+ *         was no memory to note this call's wait (see "Threading"): nothing
+ *         ran.
  * Threads: any thread. While another thread dispatches d, this call waits for
  *          that dispatch to finish, then runs. From inside a callback of d on
  *          the dispatching thread it fails at once.

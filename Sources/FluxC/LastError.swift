@@ -60,28 +60,34 @@ func fail(
     _ function: StaticString, _ status: FluxError.Code, _ message: String,
     token: DispatchToken? = nil, cycle: [DispatchToken] = []
 ) -> Int32 {
-    guard let key = lastErrorKey else { return status.rawValue }
     var message = message
-    message.withUTF8 { text in
-        let name = function.utf8CodeUnitCount
-        let start = Record.messageOffset(cycle.count)
-        let count = name + 2 + text.count
-        if let record = realloc(currentRecord(), start + count + 1) {
-            record.storeBytes(of: Record(token: token?.rawValue ?? 0, count: cycle.count), as: Record.self)
-            for (i, link) in cycle.enumerated() {
-                record.storeBytes(of: link.rawValue, toByteOffset: MemoryLayout<Record>.stride + i * 8, as: UInt64.self)
-            }
-            let buffer = record + start
-            buffer.copyMemory(from: function.utf8Start, byteCount: name)
-            buffer.storeBytes(of: UInt8(ascii: ":"), toByteOffset: name, as: UInt8.self)
-            buffer.storeBytes(of: UInt8(ascii: " "), toByteOffset: name + 1, as: UInt8.self)
-            if let base = text.baseAddress { (buffer + name + 2).copyMemory(from: base, byteCount: text.count) }
-            buffer.storeBytes(of: 0, toByteOffset: count, as: UInt8.self)
-            pthread_setspecific(key, record)
-        } else {
-            free(currentRecord())
-            pthread_setspecific(key, outOfMemorySentinel)
+    return message.withUTF8 { fail(function, status, $0, token: token, cycle: cycle) }
+}
+
+/// `fail` with the message as UTF-8 bytes.
+func fail(
+    _ function: StaticString, _ status: FluxError.Code, _ text: UnsafeBufferPointer<UInt8>,
+    token: DispatchToken? = nil, cycle: [DispatchToken] = []
+) -> Int32 {
+    guard let key = lastErrorKey else { return status.rawValue }
+    let name = function.utf8CodeUnitCount
+    let start = Record.messageOffset(cycle.count)
+    let count = name + 2 + text.count
+    if let record = realloc(currentRecord(), start + count + 1) {
+        record.storeBytes(of: Record(token: token?.rawValue ?? 0, count: cycle.count), as: Record.self)
+        for (i, link) in cycle.enumerated() {
+            record.storeBytes(of: link.rawValue, toByteOffset: MemoryLayout<Record>.stride + i * 8, as: UInt64.self)
         }
+        let buffer = record + start
+        buffer.copyMemory(from: function.utf8Start, byteCount: name)
+        buffer.storeBytes(of: UInt8(ascii: ":"), toByteOffset: name, as: UInt8.self)
+        buffer.storeBytes(of: UInt8(ascii: " "), toByteOffset: name + 1, as: UInt8.self)
+        if let base = text.baseAddress { (buffer + name + 2).copyMemory(from: base, byteCount: text.count) }
+        buffer.storeBytes(of: 0, toByteOffset: count, as: UInt8.self)
+        pthread_setspecific(key, record)
+    } else {
+        free(currentRecord())
+        pthread_setspecific(key, outOfMemorySentinel)
     }
     return status.rawValue
 }
@@ -113,9 +119,45 @@ func fail(_ function: StaticString, _ error: DispatchError<CallbackFailure>) -> 
     case .flux(let error):
         fail(function, error)
     case .callback(let failure, let token):
-        fail(
-            function, .callbackFailed,
-            "callback for token \(token.rawValue) returned \(failure.value); the dispatch was aborted", token: token)
+        callbackFailed(function, failure.value, token)
+    }
+}
+
+/// The message of a failed callback, formatted on the stack: an
+/// interpolated String is Swift-allocated, which traps when memory runs
+/// out -- and a callback often fails because memory ran out.
+private func callbackFailed(_ function: StaticString, _ value: Int32, _ token: DispatchToken) -> Int32 {
+    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 128) { buffer in
+        var used = 0
+        func append(_ text: StaticString) {
+            let bytes = UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
+            for byte in bytes {
+                buffer[used] = byte
+                used += 1
+            }
+        }
+        func append(_ number: UInt64) {
+            var width = 1
+            var rest = number / 10
+            while rest != 0 {
+                width += 1
+                rest /= 10
+            }
+            rest = number
+            for i in stride(from: used + width - 1, through: used, by: -1) {
+                buffer[i] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            used += width
+        }
+        append("callback for token ")
+        append(token.rawValue)
+        append(" returned ")
+        if value < 0 { append("-") }
+        append(UInt64(value.magnitude))
+        append("; the dispatch was aborted")
+        return fail(
+            function, .callbackFailed, UnsafeBufferPointer(rebasing: buffer[..<used]), token: token)
     }
 }
 

@@ -490,7 +490,8 @@ import Synchronization
     /// - Throws: `.flux(alreadyDispatching)` from inside a callback on the
     ///   dispatching thread (the running dispatch goes on unharmed), or when
     ///   the dispatching thread waits, itself or through others, for this
-    ///   one (see `DispatchWaits`);
+    ///   one (see `DispatchWaits`); `.flux(noMemory)` when it must wait and
+    ///   there is no memory to note the wait (nothing ran);
     ///   `.callback(failure, token)` when a callback failed, or
     ///   `.flux(tooDeep)` when a `waitFor` chain went too deep: the dispatch
     ///   was aborted and the dispatcher is idle again.
@@ -828,7 +829,8 @@ import Synchronization
     /// `beginSlow`'s sleep, under the lock, unless the thread running the
     /// dispatch is waiting, itself or through others, for this one (a
     /// callback of one dispatcher dispatching another, on two threads):
-    /// then refused, or none of them would ever wake.
+    /// then refused, or none of them would ever wake. Refused too when the
+    /// wait cannot be noted (no memory): an unnoted sleeper hides a cycle.
     private func sleepUnlessDeadlocked(_ me: UInt) -> FluxError? {
         let holder = owner.load(ordering: .relaxed)
         // Dispatching with no owner yet (or between two queued
@@ -840,11 +842,19 @@ import Synchronization
             lock.lock()
             return nil
         }
-        if let threads = DispatchWaits.shared.wait(me, for: engineID, heldBy: holder) {
+        switch DispatchWaits.shared.wait(me, for: engineID, heldBy: holder) {
+        case .recorded:
+            break
+        case .deadlock(let threads):
             return FluxError(
                 .alreadyDispatching,
                 "cannot dispatch: waiting would deadlock (\(threads) threads each dispatching, from a callback, a dispatcher another of them is dispatching)"
             )
+        case .noMemory:
+            // Unrecorded, a cycle closed through this wait later would go
+            // unseen and deadlock: refuse, having run nothing.
+            return FluxError(
+                .noMemory, "cannot wait for another thread's dispatch: out of memory to note the wait")
         }
         lock.wait()
         DispatchWaits.shared.stopWaiting(me)

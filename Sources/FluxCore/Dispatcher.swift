@@ -100,7 +100,8 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///   too deep for the stack (aborted the same way), or `FluxError` with
     ///   `.alreadyDispatching` when called from inside a callback on the
     ///   dispatching thread, or when waiting for another thread's dispatch
-    ///   would deadlock (see the class's "Thread safety"). Payloads
+    ///   would deadlock (see the class's "Thread safety"), or `.noMemory`
+    ///   when it must wait and there is no memory to note the wait. Payloads
     ///   enqueued meanwhile are dispatched before this returns; their
     ///   failures with no `onError` are thrown too, by this call whatever
     ///   its own outcome (see `enqueue(_:onError:)`).

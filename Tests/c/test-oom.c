@@ -629,6 +629,162 @@ static void test_an_observed_wait_allocates_nothing(void)
 #endif
 }
 
+/* A callback that fails because memory ran out: the dispatch reports
+ * FLUX_ERR_CALLBACK_FAILED, and recording that error allocates nothing it
+ * cannot do without (a Swift string of the message trapped). */
+#if OOM_INTERPOSE
+static bool fail_allocations_in_cb;
+
+static int fails_out_of_memory_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    if (fail_allocations_in_cb)
+        arm(1, true); /* every allocation from here on fails */
+    return -7;
+}
+
+static flux_status oom_done_status;
+
+static void oom_done(void *context, void *payload, flux_status status)
+{
+    (void)context;
+    (void)payload;
+    oom_done_status = status;
+}
+#endif
+
+static void test_a_callback_failing_out_of_memory(void)
+{
+#if OOM_INTERPOSE
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_token t;
+    REQUIRE(flux_register(d, fails_out_of_memory_cb, NULL, NULL, &t) == FLUX_OK);
+    /* Once with memory: the types the error path uses are set up by the
+     * Swift runtime on first use (allocations no code here can avoid). */
+    fail_allocations_in_cb = false;
+    is_int(flux_dispatch(d, NULL), FLUX_ERR_CALLBACK_FAILED, "a failing callback fails the dispatch");
+    fail_allocations_in_cb = true;
+    flux_status s = flux_dispatch(d, NULL);
+    disarm();
+    is_int(s, FLUX_ERR_CALLBACK_FAILED, "flux_dispatch reports the callback's failure");
+    s = flux_enqueue(d, NULL, oom_done, NULL);
+    disarm();
+    is_int(s, FLUX_ERR_CALLBACK_FAILED, "so does flux_enqueue");
+    is_int(oom_done_status, FLUX_ERR_CALLBACK_FAILED, "and its done gets that status");
+    /* With memory, the message is as before. */
+    fail_allocations_in_cb = false;
+    s = flux_dispatch(d, NULL);
+    is_int(s, FLUX_ERR_CALLBACK_FAILED, "with memory too");
+    char want[128];
+    snprintf(want, sizeof want, "flux_dispatch: callback for token %llu returned -7; the dispatch was aborted",
+             (unsigned long long)t);
+    is_str(flux_last_error(), want, "the message names the token and the value");
+    is_int((int)flux_last_error_token(), (int)t, "and the token is recorded");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
+/* Two threads, each inside a callback of its own dispatcher, dispatch each
+ * other's dispatcher (flux.h, "Threading"): the first to wait is noted, so
+ * that the second's wait, which would close the cycle, is refused. When
+ * there is no memory to note the first wait, sleeping unnoted would let the
+ * second sleep too, and both would wait for good: the first is refused
+ * with FLUX_ERR_NO_MEMORY instead, having run nothing, and both go on. */
+#if OOM_INTERPOSE
+typedef struct crossing {
+    flux_dispatcher *own, *other;
+    bool oom;            /* make every allocation of the inner dispatch fail */
+    flag entered, go;
+    flux_status outer, inner;
+} crossing;
+
+static int crossing_cb(void *context, const void *payload)
+{
+    crossing *c = context;
+    if (payload != c)
+        return 0; /* the other thread's inner dispatch */
+    flag_set(&c->entered);
+    if (!flag_wait(&c->go, prompt_seconds()))
+        return 1;
+    if (c->oom)
+        arm(1, true);
+    c->inner = flux_dispatch(c->other, NULL);
+    if (c->oom)
+        disarm();
+    return 0;
+}
+
+static void *crossing_main(void *arg)
+{
+    crossing *c = arg;
+    c->outer = flux_dispatch(c->own, c);
+    return NULL;
+}
+
+/* c2 waits first (with memory failing when oom), then c1 closes the cycle. */
+static bool run_crossing(crossing *c1, crossing *c2, bool oom)
+{
+    *c1 = (crossing){.outer = (flux_status)-1, .inner = (flux_status)-1};
+    *c2 = *c1;
+    c1->own = c2->other = flux_dispatcher_create();
+    c2->own = c1->other = flux_dispatcher_create();
+    REQUIRE(c1->own != NULL && c2->own != NULL);
+    c2->oom = oom;
+    flag_init(&c1->entered), flag_init(&c1->go), flag_init(&c2->entered), flag_init(&c2->go);
+    flux_token t;
+    REQUIRE(flux_register(c1->own, crossing_cb, c1, NULL, &t) == FLUX_OK);
+    REQUIRE(flux_register(c2->own, crossing_cb, c2, NULL, &t) == FLUX_OK);
+    pthread_t t1, t2;
+    REQUIRE(pthread_create(&t1, NULL, crossing_main, c1) == 0);
+    REQUIRE(pthread_create(&t2, NULL, crossing_main, c2) == 0);
+    REQUIRE(flag_wait(&c1->entered, prompt_seconds()) && flag_wait(&c2->entered, prompt_seconds()));
+    flag_set(&c2->go);
+    sleep_ms(200); /* c2's inner dispatch now waits (or was refused) */
+    if (oom)
+        disarm(); /* in case c2's call still has not returned */
+    flag_set(&c1->go);
+    /* Both outer dispatches end within a few seconds, or they never will. */
+    bool finished = false;
+    for (int i = 0; i < 300 && !finished; i++) {
+        sleep_ms(10);
+        finished = __atomic_load_n(&c1->outer, __ATOMIC_SEQ_CST) != (flux_status)-1
+                   && __atomic_load_n(&c2->outer, __ATOMIC_SEQ_CST) != (flux_status)-1;
+    }
+    if (!finished)
+        return false; /* they wait for good: leave them be */
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    EXPECT_OK(flux_dispatcher_destroy(c1->own));
+    EXPECT_OK(flux_dispatcher_destroy(c2->own));
+    return true;
+}
+#endif
+
+static void test_a_wait_that_cannot_be_noted_is_refused(void)
+{
+#if OOM_INTERPOSE
+    static crossing c1, c2;
+    /* With memory: as test-threads shows, the wait closing the cycle is refused. */
+    REQUIRE(run_crossing(&c1, &c2, false));
+    is_int(c1.inner, FLUX_ERR_ALREADY_DISPATCHING, "with memory, the wait that would close the cycle is refused");
+    is_int(c2.inner, FLUX_OK, "and the first one then runs");
+    bool finished = run_crossing(&c1, &c2, true);
+    ok(finished, "with no memory to note the first wait, both threads still finish");
+    if (!finished)
+        return;
+    is_int(c2.inner, FLUX_ERR_NO_MEMORY, "the wait that could not be noted is refused with FLUX_ERR_NO_MEMORY");
+    is_int(c1.inner, FLUX_OK, "the other thread's inner dispatch then runs");
+    is_int(c1.outer, FLUX_OK, "both outer dispatches return OK");
+    is_int(c2.outer, FLUX_OK, "both outer dispatches return OK (2)");
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
 /* ---- flux_dispatcher_set_observer, idle and during a dispatch ----------- */
 
 static void noop_begin(void *context, const void *payload)
@@ -813,5 +969,7 @@ int main(void)
     RUN(test_every_allocation_fails_in_turn);
     RUN(test_a_refused_payloads_done_cannot_wait);
     RUN(test_an_observed_wait_allocates_nothing);
+    RUN(test_a_wait_that_cannot_be_noted_is_refused);
+    RUN(test_a_callback_failing_out_of_memory);
     return tap_done();
 }

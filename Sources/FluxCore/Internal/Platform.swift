@@ -91,30 +91,38 @@ public func currentThreadID() -> UInt {
     }
 
     /// Malloc'd, as the engine's own lists: running out of memory is not a
-    /// trap here but a wait left unrecorded (see `wait`).
+    /// trap here but a wait refused (see `wait`).
     private let waits = Guarded(MallocList<Wait>())
 
+    /// What `wait` found.
+    enum Outcome {
+        case recorded
+        /// Waiting would close a cycle of this many threads.
+        case deadlock(Int)
+        case noMemory
+    }
+
     /// Records that `thread` is about to sleep until `engine`, dispatched
-    /// by `holder`, is free; or, when `holder` is waiting, through others,
-    /// for `thread` (so none of them would ever wake), records nothing and
-    /// returns how many threads that cycle has. With no memory to record
-    /// the wait, `thread` sleeps unrecorded: a cycle closed through it later
-    /// is not seen, as before cycles were looked for.
-    func wait(_ thread: UInt, for engine: UInt, heldBy holder: UInt) -> Int? {
+    /// by `holder`, is free, and returns `.recorded`; or, when `holder` is
+    /// waiting, through others, for `thread` (so none of them would ever
+    /// wake), records nothing and returns how many threads that cycle has.
+    /// With no memory to record the wait, returns `.noMemory`: the thread
+    /// must not sleep unrecorded, since a cycle closed through it later
+    /// would not be seen and every thread in it would sleep for good.
+    func wait(_ thread: UInt, for engine: UInt, heldBy holder: UInt) -> Outcome {
         waits.withLock { waits in
             var length = 1
             var next = holder
             while next != thread {
                 guard let edge = waits.first(where: { $0.thread == next }), length <= waits.count else {
-                    if waits.reserve(waits.count + 1) {
-                        waits.append(Wait(thread: thread, engine: engine, holder: holder))
-                    }
-                    return nil
+                    guard waits.reserve(waits.count + 1) else { return .noMemory }
+                    waits.append(Wait(thread: thread, engine: engine, holder: holder))
+                    return .recorded
                 }
                 next = edge.holder
                 length += 1
             }
-            return length
+            return .deadlock(length)
         }
     }
 

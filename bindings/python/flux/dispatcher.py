@@ -969,6 +969,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             dispatcher, or waiting for another thread's dispatch would
             deadlock (see the class); the running dispatch goes on unharmed.
         :raises InvalidArgumentError: the dispatcher is closed.
+        :raises NoMemoryError: another thread was dispatching and there was
+            no memory to note this call's wait for it; nothing ran.
         """
         # The hot path: one ctypes call and a test. The payload crosses libflux
         # as its PyObject* (id() in CPython); the frame keeps it alive
