@@ -318,7 +318,8 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
  *         already unregistered.
  *         FLUX_ERR_NO_MEMORY: only while a dispatch runs, when there is no
  *         memory to note the removal; nothing changed (the callback stays
- *         registered). With no dispatch running this call allocates nothing.
+ *         registered). With no dispatch running, a call that succeeds
+ *         allocates nothing.
  * Threads: any thread, from inside a callback too; never waits for a
  *          running dispatch.
  */
@@ -1097,7 +1098,12 @@ FLUX_API const char *flux_status_name(flux_status status);
  *         that has used up its thread-specific keys (PTHREAD_KEYS_MAX)
  *         before libflux made its own, failures are not recorded: this
  *         reads a fixed message saying so, and the token and cycle below
- *         read 0, until a key is free again.
+ *         read 0, until a key is free again. When memory for the record
+ *         runs out, this reads "flux: out of memory while recording an
+ *         error message" -- but a message that names
+ *         tokens (an unknown token, a cycle, a wait that would deadlock;
+ *         not a failed callback's) is made with memory first, and a
+ *         process whose malloc fails just then is stopped (a known gap).
  * Threads: any thread; each thread has its own message.
  */
 FLUX_API const char *flux_last_error(void);

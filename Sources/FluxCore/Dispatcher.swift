@@ -170,7 +170,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// - Throws: `FluxError` with `.notDispatching`, `.unknownToken` or
     ///   `.circularDependency` (checked for every token before any callback
     ///   runs: a token whose callback one of them unregisters is then
-    ///   skipped); or the error of a callback that failed in this dispatch.
+    ///   skipped); the error of a callback that failed in this dispatch; or
+    ///   `FluxError` with `.tooDeep` when this wait, or one it ran, went too
+    ///   deep for the stack (the dispatch is aborted, as by a failure).
     public func waitFor(_ tokens: some Collection<DispatchToken>) throws {
         do {
             try core.waitFor(tokens)

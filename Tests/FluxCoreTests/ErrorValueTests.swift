@@ -57,8 +57,14 @@ import Testing
         let d = Dispatcher<Int>()
         let tokens = Box<[DispatchToken]>([])
         let deepest = Box(0)
+        let first = Box<FluxError?>(nil)
         var registered: [DispatchToken] = []
-        for i in 0..<200_000 {
+        registered.append(
+            d.register { [unowned d] _ in
+                // What waitFor throws to a waiter up the chain (its doc).
+                first.value = self.fluxError { try d.waitFor([tokens.value[1]]) }
+            })
+        for i in 1..<200_000 {
             registered.append(
                 d.register { [unowned d] _ in
                     deepest.value = max(deepest.value, i)
@@ -69,6 +75,8 @@ import Testing
         let error = try #require(fluxError { try d.dispatch(0) })
         #expect(error.code == .tooDeep)
         #expect(error.token == registered[deepest.value + 1])
+        #expect(first.value?.code == .tooDeep)
+        #expect(first.value?.token == error.token)
     }
 
     @Test func errorsWithoutATokenHaveNone() throws {

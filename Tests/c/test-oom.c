@@ -669,6 +669,8 @@ static void test_a_callback_failing_out_of_memory(void)
     flux_status s = flux_dispatch(d, NULL);
     disarm();
     is_int(s, FLUX_ERR_CALLBACK_FAILED, "flux_dispatch reports the callback's failure");
+    is_str(flux_last_error(), "flux: out of memory while recording an error message",
+           "with no memory for the record, the message says so (flux.h, flux_last_error)");
     s = flux_enqueue(d, NULL, oom_done, NULL);
     disarm();
     is_int(s, FLUX_ERR_CALLBACK_FAILED, "so does flux_enqueue");

@@ -245,8 +245,24 @@ def status_error(status: int) -> FluxError:
     token and cycle values wait in ``_values`` for the dispatcher, which alone
     can make them :class:`~flux.Token` objects (see Dispatcher._located).
     Make it right after the failed call, on the thread that made it."""
-    error = error_for_status(status, last_error())
-    error._values = last_error_values()
+    # Message, token and cycle length first, with nothing between that the
+    # cycle collector counts (bytes and ints are untracked): a collection
+    # may run finalizers, whose failing libflux calls replace the record.
+    cycle: tuple[int, ...] = ()
+    try:
+        raw = _read_last_error()
+        token = _read_last_error_token()
+        length = _read_last_error_cycle(None, 0)
+        if length:
+            tokens = (c_uint64 * length)()  # may collect: checked below
+            copied = _read_last_error_cycle(ctypes.addressof(tokens), length)
+            # Replaced meanwhile, the record's cycle is another call's: none.
+            if copied == length and _read_last_error_token() == token and _read_last_error() == raw:
+                cycle = tuple(tokens)
+    except ArgumentError as exc:  # at the recursion limit, converting an argument
+        raise argument_error(exc) from None
+    error = error_for_status(status, raw.decode("utf-8", "replace") if raw else "")
+    error._values = (token, cycle)
     return error
 
 

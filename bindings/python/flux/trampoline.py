@@ -63,8 +63,10 @@ _INTEGER_BITS = {
 #: FLUX_SIGNATURE_MAX_ARGS (flux.h): the most arguments a signature may have.
 _MAX_ARGS = 16
 _WELL_FORMED = re.compile(rf"([vilLIzfdp])\(([ilLIzfdp]{{0,{_MAX_ARGS}}})\)")
-#: Where libflux's message names the position of a signature's first error.
-_POSITION = re.compile(r"at position (\d+)")
+#: What can begin a well-formed signature: its first error, if any, is where
+#: it ends (DESIGN.md 10: the binding knows this itself, from the signature,
+#: never from libflux's message).
+_VIABLE = re.compile(rf"(?:[vilLIzfdp](?:\((?:[ilLIzfdp]{{0,{_MAX_ARGS}}}))?)?")
 
 
 class _Signature(NamedTuple):
@@ -164,18 +166,19 @@ def _parse(signature: str, function: str) -> _Signature:
     # error before it; that character is ours to name only when there is none.
     at = next((i for i, char in enumerate(signature) if char == "\0" or not char.isascii()), len(signature))
     prefix = signature[:at]
-    if _WELL_FORMED.fullmatch(prefix) is None:
+    # With the character: when what precedes it could begin a well-formed
+    # signature, the first error is the character, ours to name.
+    if _WELL_FORMED.fullmatch(prefix) is None and (at == len(signature) or _VIABLE.fullmatch(prefix) is None):
         try:
             _libflux_refuses(prefix, function)
         except InvalidArgumentError as exc:
             if at == len(signature):
                 raise  # libflux saw it all: its message as it is
+            # An error before the character: libflux's words (after the
+            # "function: signature "...": " flux.h gives its messages),
+            # quoting the whole signature (libflux saw only the part before it).
             head = f'{function}: signature "{_shown(prefix)}": '
-            position = _POSITION.search(exc.message)
-            if position is not None and int(position.group(1)) < at and exc.message.startswith(head):
-                # An error before the character: libflux's words, quoting
-                # the whole signature (libflux saw only the part before it).
-                raise _refusal(function, signature, exc.message[len(head) :]) from None
+            raise _refusal(function, signature, exc.message[len(head) :]) from None
     if at == len(signature):
         raise _refusal(function, signature, "not well formed")  # not reached: libflux refused it above
     if signature[at] == "\0":

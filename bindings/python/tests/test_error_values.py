@@ -5,8 +5,10 @@ from its message, which the package does not parse."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import pathlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -133,3 +135,64 @@ def test_the_package_never_reads_the_message_for_facts() -> None:
     readers = [p.name for p in package.glob("*.py") if call.search(p.read_text()) and p.name != "_native.py"]
     assert readers == []
     assert "import re\n" not in (package / "dispatcher.py").read_text()
+    # Nor does any regular expression look into a FluxError's message (the
+    # library's words), anywhere in the package.
+    searched = re.compile(r"\.(?:search|match|fullmatch|findall|finditer|split|sub)\([^)]*\.message\b")
+    assert [p.name for p in package.glob("*.py") if searched.search(p.read_text())] == []
+
+
+@pytest.fixture
+def failing_collections() -> Iterator[None]:
+    """Every collection of the cycle collector starts by failing a libflux
+    call (token 777, of another dispatcher): code a collection runs -- a
+    finalizer, a weakref callback -- may well do so."""
+    other = flux.Dispatcher[Any]()
+
+    def fail_a_call(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            _native.flux_unregister_raw(other._handle, 777)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(fail_a_call)
+    gc.set_threshold(1, 1, 1)  # a collection at almost every allocation
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(fail_a_call)
+        other.close()
+
+
+def test_an_errors_values_are_its_own_call_s_whatever_a_collection_runs(
+    d: flux.Dispatcher[Any], failing_collections: None
+) -> None:
+    # Message, token and cycle are read together, before the exception is
+    # made: a collection that making it runs cannot swap in another call's.
+    gone = d.register(lambda p: None)
+    d.unregister(gone)
+    for _ in range(20):
+        with pytest.raises(flux.UnknownTokenError) as info:
+            d.unregister(gone)
+        assert info.value.token == gone
+        assert f"token {gone.value} " in str(info.value)
+
+
+def test_a_cycle_is_its_own_call_s_whatever_a_collection_runs(
+    d: flux.Dispatcher[Any], failing_collections: None
+) -> None:
+    me: list[flux.Token] = []
+    caught: list[flux.CircularDependencyError] = []
+
+    def selfish(p: Any) -> None:
+        try:
+            d.wait_for(me)
+        except flux.CircularDependencyError as exc:
+            caught.append(exc)
+
+    me.append(d.register(selfish, name="selfish"))
+    d.dispatch(None)
+    (error,) = caught
+    assert error.token == me[0]
+    # Its cycle, or none when making room for it ran a failing call: never
+    # another call's.
+    assert error.cycle in ((me[0], me[0]), ())
