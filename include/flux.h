@@ -1100,10 +1100,11 @@ FLUX_API const char *flux_status_name(flux_status status);
  *         reads a fixed message saying so, and the token and cycle below
  *         read 0, until a key is free again. When memory for the record
  *         runs out, this reads "flux: out of memory while recording an
- *         error message" -- but a message that names
- *         tokens (an unknown token, a cycle, a wait that would deadlock;
- *         not a failed callback's) is made with memory first, and a
- *         process whose malloc fails just then is stopped (a known gap).
+ *         error message". Messages are made without allocating, except
+ *         three, made with memory first, so that a process whose malloc
+ *         fails just then is stopped (a known gap): a circular
+ *         dependency's, a malformed closure signature's and an unknown
+ *         observer version's.
  * Threads: any thread; each thread has its own message.
  */
 FLUX_API const char *flux_last_error(void);

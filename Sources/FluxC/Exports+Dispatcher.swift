@@ -29,8 +29,10 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
             return fail("flux_dispatcher_destroy", FluxError.closingWhileDispatching)
         }
         return fail(
-            "flux_dispatcher_destroy", .invalidArgument,
-            "the dispatcher still has \(stores) store(s) or group(s); destroy them first")
+            "flux_dispatcher_destroy",
+            FluxError(
+                .invalidArgument, template: "the dispatcher still has \u{1} store(s) or group(s); destroy them first",
+                number: UInt64(stores)))
     }
     do {
         try dispatcher.pointee.close()
@@ -52,11 +54,12 @@ public func flux_register(
     _ outToken: UnsafeMutablePointer<UInt64>?
 ) -> Int32 {
     outToken?.pointee = 0
-    let missing = handle == nil ? "the dispatcher" : function == nil ? "callback" : outToken == nil ? "out_token" : nil
+    let missing =
+        handle == nil
+        ? "the dispatcher is NULL" : function == nil ? "callback is NULL" : outToken == nil ? "out_token is NULL" : nil
     guard let handle, let function, let outToken, missing == nil else {
         // The context was handed over: release it on every path.
-        return HandedOver("flux_register", context, destroy)
-            .refuse(.invalidArgument, "\(missing ?? "an argument") is NULL")
+        return HandedOver("flux_register", context, destroy).refuse(.invalidArgument, missing ?? "")
     }
     let callback = CCallback(function: function, context: context, destroy: destroy)
     return status("flux_register") { () throws(FluxError) in
@@ -125,8 +128,11 @@ private func waitForMany(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt6
 private func badWait(_ handle: OpaquePointer?, _ tokens: UnsafePointer<UInt64>?, _ count: Int) -> Int32 {
     if count < 0 || (tokens == nil && count > 0) {
         return fail(
-            "flux_wait_for", .invalidArgument,
-            count < 0 ? "count \(UInt(bitPattern: count)) is too large" : "tokens is NULL but count is \(count)")
+            "flux_wait_for",
+            FluxError(
+                .invalidArgument,
+                template: count < 0 ? "count \u{1} is too large" : "tokens is NULL but count is \u{1}",
+                number: UInt64(UInt(bitPattern: count))))
     }
     return fail("flux_wait_for", .invalidArgument, "the dispatcher is NULL")
 }

@@ -186,9 +186,10 @@ public func flux_store_create(
         releaseState?(context, initialState)
         return HandedOver("flux_store_create", context, destroy).refuse(status, message)
     }
-    let missing = handle == nil ? "the dispatcher" : reduce == nil ? "reduce" : out == nil ? "out" : nil
+    let missing =
+        handle == nil ? "the dispatcher is NULL" : reduce == nil ? "reduce is NULL" : out == nil ? "out is NULL" : nil
     guard let handle, let reduce, let out, missing == nil else {
-        return refused(.invalidArgument, "\(missing ?? "an argument") is NULL")
+        return refused(.invalidArgument, missing ?? "")
     }
     guard let raw = malloc(storeBlockSize) else { return refused(.noMemory, "out of memory") }
     (raw + nextSlotOffset).bindMemory(to: UnsafeMutableRawPointer?.self, capacity: 1).initialize(to: nil)
@@ -216,10 +217,10 @@ extension CCallback {
     func ownerRefusal(_ token: DispatchToken) -> String? {
         let function = unsafeBitCast(self.function, to: UnsafeRawPointer.self)
         if function == unsafeBitCast(storeCallback, to: UnsafeRawPointer.self) {
-            return "token \(token.rawValue) belongs to a store: end it with flux_store_destroy()"
+            return "token \u{1} belongs to a store: end it with flux_store_destroy()"
         }
         if function == unsafeBitCast(groupCallback, to: UnsafeRawPointer.self) {
-            return "token \(token.rawValue) belongs to a store group: end it with flux_store_group_release()"
+            return "token \u{1} belongs to a store group: end it with flux_store_group_release()"
         }
         return nil
     }
@@ -283,10 +284,9 @@ public func flux_store_add_listener(
     _ out: UnsafeMutablePointer<UInt64>?
 ) -> Int32 {
     out?.pointee = 0
-    let missing = s == nil ? "the store" : function == nil ? "fn" : out == nil ? "out" : nil
+    let missing = s == nil ? "the store is NULL" : function == nil ? "fn is NULL" : out == nil ? "out is NULL" : nil
     guard let s, let function, let out, missing == nil else {
-        return HandedOver("flux_store_add_listener", context, destroy)
-            .refuse(.invalidArgument, "\(missing ?? "an argument") is NULL")
+        return HandedOver("flux_store_add_listener", context, destroy).refuse(.invalidArgument, missing ?? "")
     }
     return status("flux_store_add_listener") { () throws(FluxError) in
         out.pointee = try s.store.pointee.core.addListener(
@@ -334,9 +334,12 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
     let groups = store.pointee.groups.load(ordering: .acquiring)
     if groups > 0 {
         return fail(
-            "flux_store_destroy", .invalidArgument,
-            // Memberships, not groups: one group may list a store twice.
-            "the store is a member of a live group (\(groups) membership(s)); release its groups first")
+            "flux_store_destroy",
+            FluxError(
+                .invalidArgument,
+                // Memberships, not groups: one group may list a store twice.
+                template: "the store is a member of a live group (\u{1} membership(s)); release its groups first",
+                number: UInt64(groups)))
     }
     return status("flux_store_destroy") { () throws(FluxError) in
         // Runs storeRelease now (or, should a dispatch have started on
@@ -418,20 +421,28 @@ public func flux_store_group_create(
     // size_t arrives as Int: a count above Int.max shows up negative.
     if count <= 0 {
         return handedOver.refuse(
-            .invalidArgument,
-            count == 0
-                ? "a group needs at least one store"
-                : "count \(UInt(bitPattern: count)) is too large")
+            FluxError(
+                .invalidArgument,
+                template: count == 0 ? "a group needs at least one store" : "count \u{1} is too large",
+                number: UInt64(UInt(bitPattern: count))))
     }
-    guard let stores else { return handedOver.refuse(.invalidArgument, "stores is NULL but count is \(count)") }
+    guard let stores else {
+        return handedOver.refuse(
+            FluxError(.invalidArgument, template: "stores is NULL but count is \u{1}", number: UInt64(count)))
+    }
     guard let function else { return handedOver.refuse(.invalidArgument, "fn is NULL") }
     guard let out else { return handedOver.refuse(.invalidArgument, "out is NULL") }
     guard let first = stores[0] else { return handedOver.refuse(.invalidArgument, "stores[0] is NULL") }
     let handle = first.store.pointee.handle
     for i in 0..<count {
-        guard let store = stores[i] else { return handedOver.refuse(.invalidArgument, "stores[\(i)] is NULL") }
+        guard let store = stores[i] else {
+            return handedOver.refuse(FluxError(.invalidArgument, template: "stores[\u{1}] is NULL", number: UInt64(i)))
+        }
         if store.store.pointee.handle != handle {
-            return handedOver.refuse(.invalidArgument, "stores[\(i)] is on another dispatcher than stores[0]")
+            return handedOver.refuse(
+                FluxError(
+                    .invalidArgument, template: "stores[\u{1}] is on another dispatcher than stores[0]",
+                    number: UInt64(i)))
         }
     }
     // One block: the group, then the store pointers, then their tokens.

@@ -51,45 +51,44 @@ private func currentRecord() -> UnsafeMutableRawPointer? {
 }
 
 /// Records "function: message", the token and the cycle as this thread's last
-/// error and returns `status`.
-///
-/// Allocates with realloc only, never through Swift (whose allocator traps
-/// when memory runs out): this is how FLUX_ERR_NO_MEMORY is reported. Pass a
-/// literal message on those paths, since building one allocates.
+/// error and returns `status`. A literal message costs no allocation; one
+/// built at run time does (see `FluxError.init(_:template:...)` for one that
+/// does not).
 func fail(
     _ function: StaticString, _ status: FluxError.Code, _ message: String,
     token: DispatchToken? = nil, cycle: [DispatchToken] = []
 ) -> Int32 {
-    var message = message
-    return message.withUTF8 { fail(function, status, $0, token: token, cycle: cycle) }
+    fail(function, FluxError(status, message, token: token, cycle: cycle))
 }
 
-/// `fail` with the message as UTF-8 bytes.
-func fail(
-    _ function: StaticString, _ status: FluxError.Code, _ text: UnsafeBufferPointer<UInt8>,
-    token: DispatchToken? = nil, cycle: [DispatchToken] = []
-) -> Int32 {
-    guard let key = lastErrorKey else { return status.rawValue }
+/// Records `error` as this thread's last error, "function: " before its
+/// message, and returns its status.
+///
+/// Allocates with realloc only, never through Swift (whose allocator traps
+/// when memory runs out): this is how FLUX_ERR_NO_MEMORY is reported, and
+/// how any error is when memory has run out.
+func fail(_ function: StaticString, _ error: FluxError) -> Int32 {
+    guard let key = lastErrorKey else { return error.code.rawValue }
     let name = function.utf8CodeUnitCount
-    let start = Record.messageOffset(cycle.count)
-    let count = name + 2 + text.count
-    if let record = realloc(currentRecord(), start + count + 1) {
-        record.storeBytes(of: Record(token: token?.rawValue ?? 0, count: cycle.count), as: Record.self)
-        for (i, link) in cycle.enumerated() {
-            record.storeBytes(of: link.rawValue, toByteOffset: MemoryLayout<Record>.stride + i * 8, as: UInt64.self)
-        }
-        let buffer = record + start
-        buffer.copyMemory(from: function.utf8Start, byteCount: name)
-        buffer.storeBytes(of: UInt8(ascii: ":"), toByteOffset: name, as: UInt8.self)
-        buffer.storeBytes(of: UInt8(ascii: " "), toByteOffset: name + 1, as: UInt8.self)
-        if let base = text.baseAddress { (buffer + name + 2).copyMemory(from: base, byteCount: text.count) }
-        buffer.storeBytes(of: 0, toByteOffset: count, as: UInt8.self)
-        pthread_setspecific(key, record)
-    } else {
+    let start = Record.messageOffset(error.cycle.count)
+    let count = name + 2 + error.writeMessage(to: nil)
+    guard let record = realloc(currentRecord(), start + count + 1) else {
         free(currentRecord())
         pthread_setspecific(key, outOfMemorySentinel)
+        return error.code.rawValue
     }
-    return status.rawValue
+    record.storeBytes(of: Record(token: error.token?.rawValue ?? 0, count: error.cycle.count), as: Record.self)
+    for (i, link) in error.cycle.enumerated() {
+        record.storeBytes(of: link.rawValue, toByteOffset: MemoryLayout<Record>.stride + i * 8, as: UInt64.self)
+    }
+    let buffer = (record + start).assumingMemoryBound(to: UInt8.self)
+    buffer.update(from: function.utf8Start, count: name)
+    buffer[name] = UInt8(ascii: ":")
+    buffer[name + 1] = UInt8(ascii: " ")
+    _ = error.writeMessage(to: buffer + name + 2)
+    buffer[count] = 0
+    pthread_setspecific(key, record)
+    return error.code.rawValue
 }
 
 /// Runs `body` with `error` recorded as this thread's last error (`body`
@@ -110,54 +109,16 @@ func whileRecorded(
     pthread_setspecific(key, saved)
 }
 
-func fail(_ function: StaticString, _ error: FluxError) -> Int32 {
-    fail(function, error.code, error.message, token: error.token, cycle: error.cycle)
-}
-
 func fail(_ function: StaticString, _ error: DispatchError<CallbackFailure>) -> Int32 {
     switch error {
     case .flux(let error):
         fail(function, error)
     case .callback(let failure, let token):
-        callbackFailed(function, failure.value, token)
-    }
-}
-
-/// The message of a failed callback, formatted on the stack: an
-/// interpolated String is Swift-allocated, which traps when memory runs
-/// out -- and a callback often fails because memory ran out.
-private func callbackFailed(_ function: StaticString, _ value: Int32, _ token: DispatchToken) -> Int32 {
-    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 128) { buffer in
-        var used = 0
-        func append(_ text: StaticString) {
-            let bytes = UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
-            for byte in bytes {
-                buffer[used] = byte
-                used += 1
-            }
-        }
-        func append(_ number: UInt64) {
-            var width = 1
-            var rest = number / 10
-            while rest != 0 {
-                width += 1
-                rest /= 10
-            }
-            rest = number
-            for i in stride(from: used + width - 1, through: used, by: -1) {
-                buffer[i] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            }
-            used += width
-        }
-        append("callback for token ")
-        append(token.rawValue)
-        append(" returned ")
-        if value < 0 { append("-") }
-        append(UInt64(value.magnitude))
-        append("; the dispatch was aborted")
-        return fail(
-            function, .callbackFailed, UnsafeBufferPointer(rebasing: buffer[..<used]), token: token)
+        fail(
+            function,
+            FluxError(
+                .callbackFailed, template: "callback for token \u{3} returned \u{4}; the dispatch was aborted",
+                number: UInt64(bitPattern: Int64(failure.value)), token: token))
     }
 }
 
@@ -205,8 +166,12 @@ struct HandedOver {
 
     /// Destroys the context, records the failure; returns its status.
     func refuse(_ code: FluxError.Code, _ message: String) -> Int32 {
+        refuse(FluxError(code, message))
+    }
+
+    func refuse(_ error: FluxError) -> Int32 {
         destroy?(context)
-        return fail(function, code, message)
+        return fail(function, error)
     }
 }
 

@@ -29,7 +29,9 @@
     /// registration belongs to a store or a group, which end it themselves
     /// (`unregister(_:asOwner: true)`): a caller's `unregister` would free
     /// what they still use, so it is refused with this message, which says
-    /// how to end it instead. Asked only by `unregister`, never by a dispatch.
+    /// how to end it instead: a template (`FluxError.init(_:template:...)`)
+    /// whose number is the token. Asked only by `unregister`, never by a
+    /// dispatch.
     func ownerRefusal(_ token: DispatchToken) -> String?
 
     /// Reports the outcome of an enqueued payload's dispatch (nil: it

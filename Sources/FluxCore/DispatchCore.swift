@@ -386,7 +386,7 @@ import Synchronization
         // The owner's refusal, before anything changes.
         func refusal(_ table: SlotTable<Callback>?, _ i: Int) -> FluxError? {
             guard !asOwner, let table, let message = table.callbacks[i].ownerRefusal(token) else { return nil }
-            return FluxError(.invalidArgument, message)
+            return FluxError(.invalidArgument, template: message, number: token.rawValue)
         }
         if isClosed {
             error = .closed
@@ -848,8 +848,9 @@ import Synchronization
         case .deadlock(let threads):
             return FluxError(
                 .alreadyDispatching,
-                "cannot dispatch: waiting would deadlock (\(threads) threads each dispatching, from a callback, a dispatcher another of them is dispatching)"
-            )
+                template:
+                    "cannot dispatch: waiting would deadlock (\u{1} threads each dispatching, from a callback, a dispatcher another of them is dispatching)",
+                number: UInt64(threads))
         case .noMemory:
             // Unrecorded, a cycle closed through this wait later would go
             // unseen and deadlock: refuse, having run nothing.
@@ -1266,16 +1267,8 @@ import Synchronization
         for j in stride(from: k - 1, through: 0, by: -1) {
             cycle.append(DispatchToken(rawValue: tokens[chain[j]]))
         }
-        if k == 0 {
-            return FluxError(
-                .circularDependency, "circular dependency: token \(tokens[waiter]) waits for itself",
-                token: token, cycle: cycle)
-        }
-        var text = "circular dependency: token \(tokens[waiter]) waits for \(tokens[target])"
-        for link in cycle.dropFirst(2) {
-            text += ", which is waiting for \(link.rawValue)"
-        }
-        return FluxError(.circularDependency, text, token: token, cycle: cycle)
+        // "token 3 waits for 1, which is waiting for 2", or "for itself".
+        return FluxError(.circularDependency, template: "circular dependency: token \u{2}", token: token, cycle: cycle)
     }
 
     // MARK: - fork()
@@ -1465,15 +1458,15 @@ import Synchronization
         if t == 0 {
             why = "token 0 is never a valid token"
         } else if locked.pointee.joined?.index(of: t) != nil {
-            why = "token \(t) was registered during this dispatch; it is first called by the next dispatch"
+            why = "token \u{1} was registered during this dispatch; it is first called by the next dispatch"
         } else if locked.pointee.leaving.contains(where: { $0 == t }) {
-            why = "token \(t) was unregistered during this dispatch"
+            why = "token \u{1} was unregistered during this dispatch"
         } else if t >= locked.pointee.nextToken {
-            why = "token \(t) was never issued by this dispatcher"
+            why = "token \u{1} was never issued by this dispatcher"
         } else {
-            why = "token \(t) does not map to a registered callback (it was unregistered)"
+            why = "token \u{1} does not map to a registered callback (it was unregistered)"
         }
-        return FluxError(.unknownToken, why, token: t == 0 ? nil : DispatchToken(rawValue: t))
+        return FluxError(.unknownToken, template: why, number: t, token: t == 0 ? nil : DispatchToken(rawValue: t))
     }
 }
 

@@ -331,8 +331,8 @@ public struct QueuedDispatchFailures: Error, @unchecked Sendable {
     @_spi(Engine) public func ownerRefusal(_ token: DispatchToken) -> String? {
         switch owner {
         case .caller: nil
-        case .store: "token \(token.rawValue) belongs to a store: the store unregisters it when it is deallocated"
-        case .group: "token \(token.rawValue) belongs to a StoreGroup: end it with the group's release()"
+        case .store: "token \u{1} belongs to a store: the store unregisters it when it is deallocated"
+        case .group: "token \u{1} belongs to a StoreGroup: end it with the group's release()"
         }
     }
 

@@ -66,9 +66,21 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     public let code: Code
+    /// Whether `text` is a template (see `init(_:template:number:token:cycle:)`).
+    /// Kept beside `code`, in what would be padding: an error is copied
+    /// through every frame of a failing dispatch, and a larger one overflows
+    /// a small stack where one that fits did not.
+    private let templated: Bool
+    /// The message, or with `templated` its template.
+    private let text: String
+    /// The number a template names.
+    private let number: UInt64
     /// What went wrong, naming the tokens involved. Not a stable interface:
     /// `token` and `cycle` give the same facts as values.
-    public let message: String
+    public var message: String {
+        guard templated else { return text }
+        return String(unsafeUninitializedCapacity: writeMessage(to: nil)) { writeMessage(to: $0.baseAddress) }
+    }
     /// The token the error is about, when there is one: the first token a
     /// call rejected (`unknownToken`), the pending token a wait asked for
     /// (`circularDependency`), the token whose run would have gone too deep
@@ -84,12 +96,112 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public init(_ code: Code, _ message: String, token: DispatchToken? = nil, cycle: [DispatchToken] = []) {
         self.code = code
-        self.message = message
+        self.templated = false
+        self.text = message
+        self.number = 0
         self.token = token
         self.cycle = cycle
     }
 
+    /// An error whose message costs no allocation to make: `template`, a
+    /// string literal (never allocated), is filled in only when the message
+    /// is read or written out. In it, "\u{1}" stands for `number`, "\u{4}"
+    /// for `number` as a signed value, "\u{3}" for `token`, and "\u{2}"
+    /// for the cycle ("3 waits for 1, which is waiting for 2"). The engine's
+    /// errors are made so, and so are the C ABI's: a Swift string longer
+    /// than 15 bytes is allocated, Swift stops the process when an
+    /// allocation fails, and libflux reports errors when memory has run out.
+    @_spi(Engine) public init(
+        _ code: Code, template: String, number: UInt64 = 0, token: DispatchToken? = nil,
+        cycle: [DispatchToken] = []
+    ) {
+        self.code = code
+        self.templated = true
+        self.text = template
+        self.number = number
+        self.token = token
+        self.cycle = cycle
+    }
+
+    /// Writes the message's UTF-8 bytes (no NUL) at `out`, when given, and
+    /// returns how many there are. Allocates nothing.
+    @_spi(Engine) public func writeMessage(to out: UnsafeMutablePointer<UInt8>?) -> Int {
+        var text = text
+        return text.withUTF8 { bytes in
+            guard templated else {
+                if let out, let base = bytes.baseAddress { out.update(from: base, count: bytes.count) }
+                return bytes.count
+            }
+            var used = 0
+            func put(_ byte: UInt8) {
+                out?[used] = byte
+                used += 1
+            }
+            func put(_ value: UInt64, negative: Bool = false) {
+                used += Self.writeDecimal(value, negative: negative, to: out.map { $0 + used })
+            }
+            func put(_ literal: StaticString) {
+                out.map { ($0 + used).update(from: literal.utf8Start, count: literal.utf8CodeUnitCount) }
+                used += literal.utf8CodeUnitCount
+            }
+            for byte in bytes {
+                switch byte {
+                case 1: put(number)
+                case 4: put(Int64(bitPattern: number).magnitude, negative: Int64(bitPattern: number) < 0)
+                case 3: put(token?.rawValue ?? 0)
+                case 2:
+                    guard cycle.count >= 2 else { break }
+                    put(cycle[0].rawValue)
+                    if cycle.count == 2 && cycle[0] == cycle[1] {
+                        put(" waits for itself")
+                        break
+                    }
+                    put(" waits for ")
+                    put(cycle[1].rawValue)
+                    for link in cycle.dropFirst(2) {
+                        put(", which is waiting for ")
+                        put(link.rawValue)
+                    }
+                default: put(byte)
+                }
+            }
+            return used
+        }
+    }
+
+    /// Writes `value` in decimal (after a '-' when `negative`) at `out`,
+    /// when given; returns how many bytes that is.
+    static func writeDecimal(_ value: UInt64, negative: Bool, to out: UnsafeMutablePointer<UInt8>?) -> Int {
+        var digits = 1
+        var rest = value / 10
+        while rest != 0 {
+            digits += 1
+            rest /= 10
+        }
+        let sign = negative ? 1 : 0
+        if let out {
+            if negative { out.pointee = UInt8(ascii: "-") }
+            rest = value
+            for i in stride(from: sign + digits - 1, through: sign, by: -1) {
+                out[i] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
+                rest /= 10
+            }
+        }
+        return sign + digits
+    }
+
     public var description: String { message }
+
+    public static func == (a: FluxError, b: FluxError) -> Bool {
+        a.code == b.code && a.token == b.token && a.cycle == b.cycle && a.message == b.message
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(code)
+        hasher.combine(token)
+        hasher.combine(cycle)
+        hasher.combine(message)
+    }
 }
 
 extension FluxError {
@@ -99,7 +211,6 @@ extension FluxError {
 
     @usableFromInline static func circular(_ token: DispatchToken) -> FluxError {
         FluxError(
-            .circularDependency, "circular dependency detected while waiting for token \(token.rawValue)",
-            token: token)
+            .circularDependency, template: "circular dependency detected while waiting for token \u{3}", token: token)
     }
 }

@@ -690,6 +690,102 @@ static void test_a_callback_failing_out_of_memory(void)
 #endif
 }
 
+/* Errors whose messages name numbers (an unknown token, a bad count, a
+ * store's listener) are reported with no memory at all: their messages are
+ * made without allocating, and the record, which needs memory, reads the
+ * out-of-memory message instead. Each is made once with memory first: the
+ * Swift runtime sets up the types an error path uses on first use, with
+ * allocations no code here can avoid. */
+#if OOM_INTERPOSE
+static int nothing_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    return 0;
+}
+
+static int no_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context;
+    (void)state;
+    (void)payload;
+    (void)next;
+    return 0;
+}
+
+static void nothing_listener(void *context)
+{
+    (void)context;
+}
+
+static flux_status waited_status;
+static int wait_for_unknown_cb(void *context, const void *payload)
+{
+    (void)payload;
+    flux_token unknown = 999;
+    arm(1, true);
+    waited_status = flux_wait_for(*(flux_dispatcher **)context, &unknown, 1);
+    disarm();
+    return 0;
+}
+
+static const char *const oom_message = "flux: out of memory while recording an error message";
+
+/* Runs call once with memory, then with every allocation failing; checks
+ * both give status, and the second the out-of-memory message. */
+#define BOTH_WAYS(call, status, what)                                                                  \
+    do {                                                                                               \
+        is_int((call), (status), what ", with memory");                                                \
+        arm(1, true);                                                                                  \
+        flux_status s_ = (call);                                                                       \
+        disarm();                                                                                      \
+        is_int(s_, (status), what ", with no memory");                                                 \
+        is_str(flux_last_error(), oom_message, what ": the message says memory ran out");             \
+    } while (0)
+#endif
+
+static void test_errors_naming_numbers_with_no_memory(void)
+{
+#if OOM_INTERPOSE
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_token t;
+    REQUIRE(flux_register(d, nothing_cb, NULL, NULL, &t) == FLUX_OK);
+    BOTH_WAYS(flux_unregister(d, 999), FLUX_ERR_UNKNOWN_TOKEN, "flux_unregister of a token never issued");
+    BOTH_WAYS(flux_unregister(d, 0), FLUX_ERR_UNKNOWN_TOKEN, "flux_unregister of token 0");
+    BOTH_WAYS(flux_wait_for(d, NULL, 3), FLUX_ERR_INVALID_ARGUMENT, "flux_wait_for of NULL tokens");
+    BOTH_WAYS(flux_wait_for(d, &t, (size_t)-1), FLUX_ERR_INVALID_ARGUMENT, "flux_wait_for of a huge count");
+    BOTH_WAYS(flux_register(NULL, nothing_cb, NULL, NULL, &t), FLUX_ERR_INVALID_ARGUMENT,
+              "flux_register with no dispatcher");
+
+    flux_store *s = NULL;
+    REQUIRE(flux_store_create(d, NULL, no_reduce, NULL, NULL, NULL, NULL, &s) == FLUX_OK);
+    flux_listener_id id;
+    REQUIRE(flux_store_add_listener(s, nothing_listener, NULL, NULL, &id) == FLUX_OK);
+    BOTH_WAYS(flux_store_remove_listener(s, 42), FLUX_ERR_UNKNOWN_TOKEN, "flux_store_remove_listener of an id never issued");
+    BOTH_WAYS(flux_unregister(d, flux_store_token(s)), FLUX_ERR_INVALID_ARGUMENT, "flux_unregister of a store's token");
+    BOTH_WAYS(flux_dispatcher_destroy(d), FLUX_ERR_INVALID_ARGUMENT, "flux_dispatcher_destroy with a store left");
+    flux_store *twice[] = {s, NULL};
+    flux_store_group *g = NULL;
+    BOTH_WAYS(flux_store_group_create(twice, 2, nothing_listener, NULL, NULL, &g), FLUX_ERR_INVALID_ARGUMENT,
+              "flux_store_group_create with a NULL store");
+    EXPECT_OK(flux_store_destroy(s));
+
+    /* From inside a dispatch: the wait for an unknown token. */
+    flux_dispatcher *w = flux_dispatcher_create();
+    REQUIRE(w != NULL);
+    flux_token u;
+    REQUIRE(flux_register(w, wait_for_unknown_cb, &w, NULL, &u) == FLUX_OK);
+    EXPECT_OK(flux_dispatch(w, NULL));
+    is_int(waited_status, FLUX_ERR_UNKNOWN_TOKEN, "flux_wait_for of an unknown token, with no memory");
+    is_str(flux_last_error(), oom_message, "flux_wait_for of an unknown token: the message says memory ran out");
+    EXPECT_OK(flux_dispatcher_destroy(w));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
 /* Two threads, each inside a callback of its own dispatcher, dispatch each
  * other's dispatcher (flux.h, "Threading"): the first to wait is noted, so
  * that the second's wait, which would close the cycle, is refused. When
@@ -973,5 +1069,6 @@ int main(void)
     RUN(test_an_observed_wait_allocates_nothing);
     RUN(test_a_wait_that_cannot_be_noted_is_refused);
     RUN(test_a_callback_failing_out_of_memory);
+    RUN(test_errors_naming_numbers_with_no_memory);
     return tap_done();
 }

@@ -322,11 +322,11 @@ import Synchronization
             unlock()
             throw FluxError(
                 .unknownToken,
-                id == 0
+                template: id == 0
                     ? "listener 0 is never a valid listener"
                     : id >= next
-                        ? "listener \(id) was never added to this store"
-                        : "listener \(id) was already removed")
+                        ? "listener \u{1} was never added to this store" : "listener \u{1} was already removed",
+                number: id)
         }
         // Marked, not moved (see removedBit); a running listener is
         // released by the emit running it, once it returns.
