@@ -46,7 +46,9 @@ def test_a_three_callback_cycle_gives_its_tokens_and_names(d: flux.Dispatcher[An
     )
 
 
-def test_a_callback_waiting_for_itself_is_a_cycle_of_two(d: flux.Dispatcher[Any]) -> None:
+def waiting_for_itself(d: flux.Dispatcher[Any]) -> tuple[flux.Token, flux.CircularDependencyError]:
+    """Dispatches to a callback that waits for itself; its token and the
+    error its wait raised."""
     me: list[flux.Token] = []
     caught: list[flux.CircularDependencyError] = []
 
@@ -58,9 +60,15 @@ def test_a_callback_waiting_for_itself_is_a_cycle_of_two(d: flux.Dispatcher[Any]
 
     me.append(d.register(selfish, name="selfish"))
     d.dispatch(None)
-    assert caught[0].token == me[0]
-    assert caught[0].cycle == (me[0], me[0])
-    assert str(caught[0]).endswith(f"token {me[0].value} (selfish) waits for itself")
+    (error,) = caught
+    return me[0], error
+
+
+def test_a_callback_waiting_for_itself_is_a_cycle_of_two(d: flux.Dispatcher[Any]) -> None:
+    token, error = waiting_for_itself(d)
+    assert error.token == token
+    assert error.cycle == (token, token)
+    assert str(error).endswith(f"token {token.value} (selfish) waits for itself")
 
 
 def test_an_unknown_token_is_the_token_rejected(d: flux.Dispatcher[Any]) -> None:
@@ -180,19 +188,8 @@ def test_an_errors_values_are_its_own_call_s_whatever_a_collection_runs(
 def test_a_cycle_is_its_own_call_s_whatever_a_collection_runs(
     d: flux.Dispatcher[Any], failing_collections: None
 ) -> None:
-    me: list[flux.Token] = []
-    caught: list[flux.CircularDependencyError] = []
-
-    def selfish(p: Any) -> None:
-        try:
-            d.wait_for(me)
-        except flux.CircularDependencyError as exc:
-            caught.append(exc)
-
-    me.append(d.register(selfish, name="selfish"))
-    d.dispatch(None)
-    (error,) = caught
-    assert error.token == me[0]
+    token, error = waiting_for_itself(d)
+    assert error.token == token
     # Its cycle, or none when making room for it ran a failing call: never
     # another call's.
-    assert error.cycle in ((me[0], me[0]), ())
+    assert error.cycle in ((token, token), ())
