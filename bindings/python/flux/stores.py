@@ -695,13 +695,19 @@ class Store(_ClosesOnExit):
             # before the old one goes: refused (NoMemoryError), the old one
             # still ends the error.
             end = c_uint64()
-            self._listen(functools.partial(_error_emitted, weakref.ref(self)), end)
-            stale, self._error_end = self._error_end, end
-            if stale is not None:
-                self._unlisten(stale.value, quiet=True)
-            self._error_state = (error, _get_ident())
-            self._dispatcher._erring[self._ident] = self
-            _unshown[self._ident] = True
+            try:
+                self._listen(functools.partial(_error_emitted, weakref.ref(self)), end)
+            finally:
+                # Also when what escaped a destroy on this thread (an
+                # interrupt) comes out of _listen once libflux took the end:
+                # unrecorded, it would stay and end every later error early.
+                if end.value and end.value != _native.UNTOUCHED:
+                    stale, self._error_end = self._error_end, end
+                    if stale is not None:
+                        self._unlisten(stale.value, quiet=True)
+                    self._error_state = (error, _get_ident())
+                    self._dispatcher._erring[self._ident] = self
+                    _unshown[self._ident] = True
 
     @property
     def error(self) -> Any:

@@ -897,6 +897,46 @@ def test_a_listener_whose_error_emit_runs_out_of_memory_is_not_added(
     assert log.error is None
 
 
+def test_an_interrupt_out_of_an_error_emit_leaves_no_end_behind(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # emit_change(error=...) adds the error's end listener; adding it lets a
+    # ReduceStore's own listener go, whose destroy a signal can interrupt,
+    # and that comes out of emit_change after libflux took the end. That end
+    # must still be the error's: left unrecorded, it stayed for good and
+    # ended every later error before the listeners added after it ran.
+    class Interrupt(BaseException):
+        pass
+
+    class Errors(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        def reduce(self, state: int, action: Any) -> int:
+            self.emit_change(error=action)
+            return state + 1
+
+    store = Errors(d)
+    remove = _native.flux_store_remove_listener_raw
+
+    def interrupted_removal(handle: int, listener: int) -> int:
+        status = remove(handle, listener)
+        _native.park_escaped(threading.get_ident(), Interrupt())  # as if its destroy was interrupted
+        return int(status)
+
+    monkeypatch.setattr("flux.stores._flux_store_remove_listener_raw", interrupted_removal)
+    with pytest.raises(Interrupt):
+        d.dispatch("first")
+    monkeypatch.undo()
+    assert store.error is None
+    seen: list[Any] = []
+    store.add_listener(lambda: seen.append(store.error))
+    d.dispatch("second")
+    d.dispatch("third")
+    assert seen == ["second", "third"], "each emit's listener sees its error"
+    assert store.error is None
+
+
 def test_a_refused_error_emit_keeps_no_error(d: flux.Dispatcher[Any]) -> None:
     users = d.register_store(CurrentUserStore)
     with pytest.raises(flux.NotDispatchingError):
