@@ -1104,7 +1104,8 @@ FLUX_API const char *flux_status_name(flux_status status);
  *         three, made with memory first, so that a process whose malloc
  *         fails just then is stopped (a known gap): a circular
  *         dependency's, a malformed closure signature's and an unknown
- *         observer version's.
+ *         observer version's; so may a process's first failure of a kind,
+ *         for which the Swift runtime sets up types.
  * Threads: any thread; each thread has its own message.
  */
 FLUX_API const char *flux_last_error(void);
