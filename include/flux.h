@@ -388,7 +388,8 @@ FLUX_API flux_status flux_try_dispatch(flux_dispatcher *d, const void *payload);
  * @param tokens  an array of count tokens; may be NULL only when count is 0.
  * @return FLUX_OK.
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or tokens is NULL with
- *         count > 0, or d is being destroyed (a call from a destroy that
+ *         count > 0, or count is more than SIZE_MAX / 2 (no array is that
+ *         long), or d is being destroyed (a call from a destroy that
  *         flux_dispatcher_destroy() runs).
  *         FLUX_ERR_NOT_DISPATCHING: this thread is not running a dispatch of
  *         d (no dispatch at all, or one running on another thread), or the
@@ -711,9 +712,9 @@ FLUX_API flux_status flux_store_destroy(flux_store *s);
  * @param out      receives the group, owned by the caller (release it with
  *                 flux_store_group_release()); must not be NULL.
  * @return FLUX_OK.
- *         FLUX_ERR_INVALID_ARGUMENT: count is 0; stores, a store, fn or out
- *         is NULL; the stores are not all on one dispatcher; the dispatcher
- *         is being destroyed.
+ *         FLUX_ERR_INVALID_ARGUMENT: count is 0 or more than SIZE_MAX / 2;
+ *         stores, a store, fn or out is NULL; the stores are not all on one
+ *         dispatcher; the dispatcher is being destroyed.
  *         FLUX_ERR_NO_MEMORY.
  *         On any error destroy(context) has already run and *out, if out is
  *         not NULL, is NULL.
