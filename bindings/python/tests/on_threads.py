@@ -48,3 +48,41 @@ def run_in_own_process(body: str, timeout: float = 120.0) -> subprocess.Complete
     the test's watchdog too -- fails the test (TimeoutExpired) instead of
     hanging the run, and a crash cannot end it."""
     return run_python(["-c", textwrap.dedent(body)], timeout)
+
+
+def fork_during_a_dispatch(child: str, setup: str = "", after: str = "") -> subprocess.CompletedProcess[str]:
+    """Runs, in a process of its own, a dispatcher ``d`` whose callback (it
+    appends each payload to ``ran``) holds a dispatch on another thread, and
+    forks there: ``child`` runs in the child and sets ``code`` (0: passed),
+    its exit status. ``setup`` runs before that dispatch begins, ``after`` in
+    the parent once it has ended. Prints "ok" when the child passed."""
+    body = f"""\
+import os, threading, warnings
+import flux
+warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+d = flux.Dispatcher()
+entered, release = threading.Event(), threading.Event()
+ran = []
+def callback(p):
+    ran.append(p)
+    if p == "held":
+        entered.set()
+        release.wait()
+d.register(callback)
+{textwrap.dedent(setup)}
+thread = threading.Thread(target=d.dispatch, args=("held",))
+thread.start()
+entered.wait()
+pid = os.fork()
+if pid == 0:
+    code = 0
+{textwrap.indent(textwrap.dedent(child), "    ")}
+    os._exit(code)
+_, status = os.waitpid(pid, 0)
+release.set()
+thread.join()
+{textwrap.dedent(after)}
+assert os.waitstatus_to_exitcode(status) == 0, status
+print("ok")
+"""
+    return run_python(["-c", body])

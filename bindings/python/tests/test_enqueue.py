@@ -8,7 +8,7 @@ from ctypes import ArgumentError
 from typing import Any
 
 import pytest
-from on_threads import run_in_own_process
+from on_threads import fork_during_a_dispatch
 
 import flux
 
@@ -678,41 +678,17 @@ def test_enqueue_in_a_forked_child_on_an_orphaned_dispatch_raises() -> None:
     # dispatch and traces"): in a child forked while another thread dispatched,
     # no dispatch will ever drain a queue. Refused, it raises; on_error is for
     # dispatches that ran, and nothing ran.
-    result = run_in_own_process(
+    result = fork_during_a_dispatch(
         """
-        import os, threading, warnings
-        import flux
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
-        d = flux.Dispatcher()
-        entered, release = threading.Event(), threading.Event()
-        ran = []
-        def callback(p):
-            ran.append(p)
-            if p == "held":
-                entered.set()
-                release.wait()
-        d.register(callback)
-        thread = threading.Thread(target=d.dispatch, args=("held",))
-        thread.start()
-        entered.wait()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            errors = []
-            try:
-                d.enqueue("queued", on_error=errors.append)
-                code = 1
-            except flux.AlreadyDispatchingError as exc:
-                if "forked" not in str(exc):
-                    code = 2
-            if errors or ran != ["held"]:
-                code = 3
-            os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        release.set()
-        thread.join()
-        assert os.waitstatus_to_exitcode(status) == 0, status
-        print("ok")
+        errors = []
+        try:
+            d.enqueue("queued", on_error=errors.append)
+            code = 1
+        except flux.AlreadyDispatchingError as exc:
+            if "forked" not in str(exc):
+                code = 2
+        if errors or ran != ["held"]:
+            code = 3
         """
     )
     assert result.returncode == 0, result.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from on_threads import run_in_own_process, run_python
+from on_threads import fork_during_a_dispatch, run_python
 
 import flux
 from flux import _native
@@ -443,44 +443,23 @@ def test_stop_in_a_forked_child_whose_dispatch_another_thread_ran_only_forgets_t
     # ends: libflux refuses to change the observer (flux.h, "fork"), so
     # stop() -- and leaving a with block -- only forgets the trace, as for a
     # closed dispatcher, instead of raising.
-    result = run_in_own_process(
+    result = fork_during_a_dispatch(
         """
-        import os, threading, warnings
-        import flux
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
-        d = flux.Dispatcher()
-        entered, release = threading.Event(), threading.Event()
-        def callback(p):
-            entered.set()
-            release.wait()
-        d.register(callback)
-        trace = flux.Trace(d).start()
-        thread = threading.Thread(target=d.dispatch, args=("held",))
-        thread.start()
-        entered.wait()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                trace.stop()
-            except BaseException:
-                code = 1
-            if trace._context != 0:
-                code = 2
-            try:
-                flux.Trace(d).start()  # refused by start(), which says why
-                code = 3
-            except flux.AlreadyDispatchingError as exc:
-                if "forked" not in str(exc):
-                    code = 4
-            os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        release.set()
-        thread.join()
-        trace.stop()
-        assert os.waitstatus_to_exitcode(status) == 0, status
-        print("ok")
-        """
+        try:
+            trace.stop()
+        except BaseException:
+            code = 1
+        if trace._context != 0:
+            code = 2
+        try:
+            flux.Trace(d).start()  # refused by start(), which says why
+            code = 3
+        except flux.AlreadyDispatchingError as exc:
+            if "forked" not in str(exc):
+                code = 4
+        """,
+        setup="trace = flux.Trace(d).start()",
+        after="trace.stop()",
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
