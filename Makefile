@@ -12,6 +12,8 @@
 #   make check-swift     one of those suites alone (likewise check-c, check-header,
 #                        check-luajit, check-python)
 #   make check-memory    the C harness under valgrind memcheck
+#   make check-cost      instruction budgets of the hot paths (dispatch, stores, a
+#                        wait), counted under cachegrind: exact, unlike a timing
 #   make check-thread    the Swift tests under ThreadSanitizer
 #   make check-address   the C harness against an ASan build of the library, with UBSan;
 #                        the out-of-memory tests against one with the invariants checked
@@ -96,7 +98,7 @@ V ?= 0
 Q := $(if $(filter-out 0,$(V)),,@)
 
 .PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-luajit check-python format check-format check-memory \
-        check-types check-abi check-install check-pip check-swift-client check-readme venv \
+        check-cost check-types check-abi check-install check-pip check-swift-client check-readme venv \
         check-address check-thread-c fuzz \
         bench bench-vueflux bench-smoke install uninstall clean
 
@@ -311,6 +313,11 @@ check-memory: $(C_TESTS)
 	@FLUX_TEST_UNDER_VALGRIND=1 $(SUITE) c-valgrind $(PYTHON) Tests/c/run.py \
 	    --wrap "valgrind --quiet --fair-sched=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite" \
 	    $(C_TESTS)
+
+# Counted, not timed: a regression adding work to every dispatch fails here
+# (support/check-cost.py says why the budgets are what they are).
+check-cost: $(B)/tests/cost
+	@$(SUITE) cost $(PYTHON) support/check-cost.py $<
 
 # --- sanitizers on the C side ------------------------------------------------
 # libflux built again with a sanitizer, each in a scratch path of its own, and

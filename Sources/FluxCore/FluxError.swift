@@ -71,6 +71,14 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
     /// through every frame of a failing dispatch, and a larger one overflows
     /// a small stack where one that fits did not.
     private let templated: Bool
+    /// `token`, as a flag in that padding too and a plain number: an
+    /// optional token takes two words, and one word more than this makes
+    /// `Optional<DispatchError>` too large for the compiler to destroy
+    /// inline -- it goes through the runtime's generic value witnesses then,
+    /// ~80 instructions on every dispatch, and their first use sets the
+    /// type up on a deep stack (a first failure on a 16 KiB stack overflowed).
+    private let hasToken: Bool
+    private let tokenValue: UInt64
     /// The message, or with `templated` its template.
     private let text: String
     /// The number a template names.
@@ -86,7 +94,7 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
     /// (`circularDependency`), the token whose run would have gone too deep
     /// (`tooDeep`), the callback whose failure aborted the dispatch
     /// (`callbackFailed`). C: `flux_last_error_token()`.
-    public let token: DispatchToken?
+    public var token: DispatchToken? { hasToken ? DispatchToken(rawValue: tokenValue) : nil }
     /// For `circularDependency`: the cycle, the waiter that called `waitFor`
     /// first, then the token it asked for, then whom that one is waiting for,
     /// and so on back to the waiter ("3 waits for 1, which waits for 2, which
@@ -99,7 +107,8 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
         self.templated = false
         self.text = message
         self.number = 0
-        self.token = token
+        self.hasToken = token != nil
+        self.tokenValue = token?.rawValue ?? 0
         self.cycle = cycle
     }
 
@@ -119,7 +128,8 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
         self.templated = true
         self.text = template
         self.number = number
-        self.token = token
+        self.hasToken = token != nil
+        self.tokenValue = token?.rawValue ?? 0
         self.cycle = cycle
     }
 

@@ -10,6 +10,21 @@ import Testing
         return nil
     }
 
+    /// Six words: with a seventh, the compiler destroyed every dispatch's
+    /// `Optional<DispatchError>` through the runtime's generic witnesses (the
+    /// cost of a whole dispatch again, and a first failure on a 16 KiB stack
+    /// overflowed setting the type up). The token's "none" and the message's
+    /// template flag sit in the padding beside `code`.
+    @Test func anErrorFitsInSixWords() {
+        #expect(MemoryLayout<FluxError>.size <= 6 * MemoryLayout<Int>.size)
+        let token = FluxError(.unknownToken, "x", token: DispatchToken(rawValue: 0))
+        #expect(token.token == DispatchToken(rawValue: 0), "token 0 is a token, not none")
+        #expect(FluxError(.unknownToken, "x").token == nil)
+        let templated = FluxError(.unknownToken, template: "t \u{3}", token: DispatchToken(rawValue: 7))
+        #expect(templated.token == DispatchToken(rawValue: 7))
+        #expect(templated.message == "t 7")
+    }
+
     @Test func aThreeCallbackCycleGivesItsTokensInOrder() throws {
         let d = Dispatcher<Int>()
         let caught = Box<FluxError?>(nil)
