@@ -38,6 +38,7 @@ import ctypes
 import ctypes.util
 import dis
 import glob
+import itertools
 import os
 import sys
 from collections.abc import Callable
@@ -343,6 +344,9 @@ def declare_holding(name: str, restype: Any, argtypes: tuple[Any, ...]) -> Any:
 
 flux_dispatcher_create = declare("flux_dispatcher_create", c_void_p, ())
 flux_dispatcher_destroy = declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
+#: The same function with no errcheck, for the Dispatcher's finalizer: it must
+#: not raise what escaped on this thread, which the outermost call raises.
+flux_dispatcher_destroy_raw = declare_raw("flux_dispatcher_destroy", c_int, (c_void_p,))
 flux_register = declare("flux_register", c_int, (c_void_p, CALLBACK, c_void_p, DESTROY, POINTER(c_uint64)), True)
 flux_unregister = declare("flux_unregister", c_int, (c_void_p, c_uint64), True)
 #: flux_register with no errcheck, for Dispatcher.register: it records the
@@ -428,6 +432,8 @@ objects: list[Any] = [None]  # slot 0 unused: context 0 is NULL
 #: dispatcher; None for the others.
 extras: list[Any] = [None]
 free_contexts: list[int] = []
+#: The next slot never made: slots are numbered by one call of this.
+_next_slot = itertools.count(len(objects)).__next__
 # No lock: CPython runs a signal handler, and switches threads, only at a
 # call, a backward jump or a function's entry. The steps below that must be
 # one step -- taking a slot and filling it, freeing one -- make no call, so
@@ -475,12 +481,20 @@ def add(obj: object, extra: object = None) -> int:
     and never filled. The caller makes no call between this and handing the
     context over, or records it first."""
     while not free_contexts:  # another thread may take the slot made
-        # An interrupt here can leave a slot made but not yet free: an unused
-        # None, or an extras entry past the end of objects, which nothing
-        # reads (extras grows first, so it is never shorter).
-        extras.append(None)
-        objects.append(None)
-        free_contexts.append(len(objects) - 1)
+        # The slot's number comes from one call, so no two takers get the
+        # same: read from the list's length after growing it (calls, where
+        # another thread or a signal handler's add may run), two adds
+        # could each make a slot and both hand out the second. Each then
+        # grows both lists past its slot -- maybe past another's too, which
+        # that one's loop then skips -- before freeing it. An interrupt here
+        # can leave a slot made but never freed: an unused None, which
+        # nothing reads.
+        slot = _next_slot()
+        while len(extras) <= slot:
+            extras.append(None)
+        while len(objects) <= slot:
+            objects.append(None)
+        free_contexts.append(slot)
     context = free_contexts[-1]
     del free_contexts[-1]
     extras[context] = extra

@@ -40,7 +40,7 @@ from ._native import (
     flux_dispatcher_create as _flux_dispatcher_create,
 )
 from ._native import (
-    flux_dispatcher_destroy as _flux_dispatcher_destroy,
+    flux_dispatcher_destroy_raw as _flux_dispatcher_destroy_raw,
 )
 from ._native import (
     flux_dispatcher_set_observer as _flux_dispatcher_set_observer,
@@ -55,10 +55,10 @@ from ._native import (
     flux_register_raw as _flux_register_raw,
 )
 from ._native import (
-    flux_store_destroy as _flux_store_destroy,
+    flux_store_destroy_raw as _flux_store_destroy_raw,
 )
 from ._native import (
-    flux_store_group_release as _flux_store_group_release,
+    flux_store_group_release_raw as _flux_store_group_release_raw,
 )
 from ._native import (
     flux_try_dispatch as _flux_try_dispatch,
@@ -477,14 +477,15 @@ def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
     # object is gone. No call can be in flight then -- every call holds a
     # reference to the Dispatcher -- so this never frees memory under a thread.
     # First the native stores and groups never closed (collected with it):
-    # newest first, so each group goes before its stores.
-    try:
-        for native, is_group in reversed(list(natives.items())):
-            (_flux_store_group_release if is_group else _flux_store_destroy)(native)
-        natives.clear()
-        _flux_dispatcher_destroy(handle)
-    except FluxError:  # pragma: no cover - cannot happen, see above
-        pass
+    # newest first, so each group goes before its stores. No errcheck: a
+    # finalizer runs wherever the last reference goes (a destroy inside a
+    # dispatch, say), and what escaped on this thread is the outermost
+    # call's to raise -- taken here, it was lost, and the rest leaked. A
+    # refusal (in a child forked during a dispatch of it) leaves it be.
+    for native, is_group in reversed(list(natives.items())):
+        (_flux_store_group_release_raw if is_group else _flux_store_destroy_raw)(native)
+    natives.clear()
+    _flux_dispatcher_destroy_raw(handle)
 
 
 class Dispatcher(_native.Unshareable, Generic[P]):

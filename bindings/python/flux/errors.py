@@ -15,6 +15,7 @@ An exception raised by a *callback* is never wrapped: ``dispatch`` (and a
 
 from __future__ import annotations
 
+import copy
 import enum
 from typing import TYPE_CHECKING
 
@@ -122,8 +123,15 @@ class FluxError(Exception):
         return duplicate
 
     def __deepcopy__(self, memo: dict[int, object]) -> FluxError:
-        # Tokens are immutable values: a deep copy shares them as a copy does.
-        return self.__copy__()
+        # As __copy__, but what it holds deep-copied, as for a built-in
+        # exception: a note added to the copy is not added to the original
+        # (they would share one __notes__ list). Tokens are immutable values:
+        # their deep copy is the token itself.
+        duplicate = BaseException.__new__(type(self))
+        memo[id(self)] = duplicate
+        duplicate.args = copy.deepcopy(self.args, memo)
+        duplicate.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return duplicate
 
 
 class InvalidArgumentError(FluxError, ValueError):

@@ -264,7 +264,7 @@ _native.callbacks_by_code[_on_call.__code__] = _on_call
 _handler_trampoline = _HANDLER(_on_call)
 
 
-def _destroy(handle: list[int | None]) -> None:
+def _destroy(handle: list[int | None], finalizing: bool = False) -> None:
     # Shared by close() and the finalizer; the list cell makes it idempotent.
     # No lock, and no call from taking the closure to libflux destroying it
     # (as for the registry's slots, see _native.free_contexts): neither
@@ -273,7 +273,11 @@ def _destroy(handle: list[int | None]) -> None:
     closure, handle[0] = handle[0], None
     if closure:
         status = _closure_destroy_raw(closure)
-        _native.raise_outcome(_native.status_error(status) if status else None)
+        # The finalizer raises nothing: it runs wherever the last reference
+        # goes (a destroy inside a dispatch, say), and what escaped on this
+        # thread is the outermost call's to raise, not a finalizer's to lose.
+        if not finalizing:
+            _native.raise_outcome(_native.status_error(status) if status else None)
 
 
 @final
@@ -306,7 +310,7 @@ class Trampoline(_native.Unshareable):
         self._handle = handle
         # Attached before the closure exists: whatever cuts this constructor
         # short once libflux made it, the closure goes with this object.
-        self._finalizer = weakref.finalize(self, _destroy, handle)
+        self._finalizer = weakref.finalize(self, _destroy, handle, True)
         out = c_void_p(_native.UNTOUCHED)
         out_ref = byref(out)
         entry = _Entry(handler, sig)

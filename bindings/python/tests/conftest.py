@@ -35,11 +35,11 @@ def native_destroys(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     from flux import dispatcher as dispatcher_module
 
     destroyed: list[int] = []
-    real = _native.flux_dispatcher_destroy
+    real = _native.flux_dispatcher_destroy_raw
 
     def destroy(handle: int) -> int:
         destroyed.append(handle)
         return int(real(handle))
 
-    monkeypatch.setattr(dispatcher_module, "_flux_dispatcher_destroy", destroy)
+    monkeypatch.setattr(dispatcher_module, "_flux_dispatcher_destroy_raw", destroy)
     return destroyed

@@ -97,6 +97,18 @@ def test_every_error_class_copies_and_pickles(status: flux.Status, duplicate: An
     assert (twin.status, str(twin), twin.args) == (error.status, str(error), error.args)
 
 
+def test_a_deep_copy_of_an_error_has_notes_of_its_own() -> None:
+    # As for a built-in exception: a note added to a deep copy (or to the
+    # original) is not added to the other. They shared one __notes__ list.
+    error = flux.UnknownTokenError("message")
+    error.add_note("first")
+    twin = copy.deepcopy(error)
+    twin.add_note("the copy's")
+    error.add_note("the original's")
+    assert twin.__notes__ == ["first", "the copy's"]
+    assert error.__notes__ == ["first", "the original's"]
+
+
 def test_a_pickled_error_drops_its_token(d: flux.Dispatcher[Any]) -> None:
     token = d.register(lambda p: None)
     d.unregister(token)

@@ -201,6 +201,30 @@ def test_a_refused_registration_leaves_alone_the_slot_another_took_meanwhile(
     assert _native.stray == {"callback": 0, "destroy": 0}
 
 
+def test_two_adds_growing_the_registry_at_once_take_two_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another thread (or a signal handler) may run at any call: here, its add
+    # runs right as this one's grows the registry, before this one names the
+    # slot it made. Each must still get a slot of its own.
+    monkeypatch.setattr(_native, "free_contexts", [])
+    first, second = object(), object()
+    taken: list[int] = []
+    ran: list[bool] = []
+
+    class Growing(list):  # type: ignore[type-arg]
+        def append(self, item: Any) -> None:
+            super().append(item)
+            if not ran:
+                ran.append(True)
+                taken.append(_native.add(second))
+
+    grown = Growing(_native.objects)
+    monkeypatch.setattr(_native, "objects", grown)
+    context = _native.add(first)
+    assert context != taken[0], "both adds were handed the same slot"
+    assert grown[context] is first
+    assert grown[taken[0]] is second
+
+
 def test_registrations_end_with_the_dispatcher_even_mid_failure(
     d: flux.Dispatcher[Any],
 ) -> None:

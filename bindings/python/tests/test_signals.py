@@ -378,6 +378,40 @@ def test_sigint_before_a_callback_destroy_raises_from_dispatch_and_frees_it() ->
     )
 
 
+@pytest.mark.parametrize("owner", ["Trampoline", "Dispatcher"])
+def test_an_interrupt_kept_for_the_outermost_call_is_not_taken_by_a_finalizer_run_before_it(owner: str) -> None:
+    # A finalizer runs wherever the last reference goes: here, in the
+    # destroy of a callback unregistered during the dispatch, after an
+    # interrupt escaped the next callback and was kept for dispatch() to
+    # raise. A Trampoline's or a Dispatcher's finalizer must leave it
+    # there: raised inside the finalizer, it was printed as unraisable and
+    # dispatch() raised a CallbackFailedError instead.
+    run_with_preamble(
+        f"""
+        for _ in range({ROUNDS}):
+            d = flux.Dispatcher()
+            held = flux.{owner}() if {owner!r} == "Dispatcher" else flux.Trampoline("v()", lambda: None)
+            owned = weakref.ref(held)
+            def holder(p, held=held):
+                pass
+            del held
+            token = d.register(holder)
+            del holder
+            d.register(lambda p: d.unregister(token))  # holder's destroy runs as the dispatch ends
+            raising = native_callback(d)
+            d.register(lambda p: None)  # interrupted as it is entered
+            assert interrupted(d.dispatch, None)
+            assert owned() is None
+            assert not _native.escaped
+            _native.flux_unregister(d._handle, raising)
+            d.close()
+            sent.clear()
+            del d
+            clean()
+        """
+    )
+
+
 def test_sigint_before_an_enqueue_done_raises_from_enqueue_and_keeps_no_record() -> None:
     run_with_preamble(
         f"""
