@@ -513,7 +513,9 @@ import Synchronization
         // value: an `Optional<DispatchError>` (nil or not) is destroyed
         // through the runtime's generic value witnesses, about 80
         // instructions on every dispatch, more than the rest of its work.
-        if run.pointee.observer == nil {
+        // (The observer is fixed for the dispatch: a change waits for its end.)
+        let unobserved = run.pointee.observer == nil
+        if unobserved {
             runCallbacks(payload, Unobserved<Observer>())
             if !run.pointee.aborted {
                 resetRun()
@@ -521,7 +523,7 @@ import Synchronization
                 return
             }
         }
-        try finishDispatch(payload, ran: run.pointee.observer == nil)
+        try finishDispatch(payload, ran: unobserved)
     }
 
     /// The rest of a dispatch that is observed (`ran` false: its callbacks

@@ -396,6 +396,37 @@ final class ConcurrencyTests: XCTestCase {
         XCTAssertEqual(calls, [0, 0])
     }
 
+    // Signal.observe: "Once dispose() has returned, the observer is not called
+    // again." Also for the call that loses the race to another thread's
+    // dispose: it must not return before the winner has removed the observer.
+    // Each thread disposes, then sends: any call of the observer breaks it.
+    func testDisposeThatLosesARaceToAnotherThreadStillStopsTheObserver() {
+        XCTAssertEqual(observerCallsAfterConcurrentDisposes { sink, observer in sink.signal.observe(observer) }, 0)
+    }
+
+    func testMappedDisposeThatLosesARaceToAnotherThreadStillStopsTheObserver() {
+        XCTAssertEqual(
+            observerCallsAfterConcurrentDisposes { sink, observer in sink.signal.map { $0 }.observe(observer) }, 0)
+    }
+
+    private func observerCallsAfterConcurrentDisposes(
+        _ observe: (Sink<Int>, @escaping (Int) -> Void) -> any Disposable
+    ) -> Int {
+        let calls = Atomic<Int>(0)
+        for _ in 0..<5_000 {
+            let sink = Sink<Int>()
+            let ready = Atomic<Int>(0)
+            nonisolated(unsafe) let disposable = observe(sink) { _ in calls.add(1, ordering: .relaxed) }
+            DispatchQueue.concurrentPerform(iterations: 2) { _ in
+                ready.add(1, ordering: .relaxed)
+                while ready.load(ordering: .relaxed) < 2 {}
+                disposable.dispose()
+                sink.send(value: 1)
+            }
+        }
+        return calls.load(ordering: .relaxed)
+    }
+
     func testDisposableScopeAddAndDisposeFromTwoThreads() {
         for _ in 0..<200 {
             let scope = DisposableScope()

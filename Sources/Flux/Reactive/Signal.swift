@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A stream of values that can be observed. Made by a `Sink`, a `Variable`,
 /// or a producer that receives the send function and returns what stops it.
 /// Not `Sendable` (its producer closure is not): capture the sink or
@@ -56,13 +58,7 @@ public struct Signal<Value> {
             let disposable = producer { value in
                 procedure.execute(with: value)
             }
-            // Weakly: whoever may still call it (the producer's upstream, an
-            // executor's queued work) holds it; the disposable must not keep
-            // the observer alive once they are gone (see SinkSubscription).
-            return AnyDisposable { [weak procedure] in
-                procedure?.cancel()
-                disposable.dispose()
-            }
+            return ObserverDisposable(procedure: procedure, ending: disposable)
         }
     }
 
@@ -116,6 +112,45 @@ public struct Signal<Value> {
         bind(to: target, on: executor) { target, value in
             target[keyPath: keyPath] = value as Value?
         }
+    }
+}
+
+/// What an observation that is not a sink's returns: AnyDisposable's rules
+/// (end what it ends once, then let go of it), except that every `dispose()`
+/// cancels the observer before it returns, not only the first: a call that
+/// loses the race to another thread's `dispose()` must not return while the
+/// winner has yet to cancel it (Signal.observe's promise).
+@usableFromInline
+final class ObserverDisposable<Value>: Disposable, @unchecked Sendable {
+    // Weakly: whoever may still call it (the producer's upstream, an
+    // executor's queued work, a sink's list) holds it; the disposable must
+    // not keep the observer alive once they are gone (see SinkSubscription).
+    private weak let procedure: CancelableProcedure<Value>?
+    private let disposed = Atomic<Bool>(false)
+    // Written by init and by the one caller that wins the exchange in dispose().
+    private var ending: (any Disposable)?
+
+    @usableFromInline
+    init(procedure: CancelableProcedure<Value>, ending: any Disposable) {
+        self.procedure = procedure
+        self.ending = ending
+    }
+
+    @usableFromInline
+    var isDisposed: Bool {
+        disposed.load(ordering: .acquiring)
+    }
+
+    @usableFromInline
+    func dispose() {
+        procedure?.cancel()
+        guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else {
+            return
+        }
+        let ending = self.ending
+        self.ending = nil
+        ending?.dispose()
     }
 }
 

@@ -397,10 +397,11 @@ final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
 
     @inlinable
     func dispose() {
-        guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
-        else {
-            return
-        }
+        // Every call unsubscribes, not only the first: one that loses the race
+        // to another thread's dispose must not return while the observer is
+        // still in the list (the winner may not have reached it yet), and a
+        // key is never reused, so a second removal finds nothing.
+        disposed.store(true, ordering: .releasing)
         // Cancels the observer too, if the sink still has it (see above).
         sink.unsubscribe(key)
     }

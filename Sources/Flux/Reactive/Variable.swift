@@ -140,18 +140,15 @@ public final class Variable<Value>: @unchecked Sendable {
                 registration.finish(key: changes.subscribe(procedure), sink: changes)
             })
         changes.lock.unlock()
-        // Weakly, as in Signal.observe: the queued registration, then the
-        // sink's list, hold it while it may be called.
-        return AnyDisposable { [weak procedure] in
-            procedure?.cancel()
-            registration.cancel()
-        }
+        // As in Signal.observe: the queued registration, then the sink's
+        // list, hold the procedure while it may be called.
+        return ObserverDisposable(procedure: procedure, ending: registration)
     }
 }
 
 /// A subscription made later than its disposable: disposing before it is
 /// made prevents it, disposing after removes it.
-private final class DeferredRegistration<Value>: @unchecked Sendable {
+final class DeferredRegistration<Value>: Disposable, @unchecked Sendable {
     private let lock = PosixLock()
     private var canceled = false
     private var key: SinkCore<Value>.Key?
@@ -174,7 +171,11 @@ private final class DeferredRegistration<Value>: @unchecked Sendable {
         }
     }
 
-    func cancel() {
+    var isDisposed: Bool {
+        lock.withLock { canceled }
+    }
+
+    func dispose() {
         let registered: (SinkCore<Value>.Key, SinkCore<Value>?)? = lock.withLock {
             canceled = true
             return key.map { ($0, sink) }
