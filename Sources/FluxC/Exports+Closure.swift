@@ -134,8 +134,7 @@ public func flux_closure_create(
             parsed.returnKind.type, blockTypes)
         guard prepared == FFI_OK else {
             free(block)
-            return handedOver.refuse(
-                .invalidArgument, "libffi rejected the signature (ffi_prep_cif status \(prepared.rawValue))")
+            return handedOver.refuse(prepFailed(prepared))
         }
         var code: UnsafeMutableRawPointer? = nil
         guard let closure = ffi_closure_alloc(cffi_closure_size(), &code), let code else {
@@ -155,8 +154,10 @@ public func flux_closure_create(
             ffi_closure_free(closure)
             free(block)
             return handedOver.refuse(
-                .invalidArgument,
-                "libffi could not make the trampoline (ffi_prep_closure_loc status \(linked.rawValue))")
+                FluxError(
+                    .invalidArgument,
+                    template: "libffi could not make the trampoline (ffi_prep_closure_loc status \u{1})",
+                    number: UInt64(linked.rawValue)))
         }
         out.pointee = OpaquePointer(block)
         return 0
@@ -204,19 +205,23 @@ public func flux_call(
             return fail("flux_call", .invalidArgument, error.message(signature: signature))
         }
         if args == nil && parsed.argumentCount > 0 {
+            // A template, not interpolation: made without allocating, so it
+            // is reported (not a trap) when memory has run out.
             return fail(
-                "flux_call", .invalidArgument,
-                "args is NULL but the signature has \(parsed.argumentCount) argument\(parsed.argumentCount == 1 ? "" : "s")"
-            )
+                "flux_call",
+                FluxError(
+                    .invalidArgument,
+                    template: parsed.argumentCount == 1
+                        ? "args is NULL but the signature has \u{1} argument"
+                        : "args is NULL but the signature has \u{1} arguments",
+                    number: UInt64(parsed.argumentCount)))
         }
         var cif = ffi_cif()
         let prepared = ffi_prep_cif(
             &cif, cffi_default_abi(), UInt32(parsed.argumentCount),
             parsed.returnKind.type, types)
         guard prepared == FFI_OK else {
-            return fail(
-                "flux_call", .invalidArgument,
-                "libffi rejected the signature (ffi_prep_cif status \(prepared.rawValue))")
+            return fail("flux_call", prepFailed(prepared))
         }
         // libffi writes at least a whole ffi_arg; 8 bytes hold every type here
         // (and stay untouched for a void return).
@@ -236,4 +241,12 @@ public func flux_call(
         }
         return 0
     }
+}
+
+/// libffi refusing a signature the parser accepted (not expected with the
+/// built-in types): a template, so it is reported even with no memory.
+private func prepFailed(_ status: ffi_status) -> FluxError {
+    FluxError(
+        .invalidArgument, template: "libffi rejected the signature (ffi_prep_cif status \u{1})",
+        number: UInt64(status.rawValue))
 }

@@ -773,6 +773,9 @@ static void test_errors_naming_numbers_with_no_memory(void)
     BOTH_WAYS(flux_store_group_create(twice, 2, nothing_listener, NULL, NULL, &g), FLUX_ERR_INVALID_ARGUMENT,
               "flux_store_group_create with a NULL store");
     EXPECT_OK(flux_store_destroy(s));
+    /* Not a malformed signature, so not one of flux.h's three known gaps. */
+    BOTH_WAYS(flux_call((void *)nothing_cb, "i(pp)", NULL, NULL), FLUX_ERR_INVALID_ARGUMENT,
+              "flux_call with NULL args for two arguments");
 
     /* From inside a dispatch: the wait for an unknown token. */
     flux_dispatcher *w = flux_dispatcher_create();
