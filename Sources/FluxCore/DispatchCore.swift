@@ -72,9 +72,10 @@ import Synchronization
 /// change of the state word and as each dispatch ends; see the end of the file):
 ///
 /// 1. Idle (no `dispatching`): no `waiters`, `slowEnd` or `mutating`; the
-///    side tables, `leaving`, `releasing`, `retired` and the queue are empty
-///    and hold no storage; no observer change is pending; no mark is
-///    `removedMark`.
+///    side tables, `leaving`, `releasing` and `retired` are empty and hold no
+///    storage; the queue is empty (its buffer is kept for the next payloads
+///    queued, so a steady stream of them allocates nothing); no observer
+///    change is pending; no mark is `removedMark`.
 /// 2. `mutating` never outlives its mutator's hold of the lock.
 /// 3. A non-empty queue has `slowEnd` up.
 /// 4. Tokens strictly increase through the table and on into `joined`, all
