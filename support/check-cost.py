@@ -34,7 +34,16 @@ N = 20000
 
 def instructions(driver, path, passes):
     run = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", driver, path, str(passes)],
+        [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+            driver,
+            path,
+            str(passes),
+        ],
+        check=False,
         capture_output=True,
         text=True,
     )
