@@ -1,6 +1,13 @@
 import Synchronization
 import Testing
 @_spi(Engine) @testable import FluxCore
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// JBFlux's store model (DESIGN.md 11): store classes registered with the
 /// dispatcher, listeners bound to their owner's life, changes that carry an
@@ -401,6 +408,60 @@ final class CycleB: RegisteredStore {
         await #expect(processExitsWith: .failure) {
             cycleBothInside.open()
             _ = Dispatcher<Int>().registerStore(CycleA.self)
+        }
+    }
+}
+
+/// Two store classes on two dispatchers whose inits register each other
+/// (A on `crossCycle.ints` registers B on `crossCycle.strings`, and B
+/// registers A back), each first waiting until both inits are running.
+private let crossCycle = (ints: Dispatcher<Int>(), strings: Dispatcher<String>())
+private let crossCycleBothInside = Gate()
+private let crossCycleArrived = Guarded(0)
+
+private func crossCycleArriveAndWaitForTheOther() {
+    let arrived = crossCycleArrived.withLock { count in
+        count += 1
+        return count
+    }
+    if arrived == 2 { crossCycleBothInside.open() }
+    _ = crossCycleBothInside.wait(seconds: 2)
+}
+
+final class CrossCycleA: RegisteredStore {
+    let dispatchToken: DispatchToken
+    init(dispatcher: Dispatcher<Int>) {
+        crossCycleArriveAndWaitForTheOther()
+        _ = crossCycle.strings.registerStore(CrossCycleB.self)
+        dispatchToken = dispatcher.register { _ in }
+    }
+}
+
+final class CrossCycleB: RegisteredStore {
+    let dispatchToken: DispatchToken
+    init(dispatcher: Dispatcher<String>) {
+        crossCycleArriveAndWaitForTheOther()
+        _ = crossCycle.ints.registerStore(CrossCycleA.self)
+        dispatchToken = dispatcher.register { _ in }
+    }
+}
+
+@Suite struct StoreClassCrossDispatcherCycleTests {
+    // Each registry saw only the waits for its own classes: a thread waiting
+    // in the other dispatcher's registry was invisible, so two threads each
+    // creating a class that registers the other's, on two dispatchers,
+    // waited for each other for good. (The child exits 0 if it still waits
+    // after 10 s: the expectation then fails instead of hanging.)
+    @Test("a cycle of store classes across two dispatchers and two threads traps, not waits for good")
+    func aCycleAcrossTwoDispatchersTraps() async {
+        await #expect(processExitsWith: .failure) {
+            _ = Thread {
+                pause(milliseconds: 10_000)
+                exit(0)
+            }
+            let other = Thread { _ = crossCycle.strings.registerStore(CrossCycleB.self) }
+            _ = crossCycle.ints.registerStore(CrossCycleA.self)
+            other.join()
         }
     }
 }

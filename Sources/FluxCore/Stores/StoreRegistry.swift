@@ -24,13 +24,24 @@ public protocol RegisteredStore<Payload>: AnyObject, Sendable {
 /// dispatcher and may register its own dependencies); another thread asking
 /// for the same class meanwhile waits for that one instance.
 final class StoreRegistry: @unchecked Sendable {
-    // @unchecked: everything below is under `lock`.
+    // @unchecked: everything below is under `lock` (`creations` under its own too).
     private let lock: ConditionLock
     private var stores: [(type: ObjectIdentifier, store: AnyObject)] = []
-    /// Classes being created, and the thread creating each.
-    private var creating: [ObjectIdentifier: UInt] = [:]
-    /// Threads waiting for a class another thread is creating, and that class.
-    private var waiting: [UInt: ObjectIdentifier] = [:]
+    /// Who creates which class and who waits for which, in every
+    /// dispatcher's registry: an init may register a class on another
+    /// dispatcher, so a cycle may pass through several registries. An
+    /// entry of this registry changes only with `lock` held too.
+    private static let creations = Guarded(Creations())
+    struct Creations {
+        struct Key: Hashable {
+            let registry: ObjectIdentifier
+            let type: ObjectIdentifier
+        }
+        /// Classes being created, and the thread creating each.
+        var creating: [Key: UInt] = [:]
+        /// Threads waiting for a class another thread is creating, and that class.
+        var waiting: [UInt: Key] = [:]
+    }
     /// The live stores of this dispatcher that have had owner-bound
     /// listeners (held weakly), for `removeAllStores()` to sweep.
     private var ownerBound: [ObjectIdentifier: WeakStore] = [:]
@@ -56,30 +67,38 @@ final class StoreRegistry: @unchecked Sendable {
 
     /// The store of `type`, made by `make` the first time.
     func store(_ type: ObjectIdentifier, name: @autoclosure () -> String, make: () -> AnyObject) -> AnyObject {
+        let key = Creations.Key(registry: ObjectIdentifier(self), type: type)
+        let me = currentThreadID()
         lock.lock()
         while true {
             if let found = find(type) {
                 lock.unlock()
                 return found
             }
-            guard let thread = creating[type] else { break }
-            let me = currentThreadID()
-            // Waiting would close a cycle when the creator is this thread, or
-            // waits (through other threads' creations) for one this thread is
-            // creating: A's init registering B while B's registers A, on two
-            // threads, would wait for each other for good.
-            precondition(
-                !leadsBack(to: me, from: thread),
-                "registerStore(\(name())): its init registers it again (a cycle of store classes)")
-            waiting[me] = type
+            // Looked at and noted in one step, so that of two threads closing
+            // a cycle the second sees the first's wait.
+            let waits = Self.creations.withLock { creations in
+                guard let thread = creations.creating[key] else { return false }
+                // Waiting would close a cycle when the creator is this thread,
+                // or waits (through other threads' creations, on any
+                // dispatcher) for one this thread is creating: A's init
+                // registering B while B's registers A, on two threads, would
+                // wait for each other for good.
+                precondition(
+                    !Self.leadsBack(to: me, from: thread, in: creations),
+                    "registerStore(\(name())): its init registers it again (a cycle of store classes)")
+                creations.waiting[me] = key
+                return true
+            }
+            guard waits else { break }
             lock.wait()
-            waiting[me] = nil
+            Self.creations.withLock { $0.waiting[me] = nil }
         }
-        creating[type] = currentThreadID()
+        Self.creations.withLock { $0.creating[key] = me }
         lock.unlock()
         let made = make()
         lock.lock()
-        creating[type] = nil
+        Self.creations.withLock { $0.creating[key] = nil }
         stores.append((type, made))
         lock.broadcast()
         lock.unlock()
@@ -87,13 +106,13 @@ final class StoreRegistry: @unchecked Sendable {
     }
 
     /// Whether `thread`, following what each thread waits for and who
-    /// creates it, leads back to `me`. Under the lock.
-    private func leadsBack(to me: UInt, from thread: UInt) -> Bool {
+    /// creates it, leads back to `me`.
+    private static func leadsBack(to me: UInt, from thread: UInt, in creations: Creations) -> Bool {
         var thread = thread
         // Each step is another waiting thread: no more steps than those.
-        for _ in 0...waiting.count {
+        for _ in 0...creations.waiting.count {
             if thread == me { return true }
-            guard let wanted = waiting[thread], let next = creating[wanted] else { return false }
+            guard let wanted = creations.waiting[thread], let next = creations.creating[wanted] else { return false }
             thread = next
         }
         return false
@@ -152,7 +171,8 @@ extension Dispatcher {
     /// instance. Registered during a dispatch, a store takes part from the
     /// next dispatch. A cycle of store classes -- an init that registers its
     /// own class again, through other classes' inits too, on one thread or
-    /// across threads -- traps, naming the class.
+    /// across threads, on this dispatcher or through others -- traps,
+    /// naming the class.
     @discardableResult
     public func registerStore<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered
     where Registered.Payload == Payload {
