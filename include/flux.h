@@ -56,7 +56,9 @@
  * FLUX_ERR_ALREADY_DISPATCHING instead (flux_enqueue() never waits: use it
  * there); a flux_dispatch() that must wait with no memory left to note its
  * wait (which that check needs) fails with FLUX_ERR_NO_MEMORY instead of
- * waiting unnoted. flux_wait_for() works only on the
+ * waiting unnoted. That wait is no cancellation point: a thread cancelled
+ * (pthread_cancel()) while it waits acts on it once flux_dispatch() has
+ * returned. flux_wait_for() works only on the
  * thread that runs the dispatch. flux_register(), flux_unregister() and
  * flux_is_dispatching() never wait for a running dispatch. destroy functions
  * run on the thread that removed the registration, except when it was removed
@@ -116,7 +118,11 @@
  *     flux_enqueue() too (its done runs at once with that status, since
  *     no dispatch would ever drain the queue), flux_dispatcher_set_observer()
  *     too (its context destroyed at once, since no dispatch would ever end
- *     to install it), flux_dispatcher_destroy() too, flux_is_dispatching()
+ *     to install it), flux_register() too (its context destroyed at once,
+ *     since the registration would never join), flux_unregister() too
+ *     (nothing changed: the destroy would wait for that dispatch's end), and
+ *     so do the store and group calls that register or end one;
+ *     flux_dispatcher_destroy() too, flux_is_dispatching()
  *     stays 1. Leave it; make a new dispatcher
  *     if the child needs one;
  *   - a dispatch the forking thread itself was running (fork() from a
@@ -201,8 +207,9 @@ typedef enum flux_status {
     FLUX_ERR_UNKNOWN_TOKEN = 2,
     /** flux_dispatch() from inside a callback of the same dispatcher;
      *  flux_dispatcher_destroy() or flux_store_destroy() while a dispatch
-     *  runs; in a child process, flux_dispatch() or flux_enqueue() on a
-     *  dispatch the fork orphaned (see "fork"). */
+     *  runs; in a child process, flux_dispatch(), flux_enqueue(),
+     *  flux_register() or flux_unregister() on a dispatch the fork orphaned
+     *  (see "fork"). */
     FLUX_ERR_ALREADY_DISPATCHING = 3,
     /** flux_wait_for() while this thread is not running a dispatch of this
      *  dispatcher; flux_store_has_changed(), flux_store_emit_change() or
@@ -281,6 +288,8 @@ FLUX_API flux_status flux_dispatcher_destroy(flux_dispatcher *d);
  *         FLUX_ERR_INVALID_ARGUMENT: d, callback or out_token is NULL, or d
  *         is being destroyed.
  *         FLUX_ERR_NO_MEMORY.
+ *         FLUX_ERR_ALREADY_DISPATCHING: only in a child process, on a
+ *         dispatch the fork orphaned (see "fork").
  *         On any error, destroy(context) has already run and *out_token, if
  *         out_token is not NULL, is 0.
  * Threads: any thread, from inside a callback too; never waits for a
@@ -320,6 +329,8 @@ FLUX_API flux_status flux_register(flux_dispatcher *d, flux_callback callback,
  *         memory to note the removal; nothing changed (the callback stays
  *         registered). With no dispatch running, a call that succeeds
  *         allocates nothing.
+ *         FLUX_ERR_ALREADY_DISPATCHING: only in a child process, on a
+ *         dispatch the fork orphaned (see "fork"); nothing changed.
  * Threads: any thread, from inside a callback too; never waits for a
  *          running dispatch.
  */

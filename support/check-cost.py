@@ -24,10 +24,10 @@ import sys
 
 # path: (what it is, instructions counted when the budget was set, budget)
 BUDGETS = {
-    "dispatch": ("flux_dispatch, one no-op callback", 96, 115),
-    "store-same": ("a reduce store, no change", 146, 175),
-    "store-change": ("a reduce store, change + 1 listener", 232, 280),
-    "wait-for": ("two callbacks, the first waits for the second", 374, 450),
+    "dispatch": ("flux_dispatch, one no-op callback", 99, 118),
+    "store-same": ("a reduce store, no change", 150, 180),
+    "store-change": ("a reduce store, change + 1 listener", 236, 283),
+    "wait-for": ("two callbacks, the first waits for the second", 327, 395),
 }
 N = 20000
 

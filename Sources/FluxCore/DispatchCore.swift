@@ -289,7 +289,10 @@ import Synchronization
     /// Registers `callback`, to be called by every dispatch that starts after
     /// this returns. Never waits for a running dispatch.
     ///
-    /// - Throws: `noMemory`; `invalidArgument` once the dispatcher is closed.
+    /// - Throws: `noMemory`; `invalidArgument` once the dispatcher is closed;
+    ///   `alreadyDispatching` in a forked child whose dispatch another thread
+    ///   of the parent was running (it never ends, so the callback would
+    ///   never join).
     ///   On error `callback.release()` has run: the registration is never half made.
     @_spi(Engine) public func register(_ callback: Callback) throws(FluxError) -> DispatchToken {
         lock.lock()
@@ -307,6 +310,9 @@ import Synchronization
 
     private func insertLocked(_ callback: Callback) -> Result<UInt64, FluxError> {
         if isClosed { return .failure(.closed) }
+        // It would join when the orphaned dispatch ends: never, so its
+        // callback would never run nor its context be released.
+        if state.load(ordering: .relaxed) & Self.orphanedBit != 0 { return .failure(.orphaned) }
         let token = locked.pointee.nextToken
         if claimTable(orSet: Self.slowEndBit) {
             defer { releaseTable() }
@@ -369,7 +375,10 @@ import Synchronization
     /// - Throws: `unknownToken` when the token was never issued or is already
     ///   unregistered; `invalidArgument` when it belongs to a store or a group
     ///   and `asOwner` is false (nothing changed); `noMemory` during a
-    ///   dispatch, when there is no memory to note the removal (nothing changed).
+    ///   dispatch, when there is no memory to note the removal (nothing changed);
+    ///   `alreadyDispatching` in a forked child whose dispatch another thread
+    ///   of the parent was running (nothing changed: the release would wait
+    ///   for its end, which never comes).
     @_spi(Engine) public func unregister(
         _ token: DispatchToken, asOwner: Bool = false, ending: () -> Void = {}
     ) throws(FluxError) {
@@ -391,6 +400,10 @@ import Synchronization
         }
         if isClosed {
             error = .closed
+        } else if state.load(ordering: .relaxed) & Self.orphanedBit != 0 {
+            // Released when the orphaned dispatch ends: never. Refused, so
+            // the status does not promise a release that cannot come.
+            error = .orphaned
         } else if let i = locked.pointee.joined?.index(of: t) {
             // Joined during the running dispatch, which never calls it; still,
             // every removal during a dispatch is released when it ends.
@@ -786,7 +799,10 @@ import Synchronization
     @usableFromInline @inline(never)
     func stackHasRoom(token: UInt64) -> Bool {
         let address = currentStackAddress()
-        let limit = stackLimit(at: address)
+        // On another stack (a fiber's): no check there, and none kept -- a
+        // limit of 0 kept would leave the thread's own stack unchecked for
+        // the rest of the dispatch.
+        guard let limit = stackLimit(at: address) else { return true }
         let run = self.run
         if address >= limit {
             run.pointee.stackLimit = limit

@@ -51,6 +51,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
 
     /// Registers `callback` for every dispatch that starts after this returns
     /// (a callback registered during a dispatch first runs in the next one).
+    /// Traps when memory runs out, as Swift's own allocations do, and in a
+    /// child process forked while another thread dispatched this dispatcher
+    /// (the registration would join when that dispatch ends: never).
     /// - Returns: a token for `waitFor(_:)` and `unregister(_:)`.
     @discardableResult
     public func register(_ callback: @escaping Callback) -> DispatchToken {
@@ -63,7 +66,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
         do {
             return try core.register(ClosureCallback(body: callback, owner: owner))
         } catch {
-            // Only running out of memory can get here; `close()` is deinit-only.
+            // Only running out of memory, or a forked child's registration on
+            // a dispatch the fork orphaned (it would never join), can get
+            // here; `close()` is deinit-only.
             fatalError("Dispatcher.register: \(error)")
         }
     }

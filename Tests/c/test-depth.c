@@ -6,8 +6,10 @@
 #include "helpers.h"
 
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 
 extern char **environ;
 
@@ -216,6 +218,124 @@ static void test_small_stacks_fresh_process(void)
     }
 }
 
+/* One wait on another stack -- a fiber's, from makecontext() -- must not
+ * turn the check off for the rest of the dispatch: flux.h ("Depth") leaves
+ * only chains on such a stack unprotected. Here the first callback waits,
+ * on a fiber, for a trivial one; then a chain far deeper than the stack runs
+ * on the thread's own stack, and must stop with FLUX_ERR_TOO_DEEP. It
+ * overflowed the stack instead: the wait on the fiber had left the dispatch
+ * with no limit. The child is this program run again with "--fiber-chain";
+ * it exits 0 when its dispatch returned FLUX_ERR_TOO_DEEP. */
+static ucontext_t fiber_caller, fiber_context;
+static flux_token fiber_target;
+static flux_status fiber_wait_status = (flux_status)-1;
+static void *fiber_stack;  /* the fiber's stack when set, else malloc'd */
+
+static void fiber_main(void)
+{
+    fiber_wait_status = flux_wait_for(chain_d, &fiber_target, 1);
+}
+
+static int on_fiber_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    size_t size = 256 * 1024;
+    void *stack = fiber_stack ? fiber_stack : malloc(size);
+    if (!stack || getcontext(&fiber_context) != 0)
+        return 1;
+    fiber_context.uc_stack.ss_sp = stack;
+    fiber_context.uc_stack.ss_size = size;
+    fiber_context.uc_link = &fiber_caller;
+    makecontext(&fiber_context, fiber_main, 0);
+    int swapped = swapcontext(&fiber_caller, &fiber_context);
+    if (stack != fiber_stack)
+        free(stack);
+    return swapped != 0 || fiber_wait_status != FLUX_OK;
+}
+
+static int plain_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    return 0;
+}
+
+static int fiber_chain(void)
+{
+    chain_d = flux_dispatcher_create();
+    flux_token t;
+    if (!chain_d || flux_register(chain_d, on_fiber_cb, NULL, NULL, &t) != FLUX_OK
+        || flux_register(chain_d, plain_cb, NULL, NULL, &fiber_target) != FLUX_OK)
+        return 2;
+    for (size_t i = 0; i < MAX_LINKS; i++)
+        if (flux_register(chain_d, link_cb, (void *)(uintptr_t)i, NULL, &tokens[i]) != FLUX_OK)
+            return 2;
+    depth = MAX_LINKS;
+    flux_status status = flux_dispatch(chain_d, NULL);
+    return status == FLUX_ERR_TOO_DEEP && fiber_wait_status == FLUX_OK ? 0 : 1;
+}
+
+static void test_wait_on_a_fiber_keeps_the_check(void)
+{
+    char *args[] = {(char *)self_path, "--fiber-chain", NULL};
+    pid_t child;
+    int status = -1;
+    REQUIRE(posix_spawn(&child, self_path, NULL, NULL, args, environ) == 0);
+    REQUIRE(waitpid(child, &status, 0) == child);
+    ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+       "a wait on a fiber, then a chain deeper than the thread's stack: FLUX_ERR_TOO_DEEP (%s %d)",
+       WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+/* A fiber whose stack lies right below the thread's -- as a stack malloc'd
+ * on a thread often is, mapped just under the thread's own -- is another
+ * stack: a one-link wait on it runs (flux.h, "Depth": the check is off
+ * there). It was refused with FLUX_ERR_TOO_DEEP: anything up to two margins
+ * below the thread's low-water mark passed for the thread's own stack. One
+ * mapping holds both, so the fiber's is certain to be adjacent. */
+static flux_status adjacent_status;
+
+static void *adjacent_fiber_thread(void *arg)
+{
+    (void)arg;
+    adjacent_status = flux_dispatch(chain_d, NULL);
+    return NULL;
+}
+
+static void test_wait_on_a_fiber_below_the_threads_stack(void)
+{
+    if (tap_under_valgrind()) {
+        /* memcheck takes the switch to a stack right below the thread's for
+         * the thread's stack growing, and reports the fiber's frames as
+         * uninitialised: nothing of libflux's to check there. */
+        ok(1, "skipped under valgrind");
+        return;
+    }
+    size_t fiber_size = 256 * 1024, thread_size = 1024 * 1024;
+    char *block = mmap(NULL, fiber_size + thread_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(block != MAP_FAILED);
+    chain_d = flux_dispatcher_create();
+    REQUIRE(chain_d != NULL);
+    flux_token t;
+    EXPECT_OK(flux_register(chain_d, on_fiber_cb, NULL, NULL, &t));
+    EXPECT_OK(flux_register(chain_d, plain_cb, NULL, NULL, &fiber_target));
+    fiber_stack = block;
+    fiber_wait_status = (flux_status)-1;
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    REQUIRE(pthread_attr_setstack(&attributes, block + fiber_size, thread_size) == 0);
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, &attributes, adjacent_fiber_thread, NULL) == 0);
+    pthread_join(thread, NULL);
+    pthread_attr_destroy(&attributes);
+    is_int(fiber_wait_status, FLUX_OK, "a wait on a fiber whose stack lies right below the thread's runs");
+    is_int(adjacent_status, FLUX_OK, "and the dispatch returns FLUX_OK");
+    fiber_stack = NULL;
+    EXPECT_OK(flux_dispatcher_destroy(chain_d));
+    munmap(block, fiber_size + thread_size);
+}
+
 /* A chain that fits is unaffected (10,000 links: what make bench measures). */
 static void test_ten_thousand_links(void)
 {
@@ -316,6 +436,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--cold-chain") == 0)
         return cold_chain((size_t)strtoul(argv[2], NULL, 10));
+    if (argc == 2 && strcmp(argv[1], "--fiber-chain") == 0)
+        return fiber_chain();
     self_path = argv[0];
     tap_init();
     /* "The default stack": 8 MiB. Under `ulimit -s unlimited` the main
@@ -331,6 +453,8 @@ int main(int argc, char **argv)
     RUN(test_thread_default_stack);
     RUN(test_thread_small_stack);
     RUN(test_small_stacks_fresh_process);
+    RUN(test_wait_on_a_fiber_keeps_the_check);
+    RUN(test_wait_on_a_fiber_below_the_threads_stack);
     RUN(test_too_deep_through_enqueue);
     return tap_done();
 }

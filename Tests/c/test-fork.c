@@ -42,6 +42,7 @@ typedef struct shared {
     int calls;
     flag entered, release;
     pthread_t dispatching; /* the parent thread inside blocking_cb */
+    flux_token token;      /* blocking_cb's registration */
     int child_result;      /* child_thread_checks' */
 } shared;
 
@@ -152,8 +153,7 @@ static int in_child_of_a_held_dispatch(int (*body)(void *))
     flag_init(&s.release);
     s.d = flux_dispatcher_create();
     REQUIRE(s.d != NULL);
-    flux_token t;
-    EXPECT_OK(flux_register(s.d, blocking_cb, &s, NULL, &t));
+    EXPECT_OK(flux_register(s.d, blocking_cb, &s, NULL, &s.token));
     pthread_t thread;
     REQUIRE(pthread_create(&thread, NULL, dispatching_thread, &s) == 0);
     REQUIRE(flag_wait(&s.entered, 10));
@@ -322,6 +322,44 @@ static void test_child_refuses_an_observer_on_a_dispatch_another_thread_was_runn
            "destroy(context) runs at once (1: not refused; 3: destroy did not run)");
 }
 
+/* flux_register and flux_unregister on the orphaned dispatcher: refused as
+ * flux_dispatcher_set_observer is. A registration would join the table when
+ * the orphaned dispatch ends, and an unregistration run its destroy then:
+ * never. Both returned FLUX_OK, and destroy(context) never ran (flux.h,
+ * "Ownership": exactly once). A refused register runs it at once. */
+static int child_destroyed;
+static void child_destroy(void *context)
+{
+    (void)context;
+    child_destroyed++;
+}
+
+static int child_refuses_registrations(void *arg)
+{
+    shared *s = arg;
+    int tag = 0;
+    flux_token t = 99;
+    child_destroyed = 0;
+    if (flux_register(s->d, counting_cb, &tag, child_destroy, &t) != FLUX_ERR_ALREADY_DISPATCHING)
+        return 1;
+    if (strstr(flux_last_error(), "forked") == NULL)
+        return 2;
+    if (child_destroyed != 1 || t != 0)
+        return 3; /* destroy must have run, at once, exactly once */
+    if (flux_unregister(s->d, s->token) != FLUX_ERR_ALREADY_DISPATCHING)
+        return 4;
+    if (strstr(flux_last_error(), "forked") == NULL)
+        return 5;
+    return 0;
+}
+
+static void test_child_refuses_registrations_on_a_dispatch_another_thread_was_running(void)
+{
+    is_int(in_child_of_a_held_dispatch(child_refuses_registrations), 0,
+           "the child's flux_register and flux_unregister are refused with FLUX_ERR_ALREADY_DISPATCHING, "
+           "the register's destroy(context) run at once (1, 4: not refused; 3: destroy did not run)");
+}
+
 static void test_fork_from_a_callback(void)
 {
     from_callback f = {0};
@@ -483,6 +521,7 @@ int main(void)
     RUN(test_child_fails_fast_with_waiters_too);
     RUN(test_child_refuses_enqueue_on_a_dispatch_another_thread_was_running);
     RUN(test_child_refuses_an_observer_on_a_dispatch_another_thread_was_running);
+    RUN(test_child_refuses_registrations_on_a_dispatch_another_thread_was_running);
     RUN(test_fork_from_a_callback);
     RUN(test_child_forgets_the_waits_of_the_parents_threads);
     return tap_done();

@@ -301,6 +301,78 @@ static void test_try_dispatch_does_not_wait(void)
     blocker_fini(&a);
 }
 
+/* A thread cancelled (pthread_cancel, deferred) while its flux_dispatch()
+ * waits for another thread's dispatch: the wait is no cancellation point, so
+ * the cancel takes effect once the call has returned. It was one: the thread
+ * unwound out of its wait holding the dispatcher's lock (pthread_cond_wait
+ * takes it back first), still counted as a waiter, so the running dispatch
+ * hung as it ended, and every later call on the dispatcher with it. */
+typedef struct cancel_job {
+    flux_dispatcher *d;
+    flag ready, go, unwound;
+    flux_status status;
+} cancel_job;
+
+static void cancel_job_unwound(void *arg) { flag_set(&((cancel_job *)arg)->unwound); }
+
+static void *cancel_job_main(void *arg)
+{
+    cancel_job *c = arg;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    pthread_cleanup_push(cancel_job_unwound, c);
+    flag_set(&c->ready);
+    flag_wait(&c->go, 3600.0);
+    /* Cancelled already: the first cancellation point it meets acts on it. */
+    pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+    c->status = flux_dispatch(c->d, &payload_ids[2]);
+    pthread_testcancel();
+    pthread_cleanup_pop(0);
+    return NULL;
+}
+
+static void test_cancelled_waiting_dispatch(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    blocker a;
+    blocker_init(&a, 1, &log);
+    flux_token t;
+    EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &t));
+    dispatch_job j;
+    dispatch_job_start(&j, d, &payload_ids[1]);
+    REQUIRE(flag_wait(&a.entered, prompt_seconds()));
+    cancel_job c = {.d = d, .status = (flux_status)-1};
+    flag_init(&c.ready);
+    flag_init(&c.go);
+    flag_init(&c.unwound);
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, NULL, cancel_job_main, &c) == 0);
+    REQUIRE(flag_wait(&c.ready, prompt_seconds()));
+    REQUIRE(pthread_cancel(thread) == 0);
+    flag_set(&c.go);
+    /* Time for it to reach its wait (and, were that a cancellation point,
+     * to unwind out of it). */
+    ok(!flag_wait(&c.unwound, tap_under_valgrind() ? 1.0 : 0.3), "the waiting dispatch is not cancelled mid-wait");
+    flag_set(&a.release);
+    int ended = flag_wait(&j.done, prompt_seconds());
+    ok(ended, "the running dispatch ends");
+    if (!ended)
+        return; /* it hangs for good: leave it to the watchdog */
+    dispatch_job_join(&j);
+    void *result = NULL;
+    REQUIRE(pthread_join(thread, &result) == 0);
+    ok(result == PTHREAD_CANCELED, "the thread was cancelled once its call returned");
+    is_int(c.status, FLUX_OK, "its dispatch ran after the other one, and returned OK");
+    is_trace(&log, INTS(11, 12), "both dispatches ran, in turn");
+    EXPECT_OK(flux_dispatch(d, &payload_ids[3]));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    flag_fini(&c.ready);
+    flag_fini(&c.go);
+    flag_fini(&c.unwound);
+    blocker_fini(&a);
+}
+
 static void test_waiting_dispatch_runs_after_failed_one(void)
 {
     flux_dispatcher *d = flux_dispatcher_create();
@@ -763,6 +835,7 @@ int main(void)
     RUN(test_dispatches_serialized);
     RUN(test_second_dispatch_waits);
     RUN(test_try_dispatch_does_not_wait);
+    RUN(test_cancelled_waiting_dispatch);
     RUN(test_waiting_dispatch_runs_after_failed_one);
     RUN(test_other_threads_during_dispatch);
     RUN(test_wait_for_from_other_thread);

@@ -187,8 +187,17 @@ internal struct ConditionLock: @unchecked Sendable {
 
     @usableFromInline func lock() { pthread_mutex_lock(mutex) }
     @usableFromInline func unlock() { pthread_mutex_unlock(mutex) }
-    /// Atomically unlocks, sleeps until `broadcast`, and locks again.
-    @usableFromInline func wait() { pthread_cond_wait(condition, mutex) }
+    /// Atomically unlocks, sleeps until `broadcast`, and locks again. Not
+    /// a cancellation point: a thread cancelled here would unwind holding
+    /// the mutex (pthread_cond_wait takes it back first), which no Swift
+    /// frame above lets go of, and the engine would hang for good. A
+    /// cancel waits for the next cancellation point after the call.
+    @usableFromInline func wait() {
+        var state: Int32 = 0
+        pthread_setcancelstate(Int32(PTHREAD_CANCEL_DISABLE), &state)
+        pthread_cond_wait(condition, mutex)
+        pthread_setcancelstate(state, nil)
+    }
     @usableFromInline func broadcast() { pthread_cond_broadcast(condition) }
     /// In a child process after fork(), alone: forgets waiters that were
     /// threads of the parent.
@@ -321,11 +330,11 @@ internal func currentStackAddress() -> UInt {
     @_spi(Engine) public typealias ThreadKeyDestructor = @convention(c) (UnsafeMutableRawPointer?) -> Void
 #endif
 
-/// Per-thread cache of `computeStackBounds()`: the low-water address and the
-/// stack's top, stored as the pointer values themselves (no allocation, no
-/// destructor). 0 means "not computed yet".
-private let stackLimitKey = Atomic<UInt>(0)
-private let stackTopKey = Atomic<UInt>(0)
+/// Per-thread cache of `computeStackBounds()`: a block made on the thread's
+/// first wait, freed as it exits. One block, not a key per value: each
+/// lookup costs ~45 instructions, and every dispatch that waits makes one.
+private let stackBoundsKey = Atomic<UInt>(0)
+private let freeStackBounds: ThreadKeyDestructor = { freeBytes($0) }
 
 /// How much stack must remain when a `waitFor` invokes one more callback:
 /// room for that callback's own frames before it waits again (a Python
@@ -380,18 +389,20 @@ private func margin(forStackOf size: UInt) -> UInt {
 
 private let mainThreadKey = Atomic<UInt>(0)
 
-/// This thread's stack as (low-water mark, top): below the mark, `waitFor`
-/// refuses to go deeper. (0, .max) when the bounds cannot be found, which
-/// disables the check.
-private func computeStackBounds() -> (limit: UInt, top: UInt) {
+/// This thread's stack as (low-water mark, bottom, top): below the mark,
+/// `waitFor` refuses to go deeper. (0, 0, .max) when the bounds cannot be
+/// found, which disables the check.
+private func computeStackBounds() -> (limit: UInt, low: UInt, top: UInt) {
     #if canImport(Glibc)
         var attributes = pthread_attr_t()
-        guard pthread_getattr_np(pthread_self(), &attributes) == 0 else { return (0, .max) }
+        guard pthread_getattr_np(pthread_self(), &attributes) == 0 else { return (0, 0, .max) }
         defer { pthread_attr_destroy(&attributes) }
         var address: UnsafeMutableRawPointer?
         var size = 0
         var guardSize = 0
-        guard pthread_attr_getstack(&attributes, &address, &size) == 0, let address, size > 0 else { return (0, .max) }
+        guard pthread_attr_getstack(&attributes, &address, &size) == 0, let address, size > 0 else {
+            return (0, 0, .max)
+        }
         pthread_attr_getguardsize(&attributes, &guardSize)
         let low = UInt(bitPattern: address)
         let top = low &+ UInt(size)
@@ -409,40 +420,46 @@ private func computeStackBounds() -> (limit: UInt, top: UInt) {
                 reserve &+= min(1 << 20, UInt(size) / 4)
             }
         }
-        return (low &+ reserve, top)
+        return (low &+ reserve, low, top)
     #elseif canImport(Darwin)
         let thread = pthread_self()
         let top = UInt(bitPattern: pthread_get_stackaddr_np(thread))
         let size = UInt(pthread_get_stacksize_np(thread))
-        guard size > 0, top > size else { return (0, .max) }
-        return (top - size + min(margin(forStackOf: size), size), top)
+        guard size > 0, top > size else { return (0, 0, .max) }
+        return (top - size + min(margin(forStackOf: size), size), top - size, top)
     #else
-        return (0, .max)
+        return (0, 0, .max)
     #endif
 }
 
 /// The calling thread's low-water mark, computed once per thread, when
-/// `address` (the caller's stack pointer) lies on the thread's own stack;
-/// 0 -- no limit -- on another stack (say, a signal handler's alternate
-/// stack), where the bounds say nothing.
+/// `address` (the caller's stack pointer) lies on the thread's own stack
+/// (0 -- no limit -- when the bounds cannot be found); nil on another stack
+/// (say, a fiber's or a signal handler's alternate stack), where the bounds
+/// say nothing.
 @usableFromInline
-internal func stackLimit(at address: UInt) -> UInt {
-    // With no key to cache them in, the bounds are computed every time.
-    let limitKey = threadKey(stackLimitKey)
-    let topKey = threadKey(stackTopKey)
-    var limit = limitKey.map { UInt(bitPattern: pthread_getspecific($0)) } ?? 0
-    var top = topKey.map { UInt(bitPattern: pthread_getspecific($0)) } ?? 0
-    if limit == 0 || top == 0 {
-        (limit, top) = computeStackBounds()
-        if let limitKey, let topKey {
-            pthread_setspecific(limitKey, UnsafeRawPointer(bitPattern: limit))
-            pthread_setspecific(topKey, UnsafeRawPointer(bitPattern: top))
+internal func stackLimit(at address: UInt) -> UInt? {
+    typealias Bounds = (limit: UInt, low: UInt, top: UInt)
+    let key = threadKey(stackBoundsKey, destructor: freeStackBounds)
+    let bounds: Bounds
+    if let key, let cached = pthread_getspecific(key) {
+        bounds = cached.load(as: Bounds.self)
+    } else {
+        // With no key or no memory to cache them in, they are computed
+        // every time.
+        bounds = computeStackBounds()
+        if let key, let block = allocateBytes(MemoryLayout<Bounds>.size) {
+            block.initializeMemory(as: Bounds.self, to: bounds)
+            if pthread_setspecific(key, block) != 0 { freeBytes(block) }
         }
-        if limit == 0 { return 0 }
     }
-    // Far below the stack (more than a margin below the mark): not on it.
-    let floor = limit > stackMargin * 2 ? limit - stackMargin * 2 : 0
-    return address > top || address < floor ? 0 : limit
+    let (limit, low, top) = bounds
+    if limit == 0 { return 0 }
+    // Below the stack's bottom (past its guard, where this thread's own
+    // frames cannot be) or above its top: not on it. Not a margin below the
+    // mark, as it was: a fiber's stack malloc'd on a thread is often mapped
+    // right below the thread's, and its waits were refused as too deep.
+    return address > top || address < low ? nil : limit
 }
 
 // MARK: - A list that reports running out of memory

@@ -647,6 +647,9 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         :raises TypeError: ``callback`` is not callable, or ``name`` is
             neither a str nor None (nothing is changed).
         :raises InvalidArgumentError: the dispatcher is closed.
+        :raises AlreadyDispatchingError: in a child process forked while
+            another thread dispatched this dispatcher: the registration would
+            join when that dispatch ends, which never happens there.
         """
         if not callable(callback):
             raise TypeError(f"callback must be callable, not {type(callback).__name__}")
@@ -714,6 +717,9 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             is a store's ``dispatch_token`` or a group's (end those with the
             store's :meth:`~flux.Store.close` or the group's
             :meth:`~flux.StoreGroup.release`); nothing changed.
+        :raises AlreadyDispatchingError: in a child process forked while
+            another thread dispatched this dispatcher (the release would wait
+            for that dispatch's end, which never comes); nothing changed.
         """
         if type(token) is not Token:
             raise _not_a_token(token)

@@ -673,6 +673,42 @@ def test_a_dispatch_and_the_queued_dispatch_of_its_payload_each_report_their_own
     store.close()
 
 
+def test_register_and_unregister_in_a_forked_child_on_an_orphaned_dispatch_raise() -> None:
+    # A registration would join, and a removal be released, when the orphaned
+    # dispatch ends: never. Both are refused; the refused callback is let go
+    # (its slot freed, nothing stray), the registered one stays.
+    result = fork_during_a_dispatch(
+        """
+        import gc, weakref
+        from flux import _native
+        class Callback:
+            def __call__(self, p): pass
+        callback = Callback()
+        gone = weakref.ref(callback)
+        try:
+            d.register(callback)
+            code = 1
+        except flux.AlreadyDispatchingError as exc:
+            if "forked" not in str(exc):
+                code = 2
+        del callback
+        gc.collect()
+        if gone() is not None:
+            code = 3
+        try:
+            d.unregister(token)
+            code = 4
+        except flux.AlreadyDispatchingError:
+            pass
+        if _native.stray != {"callback": 0, "destroy": 0}:
+            code = 5
+        """,
+        setup="token = d.register(lambda p: None)",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+
+
 def test_enqueue_in_a_forked_child_on_an_orphaned_dispatch_raises() -> None:
     # The one case enqueue fails with AlreadyDispatchingError (README, "Queued
     # dispatch and traces"): in a child forked while another thread dispatched,
