@@ -524,9 +524,10 @@ import Synchronization
         }
         owner.store(me, ordering: .relaxed)
         // The common case -- unobserved, nothing failed -- holds no error
-        // value: an `Optional<DispatchError>` (nil or not) is destroyed
-        // through the runtime's generic value witnesses, about 80
-        // instructions on every dispatch, more than the rest of its work.
+        // value, so its cost does not hang on the error type's layout: with
+        // `FluxError` a word larger, destroying even a nil
+        // `Optional<DispatchError>` went through the runtime's generic value
+        // witnesses, ~100 instructions a dispatch (`make check-cost`).
         // (The observer is fixed for the dispatch: a change waits for its end.)
         let unobserved = run.pointee.observer == nil
         if unobserved {
