@@ -557,6 +557,8 @@ typedef uint64_t flux_listener_id;
  *         FLUX_ERR_INVALID_ARGUMENT: d, reduce or out is NULL, or d is being
  *         destroyed.
  *         FLUX_ERR_NO_MEMORY.
+ *         FLUX_ERR_ALREADY_DISPATCHING: only in a child process, on a
+ *         dispatch the fork orphaned (see "fork").
  *         On any error release_state(context, initial_state) and then
  *         destroy(context) have already run, and *out, if out is not NULL,
  *         is NULL.
@@ -727,6 +729,8 @@ FLUX_API flux_status flux_store_destroy(flux_store *s);
  *         stores, a store, fn or out is NULL; the stores are not all on one
  *         dispatcher; the dispatcher is being destroyed.
  *         FLUX_ERR_NO_MEMORY.
+ *         FLUX_ERR_ALREADY_DISPATCHING: only in a child process, on a
+ *         dispatch the fork orphaned (see "fork").
  *         On any error destroy(context) has already run and *out, if out is
  *         not NULL, is NULL.
  * Threads: any thread, from inside a callback, reduce or listener too (a
@@ -752,6 +756,8 @@ FLUX_API flux_status flux_store_group_create(flux_store *const *stores, size_t c
  *         changed: the group stays registered and keeps its stores, and g
  *         must still be released. With no dispatch running this call
  *         allocates nothing.
+ *         FLUX_ERR_ALREADY_DISPATCHING: only in a child process, on a
+ *         dispatch the fork orphaned (see "fork"); nothing changed.
  * Threads: any thread, from inside a callback, reduce or listener too; but
  *          no other call on g may be in flight or follow.
  */

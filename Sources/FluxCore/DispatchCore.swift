@@ -212,6 +212,9 @@ import Synchronization
         /// Observers replaced during the running call, released when it is
         /// over; room is reserved by each change (`setObserver`).
         var retired = MallocList<Observer>()
+        /// The cancelability to give back as the running call ends, when its
+        /// thread waited for another's dispatch (see `beginSlow`).
+        var cancelState: Int32?
     }
 
     /// A dispatcher with no callbacks, or nil when memory runs out.
@@ -841,6 +844,15 @@ import Synchronization
         if isClosed { return .closed }
         locked.pointee.waiters += 1
         defer { locked.pointee.waiters -= 1 }
+        // Cancellation is off from the first sleep to the end of the dispatch
+        // it then runs (`endSlow` gives it back; the slow-end bit takes the
+        // end there): a cancel taken while asleep would act at the first
+        // cancellation point of a callback, unwinding out of the engine with
+        // the dispatcher still claimed, and flux.h promises it acts once
+        // flux_dispatch() has returned.
+        var cancelState: Int32?
+        var claimed = false
+        defer { if let cancelState, !claimed { restoreCancellation(cancelState) } }
         while true {
             let current = state.load(ordering: .acquiring)
             // Looked at on every turn: while this thread slept, the dispatch
@@ -852,10 +864,14 @@ import Synchronization
             if current & Self.dispatchingBit == 0 {
                 // Idle; the mutating bit cannot be set, mutators hold the lock.
                 // Leave the waiters bit up for those still sleeping.
-                let desired = Self.dispatchingBit | (locked.pointee.waiters > 1 ? Self.waitersBit : 0)
+                let desired =
+                    Self.dispatchingBit | (locked.pointee.waiters > 1 ? Self.waitersBit : 0)
+                    | (cancelState != nil ? Self.slowEndBit : 0)
                 if state.compareExchange(expected: current, desired: desired, ordering: .acquiringAndReleasing)
                     .exchanged
                 {
+                    locked.pointee.cancelState = cancelState
+                    claimed = true
                     checkInvariantsLocked()
                     return nil
                 }
@@ -866,8 +882,9 @@ import Synchronization
                 // ended by the fast path in between, with nobody to wake us.
                 _ = state.compareExchange(
                     expected: current, desired: current | Self.waitersBit, ordering: .acquiringAndReleasing)
-            } else if let refused = sleepUnlessDeadlocked(me) {
-                return refused
+            } else {
+                if cancelState == nil { cancelState = disableCancellation() }
+                if let refused = sleepUnlessDeadlocked(me) { return refused }
             }
         }
     }
@@ -942,6 +959,7 @@ import Synchronization
         locked.pointee.releasing = MallocList()
         var retired = locked.pointee.retired
         locked.pointee.retired = MallocList()
+        let cancelState = locked.pointee.cancelState.take()
         state.store(0, ordering: .releasing)
         checkInvariantsLocked()
         if locked.pointee.waiters > 0 {
@@ -951,6 +969,8 @@ import Synchronization
         lock.unlock()
         released.drain { $0.release() }
         retired.drain { $0.release() }
+        // Last: the call is over, nothing of it left to run (see beginSlow).
+        if let cancelState { restoreCancellation(cancelState) }
     }
 
     /// Under the lock, at the end of a dispatch: what mutators left for it.

@@ -80,7 +80,10 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///   registered; `.invalidArgument` when it is a store's or a
     ///   `StoreGroup`'s (they end it themselves: a store when it is
     ///   deallocated, a group with `release()`); `.noMemory` during a dispatch
-    ///   when memory to note the removal ran out. On error nothing changed.
+    ///   when memory to note the removal ran out; `.alreadyDispatching` in a
+    ///   child process forked while another thread dispatched this dispatcher
+    ///   (the release would wait for that dispatch's end: never). On error
+    ///   nothing changed.
     public func unregister(_ token: DispatchToken) throws(FluxError) {
         try core.unregister(token)
     }

@@ -334,6 +334,15 @@ static void child_destroy(void *context)
     child_destroyed++;
 }
 
+static int child_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context;
+    (void)state;
+    (void)payload;
+    (void)next;
+    return 0;
+}
+
 static int child_refuses_registrations(void *arg)
 {
     shared *s = arg;
@@ -350,6 +359,13 @@ static int child_refuses_registrations(void *arg)
         return 4;
     if (strstr(flux_last_error(), "forked") == NULL)
         return 5;
+    /* A store registers the same way: refused, its context destroyed. */
+    flux_store *store = (flux_store *)&tag;
+    if (flux_store_create(s->d, NULL, child_reduce, NULL, NULL, &tag, child_destroy, &store)
+        != FLUX_ERR_ALREADY_DISPATCHING)
+        return 6;
+    if (child_destroyed != 2 || store != NULL)
+        return 7;
     return 0;
 }
 
@@ -357,7 +373,7 @@ static void test_child_refuses_registrations_on_a_dispatch_another_thread_was_ru
 {
     is_int(in_child_of_a_held_dispatch(child_refuses_registrations), 0,
            "the child's flux_register and flux_unregister are refused with FLUX_ERR_ALREADY_DISPATCHING, "
-           "the register's destroy(context) run at once (1, 4: not refused; 3: destroy did not run)");
+           "and so is flux_store_create, each destroy(context) run at once (1, 4, 6: not refused; 3, 7: destroy did not run)");
 }
 
 static void test_fork_from_a_callback(void)

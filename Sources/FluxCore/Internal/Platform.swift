@@ -193,10 +193,9 @@ internal struct ConditionLock: @unchecked Sendable {
     /// frame above lets go of, and the engine would hang for good. A
     /// cancel waits for the next cancellation point after the call.
     @usableFromInline func wait() {
-        var state: Int32 = 0
-        pthread_setcancelstate(Int32(PTHREAD_CANCEL_DISABLE), &state)
+        let state = disableCancellation()
         pthread_cond_wait(condition, mutex)
-        pthread_setcancelstate(state, nil)
+        restoreCancellation(state)
     }
     @usableFromInline func broadcast() { pthread_cond_broadcast(condition) }
     /// In a child process after fork(), alone: forgets waiters that were
@@ -461,6 +460,16 @@ internal func stackLimit(at address: UInt) -> UInt? {
     // right below the thread's, and its waits were refused as too deep.
     return address > top || address < low ? nil : limit
 }
+
+/// Turns the calling thread's cancellation off; returns the state for
+/// `restoreCancellation`.
+func disableCancellation() -> Int32 {
+    var state: Int32 = 0
+    pthread_setcancelstate(Int32(PTHREAD_CANCEL_DISABLE), &state)
+    return state
+}
+
+func restoreCancellation(_ state: Int32) { pthread_setcancelstate(state, nil) }
 
 // MARK: - A list that reports running out of memory
 
