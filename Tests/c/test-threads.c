@@ -330,7 +330,24 @@ static void *cancel_job_main(void *arg)
     return NULL;
 }
 
-static void test_cancelled_waiting_dispatch(void)
+/* The same, but the dispatch the cancelled thread then runs calls a
+ * callback that meets a cancellation point (usleep; printf or write would
+ * do). flux.h promises the cancel acts once flux_dispatch() has returned:
+ * it acted inside that callback instead, unwinding out of the engine with
+ * the dispatcher still claimed by the dead thread, so every later dispatch
+ * waited for good (here flux_try_dispatch reports it). */
+static int cancel_point_cb(void *context, const void *payload)
+{
+    (void)context;
+    if (payload == &payload_ids[2])
+        usleep(1000); /* a cancellation point */
+    return 0;
+}
+
+/* Both cases: the waiting thread, cancelled, goes on to run its dispatch
+ * (whose callbacks meet a cancellation point when point_in_callback), and
+ * acts on the cancel only once flux_dispatch() has returned. */
+static void cancel_a_waiting_dispatch(int point_in_callback)
 {
     flux_dispatcher *d = flux_dispatcher_create();
     REQUIRE(d != NULL);
@@ -339,6 +356,8 @@ static void test_cancelled_waiting_dispatch(void)
     blocker_init(&a, 1, &log);
     flux_token t;
     EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &t));
+    if (point_in_callback)
+        EXPECT_OK(flux_register(d, cancel_point_cb, NULL, NULL, &t));
     dispatch_job j;
     dispatch_job_start(&j, d, &payload_ids[1]);
     REQUIRE(flag_wait(&a.entered, prompt_seconds()));
@@ -363,60 +382,8 @@ static void test_cancelled_waiting_dispatch(void)
     void *result = NULL;
     REQUIRE(pthread_join(thread, &result) == 0);
     ok(result == PTHREAD_CANCELED, "the thread was cancelled once its call returned");
-    is_int(c.status, FLUX_OK, "its dispatch ran after the other one, and returned OK");
+    is_int(c.status, FLUX_OK, "its dispatch ran after the other one and returned FLUX_OK, not inside a callback");
     is_trace(&log, INTS(11, 12), "both dispatches ran, in turn");
-    EXPECT_OK(flux_dispatch(d, &payload_ids[3]));
-    EXPECT_OK(flux_dispatcher_destroy(d));
-    flag_fini(&c.ready);
-    flag_fini(&c.go);
-    flag_fini(&c.unwound);
-    blocker_fini(&a);
-}
-
-/* The same, but the dispatch the cancelled thread then runs calls a
- * callback that meets a cancellation point (usleep; printf or write would
- * do). flux.h promises the cancel acts once flux_dispatch() has returned:
- * it acted inside that callback instead, unwinding out of the engine with
- * the dispatcher still claimed by the dead thread, so every later dispatch
- * waited for good (here flux_try_dispatch reports it). */
-static int cancel_point_cb(void *context, const void *payload)
-{
-    (void)context;
-    if (payload == &payload_ids[2])
-        usleep(1000); /* a cancellation point */
-    return 0;
-}
-
-static void test_cancelled_waiting_dispatch_with_a_cancellation_point_in_a_callback(void)
-{
-    flux_dispatcher *d = flux_dispatcher_create();
-    REQUIRE(d != NULL);
-    trace log = {0};
-    blocker a;
-    blocker_init(&a, 1, &log);
-    flux_token t;
-    EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &t));
-    EXPECT_OK(flux_register(d, cancel_point_cb, NULL, NULL, &t));
-    dispatch_job j;
-    dispatch_job_start(&j, d, &payload_ids[1]);
-    REQUIRE(flag_wait(&a.entered, prompt_seconds()));
-    cancel_job c = {.d = d, .status = (flux_status)-1};
-    flag_init(&c.ready);
-    flag_init(&c.go);
-    flag_init(&c.unwound);
-    pthread_t thread;
-    REQUIRE(pthread_create(&thread, NULL, cancel_job_main, &c) == 0);
-    REQUIRE(flag_wait(&c.ready, prompt_seconds()));
-    REQUIRE(pthread_cancel(thread) == 0);
-    flag_set(&c.go);
-    sleep_ms(tap_under_valgrind() ? 500 : 100); /* it reaches its wait */
-    flag_set(&a.release);
-    REQUIRE(flag_wait(&j.done, prompt_seconds()));
-    dispatch_job_join(&j);
-    void *result = NULL;
-    REQUIRE(pthread_join(thread, &result) == 0);
-    ok(result == PTHREAD_CANCELED, "the thread was cancelled");
-    is_int(c.status, FLUX_OK, "once its dispatch had returned FLUX_OK, not inside a callback of it");
     is_int(flux_try_dispatch(d, &payload_ids[3]), FLUX_OK, "the dispatcher is free again");
     is_int(flux_is_dispatching(d), 0, "and idle");
     if (flux_is_dispatching(d) == 0)
@@ -425,6 +392,16 @@ static void test_cancelled_waiting_dispatch_with_a_cancellation_point_in_a_callb
     flag_fini(&c.go);
     flag_fini(&c.unwound);
     blocker_fini(&a);
+}
+
+static void test_cancelled_waiting_dispatch(void)
+{
+    cancel_a_waiting_dispatch(0);
+}
+
+static void test_cancelled_waiting_dispatch_with_a_cancellation_point_in_a_callback(void)
+{
+    cancel_a_waiting_dispatch(1);
 }
 
 static void test_waiting_dispatch_runs_after_failed_one(void)
