@@ -727,7 +727,8 @@ FLUX_API flux_status flux_store_destroy(flux_store *s);
  * @return FLUX_OK.
  *         FLUX_ERR_INVALID_ARGUMENT: count is 0 or more than SIZE_MAX / 2;
  *         stores, a store, fn or out is NULL; the stores are not all on one
- *         dispatcher; the dispatcher is being destroyed.
+ *         dispatcher; the dispatcher is being destroyed, or a store is (a
+ *         call from a destroy that flux_store_destroy() runs).
  *         FLUX_ERR_NO_MEMORY.
  *         FLUX_ERR_ALREADY_DISPATCHING: only in a child process, on a
  *         dispatch the fork orphaned (see "fork").

@@ -438,6 +438,12 @@ public func flux_store_group_create(
         guard let store = stores[i] else {
             return handedOver.refuse(FluxError(.invalidArgument, template: "stores[\u{1}] is NULL", number: UInt64(i)))
         }
+        // Called from a destroy that flux_store_destroy() runs: the store is
+        // freed once it returns, and the group would count in freed memory.
+        if store.store.pointee.core.isReleased {
+            return handedOver.refuse(
+                FluxError(.invalidArgument, template: "stores[\u{1}] is being destroyed", number: UInt64(i)))
+        }
         if store.store.pointee.handle != handle {
             return handedOver.refuse(
                 FluxError(

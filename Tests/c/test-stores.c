@@ -967,6 +967,37 @@ static void listener_added_by_a_destroy_during_store_destroy_is_refused(void)
     teardown(d, NULL, 0);
 }
 
+/* A listener's destroy that makes a group of its store (which is being
+ * destroyed, and freed once the destroys return): refused, as the add is,
+ * the group's context destroyed at once -- not a group counting in, and
+ * waiting for, a freed store. */
+static flux_status g_group_while_destroyed = FLUX_OK;
+static flux_store_group *g_group_while_destroyed_out;
+
+static void lis_destroy_then_group(void *context)
+{
+    lis *l = context;
+    flux_store *s = l->s;
+    lis_destroy(context);
+    gctx *g = gctx_new();
+    g_group_while_destroyed = flux_store_group_create(&s, 1, group_fn, g, group_destroy, &g_group_while_destroyed_out);
+}
+
+static void group_made_by_a_destroy_during_store_destroy_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 3, false);
+    lis *l = lis_new(1, t->s);
+    REQUIRE(flux_store_add_listener(t->s, lis_fn, l, lis_destroy_then_group, &l->token) == FLUX_OK);
+    EXPECT_OK(flux_store_destroy(t->s));
+    is_int(g_group_while_destroyed, FLUX_ERR_INVALID_ARGUMENT,
+           "group_create from a listener's destroy while its store is destroyed: INVALID_ARGUMENT");
+    ok(g_group_while_destroyed_out == NULL, "and *out is NULL");
+    is_int(count_events(EV_GROUP_DESTROY), 1, "the group's context destroyed at once");
+    teardown(d, NULL, 0);
+}
+
 /* emit_change from the reduce of another store, called from this one's. */
 static int wait_for_user(tstore *t, void *state, const char *action, void **next)
 {
@@ -2337,6 +2368,7 @@ int main(void)
     RUN(reduce_failing_mid_chain);
     RUN(destroy_releases_listeners_then_state_then_context);
     RUN(listener_added_by_a_destroy_during_store_destroy_is_refused);
+    RUN(group_made_by_a_destroy_during_store_destroy_is_refused);
     RUN(emit_change_only_during_its_own_reduce);
     RUN(has_changed_reports_the_previous_result_before_the_store_runs);
     RUN(listener_ids_count_from_1_and_are_never_reused);

@@ -303,6 +303,14 @@ import Synchronization
         return table.pointee.emitting
     }
 
+    /// Whether `releaseListeners` has run: the store is going. Any thread
+    /// may ask (a host's release functions, say, which run after it).
+    @_spi(Engine) public var isReleased: Bool {
+        lock()
+        defer { unlock() }
+        return table.pointee.closed
+    }
+
     /// How many listeners the store has (removed ones not counted).
     var listenerCount: Int {
         lock()

@@ -108,7 +108,7 @@ from ._native import (
     trampoline as _trampoline,
 )
 from .dispatcher import Dispatcher, Token
-from .errors import FluxError, InvalidArgumentError, NoMemoryError, NotDispatchingError, Status
+from .errors import FluxError, InvalidArgumentError, NoMemoryError, NotDispatchingError, Status, UnknownTokenError
 
 __all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "handles"]
 
@@ -364,12 +364,15 @@ class Subscription:
     """A listener's handle: :meth:`remove` ends it. ``id`` numbers the
     store's listeners in the order they were added, from 1."""
 
-    __slots__ = ("_native_id", "_store", "id")
+    __slots__ = ("_life", "_native_id", "_store", "id")
 
     def __init__(self, store: Store, id: int, native_id: int) -> None:
         self._store = store
         self.id = id
         self._native_id = native_id  # flux_store_add_listener's
+        # The native store it was added to: one closed and made again
+        # issues the same native ids anew, to other listeners.
+        self._life = store._life
 
     def remove(self) -> None:
         """Removes the listener: no later emit calls it; when it is running,
@@ -378,7 +381,7 @@ class Subscription:
         :raises UnknownTokenError: already removed.
         :raises InvalidArgumentError: the store is closed.
         """
-        self._store._unlisten(self._native_id, quiet=False, public_id=self.id)
+        self._store._unlisten(self._native_id, quiet=False, public_id=self.id, life=self._life)
 
     def __repr__(self) -> str:
         return f"<flux.Subscription {self.id}>"
@@ -554,6 +557,8 @@ class Store(_ClosesOnExit):
         self._native_dispatcher: int = handle
         self._pending = dispatcher._pending
         self._handle: int | None = None
+        # This native store, as Subscriptions know it (see Subscription._life).
+        self._life = object()
         # emit_change(error=...)'s error and the dispatching thread that
         # emitted it (for _end_error), until its emit is over; and the id
         # cell of the listener that ends it (see _error_emitted).
@@ -849,11 +854,12 @@ class Store(_ClosesOnExit):
                 if out.value and out.value != _native.UNTOUCHED:
                     self._settler = out
 
-    def _unlisten(self, native_id: int, *, quiet: bool, public_id: int | None = None) -> None:
+    def _unlisten(self, native_id: int, *, quiet: bool, public_id: int | None = None, life: object = None) -> None:
         """Removes a listener: ``quiet``, one no caller asked to remove (its
         owner went, an emit's error ended), silently, as the store may be
         closed or the listener removed; otherwise as Subscription.remove,
-        whose ``id`` is ``public_id``."""
+        whose ``id`` is ``public_id`` and ``life`` the native store it was
+        added to."""
         if not quiet and self._gone:
             self._sweep()
         error: FluxError | None = None
@@ -865,6 +871,10 @@ class Store(_ClosesOnExit):
                     return  # closed, or removed already: libflux holds only what _fns does
             else:
                 handle = self._live_handle("remove")
+                if life is not None and life is not self._life:
+                    # Added before a close() and a new __init__: it went with
+                    # the old native store, whose ids the new one reuses.
+                    raise UnknownTokenError(f"remove: subscription {public_id} was already removed")
             try:
                 status = self._drop_listener(handle, native_id, counted=True)
                 if status and not quiet:

@@ -969,6 +969,22 @@ def test_initializing_a_live_store_or_group_again_is_refused_and_changes_nothing
     d2.close()
 
 
+def test_a_subscription_of_a_store_closed_and_made_again_removes_nothing_new(d: flux.Dispatcher[Any]) -> None:
+    # The new native store issues listener ids from 1 again: a Subscription
+    # of the old one must not remove the new listener holding its id.
+    store = Counter(d)
+    old = store.add_listener(Spy())
+    store.close()
+    Counter.__init__(store, d)
+    spy = Spy()
+    store.add_listener(spy)
+    with pytest.raises(flux.UnknownTokenError, match="subscription 1 was already removed"):
+        old.remove()
+    d.dispatch("inc")
+    assert spy.calls == 1
+    store.close()
+
+
 class Valued(flux.Store):
     """Equal when their names are: value semantics of the subclass's own."""
 
