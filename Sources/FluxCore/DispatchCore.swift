@@ -938,18 +938,7 @@ import Synchronization
         lock.lock()
         while true {
             mergeLocked()
-            guard let next = locked.pointee.queue.popFirst() else { break }
-            // Still dispatching: keep the waiters' bit, and the slow-end bit
-            // while payloads remain, so the next end comes back here.
-            state.store(
-                Self.dispatchingBit
-                    | (locked.pointee.waiters > 0 ? Self.waitersBit : 0)
-                    | (locked.pointee.queue.isEmpty ? 0 : Self.slowEndBit), ordering: .releasing)
-            checkInvariantsLocked()
-            lock.unlock()
-            owner.store(currentThreadID(), ordering: .relaxed)
-            let error = runBody(next.payload)
-            Callback.complete(next.completion, next.payload, error)
+            guard runNextQueued() else { break }
             owner.store(0, ordering: .relaxed)
             lock.lock()
         }
@@ -971,6 +960,30 @@ import Synchronization
         retired.drain { $0.release() }
         // Last: the call is over, nothing of it left to run (see beginSlow).
         if let cancelState { restoreCancellation(cancelState) }
+    }
+
+    /// Under the lock, from `endSlow`: pops the next queued payload, and
+    /// false when there is none (the lock still held). Else dispatches and
+    /// completes it with the lock let go and the dispatcher this thread's,
+    /// and returns true with both still so: the entry (its payload, its
+    /// completion) is let go of here, before `endSlow` gives up ownership and
+    /// retakes the lock -- a deinit it runs may call in, and is then refused
+    /// or queued, as from the completion, not left waiting for this very
+    /// call, or for the lock, forever.
+    private func runNextQueued() -> Bool {
+        guard let next = locked.pointee.queue.popFirst() else { return false }
+        // Still dispatching: keep the waiters' bit, and the slow-end bit
+        // while payloads remain, so the next end comes back here.
+        state.store(
+            Self.dispatchingBit
+                | (locked.pointee.waiters > 0 ? Self.waitersBit : 0)
+                | (locked.pointee.queue.isEmpty ? 0 : Self.slowEndBit), ordering: .releasing)
+        checkInvariantsLocked()
+        lock.unlock()
+        owner.store(currentThreadID(), ordering: .relaxed)
+        let error = runBody(next.payload)
+        Callback.complete(next.completion, next.payload, error)
+        return true
     }
 
     /// Under the lock, at the end of a dispatch: what mutators left for it.

@@ -351,4 +351,42 @@ import Synchronization
         try d.dispatch(5)  // nothing left over
     }
 
+    // A queued entry -- its payload and its onError -- used to be let go of
+    // by the drain after the dispatcher's owner was cleared, with its lock
+    // held: a dispatch from what it let go of waited for the very call
+    // running it (or for the lock it held), forever.
+    @Test(
+        "a dispatch or enqueue from a deinit run as the drain lets go of a queued onError does not hang",
+        arguments: [false, true])
+    func aDeinitOfAQueuedOnErrorCanCallIn(enqueues: Bool) throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        d.register { [unowned d] p in
+            log.append("p\(p)")
+            if p == 1 {
+                // The only reference to the deinit's object is the onError.
+                let hook = OnDeinit { [unowned d] in
+                    if enqueues {
+                        log.append("enqueue \(fluxCode { try d.enqueue(3) }.map { "\($0)" } ?? "none")")
+                    } else {
+                        log.append("dispatch \(fluxCode { try d.dispatch(3) }.map { "\($0)" } ?? "none")")
+                    }
+                }
+                try d.enqueue(2, onError: { _ in withExtendedLifetime(hook) {} })
+            }
+        }
+        let done = Gate()
+        let caller = Thread {
+            try? d.dispatch(1)
+            done.open()
+        }
+        let finished = done.wait(seconds: 5)
+        #expect(finished)
+        guard finished else { return }  // the thread is stuck for good
+        caller.join()
+        // Inside the call, draining: a dispatch is refused, an enqueue queues.
+        #expect(
+            log.all
+                == (enqueues ? ["p1", "p2", "enqueue none", "p3"] : ["p1", "p2", "dispatch alreadyDispatching"]))
+    }
 }
