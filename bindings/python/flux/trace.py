@@ -16,6 +16,7 @@ event arrives on the dispatching thread, in order, and is stamped with
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -329,16 +330,17 @@ class Trace(_native.Unshareable):
         def walk(node: _Node, prefix: str, last: bool, top: bool) -> None:
             took = _duration(node.begin, node.end)
             tail = f"  {took}" + (f"  {node.outcome}" if node.outcome else "")
+            label = _printable(node.label)
             if top:
-                lines.append(node.label + tail)
+                lines.append(label + tail)
                 child_prefix = ""
             else:
-                lines.append(prefix + ("└─ " if last else "├─ ") + node.label + tail)
+                lines.append(prefix + ("└─ " if last else "├─ ") + label + tail)
                 child_prefix = prefix + ("   " if last else "│  ")
             for i, item in enumerate(node.items):
                 is_last = i == len(node.items) - 1
                 if isinstance(item, str):
-                    lines.append(child_prefix + ("└─ " if is_last else "├─ ") + f"waits for {item}")
+                    lines.append(child_prefix + ("└─ " if is_last else "├─ ") + f"waits for {_printable(item)}")
                 else:
                     walk(item, child_prefix, is_last, False)
 
@@ -349,7 +351,9 @@ class Trace(_native.Unshareable):
     def chrome_trace(self) -> dict[str, Any]:
         """The trace in the Trace Event Format: one complete ("X") event per
         dispatch and callback (nested callbacks are nested slices on the
-        thread's track), and an instant ("i") event per wait_for."""
+        thread's track), and an instant ("i") event per wait_for. A dispatch
+        or callback still running (the trace taken during a dispatch) is a
+        begin ("B") event with no end: viewers show it unfinished."""
         out: list[dict[str, Any]] = []
         pid = os.getpid()
         open_: dict[int, list[TraceEvent]] = {}
@@ -359,25 +363,14 @@ class Trace(_native.Unshareable):
                 stack.append(ev)
             elif ev.kind in ("dispatch_end", "callback_end") and stack:
                 begin = stack.pop()
-                args: dict[str, object]
+                slice_ = _slice(begin, pid)
+                slice_["ph"] = "X"
+                slice_["dur"] = (ev.time_ns - begin.time_ns) / 1000
                 if begin.kind == "dispatch_begin":
-                    name, cat = f"dispatch {_short(begin.payload)}", "dispatch"
-                    args = {"status": _status_name(ev.status)}
+                    slice_["args"] = {"status": _status_name(ev.status)}
                 else:
-                    name, cat = begin.name or f"token {begin.token}", "callback"
-                    args = {"token": begin.token, "result": ev.result}
-                out.append(
-                    {
-                        "name": name,
-                        "cat": cat,
-                        "ph": "X",
-                        "pid": pid,
-                        "tid": ev.thread,
-                        "ts": begin.time_ns / 1000,
-                        "dur": (ev.time_ns - begin.time_ns) / 1000,
-                        "args": args,
-                    }
-                )
+                    slice_["args"] = {"token": begin.token, "result": ev.result}
+                out.append(slice_)
             elif ev.kind == "wait_for":
                 out.append(
                     {
@@ -391,8 +384,16 @@ class Trace(_native.Unshareable):
                         "args": {"waiter": ev.token, "tokens": list(ev.tokens)},
                     }
                 )
-        # Parents before children at equal timestamps: viewers nest by order.
-        out.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        # Still running: dropped, it would leave what ran inside it parentless.
+        for stack in open_.values():
+            for begin in stack:
+                slice_ = _slice(begin, pid)
+                slice_["ph"] = "B"
+                slice_["args"] = {} if begin.kind == "dispatch_begin" else {"token": begin.token}
+                out.append(slice_)
+        # Parents before children at equal timestamps: viewers nest by order
+        # (a slice still running outlasts any).
+        out.sort(key=lambda e: (e["ts"], -e.get("dur", math.inf if e["ph"] == "B" else 0)))
         return {"traceEvents": out, "displayTimeUnit": "ms"}
 
     def write_chrome_trace(self, path: str | os.PathLike[str]) -> None:
@@ -401,6 +402,22 @@ class Trace(_native.Unshareable):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.chrome_trace(), f, indent=1)
             f.write("\n")
+
+
+def _slice(begin: TraceEvent, pid: int) -> dict[str, Any]:
+    """The fields of a dispatch's or callback's slice that its begin gives."""
+    if begin.kind == "dispatch_begin":
+        name, cat = f"dispatch {_short(begin.payload)}", "dispatch"
+    else:
+        name, cat = begin.name or f"token {begin.token}", "callback"
+    return {"name": name, "cat": cat, "pid": pid, "tid": begin.thread, "ts": begin.time_ns / 1000}
+
+
+def _printable(text: str) -> str:
+    """text on one line of a tree: a newline in a name or a repr would start
+    a line with no tree prefix, a lone surrogate fail print(); escaped as
+    repr() escapes them."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _short(payload: Any, limit: int = 60) -> str:

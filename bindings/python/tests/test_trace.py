@@ -489,3 +489,45 @@ def test_the_flight_trace_example_prints_the_readmes_tree(tmp_path: Path) -> Non
     tree = result.stdout.split("\n\n")[0] + "\n"
     assert without_durations(tree) == without_durations(shown.group(1))
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+
+
+class MultiLine:
+    def __repr__(self) -> str:
+        return "MultiLine(\n  rows=2\n)"  # as a numpy array's or a DataFrame's repr
+
+
+def test_render_keeps_one_line_per_node_whatever_the_names_and_payloads(d: flux.Dispatcher[Any]) -> None:
+    t: dict[str, flux.Token] = {}
+    t["a"] = d.register(lambda p: d.wait_for([t["b"]]), name="first\nsecond\u2028\ud800")
+    t["b"] = d.register(lambda p: None, name="b\r\x00")
+    with flux.Trace(d) as trace:
+        d.dispatch(MultiLine())
+    lines = trace.render().splitlines()
+    assert len(lines) == 4, lines  # the dispatch, its callback, its wait, the waited-for callback
+    assert lines[0].startswith("dispatch MultiLine(\\n  rows=2\\n)  ")
+    assert lines[1].startswith("└─ first\\nsecond\\u2028\\ud800 (token 1)  ")
+    assert lines[2] == "   ├─ waits for b\\r\\x00"
+    assert lines[3].startswith("   └─ b\\r\\x00 (token 2)  ")
+    trace.render().encode("utf-8")  # printable, to a terminal or a file
+
+
+def test_chrome_trace_taken_during_a_dispatch_shows_what_is_still_running(d: flux.Dispatcher[Any]) -> None:
+    t: dict[str, flux.Token] = {}
+    taken: list[dict[str, Any]] = []
+
+    def waiter(p: Any) -> None:
+        d.wait_for([t["b"]])
+        taken.append(trace.chrome_trace())
+
+    t["a"] = d.register(waiter, name="A")
+    t["b"] = d.register(lambda p: None, name="B")
+    with flux.Trace(d) as trace:
+        d.dispatch("p")
+    events = taken[0]["traceEvents"]
+    json.dumps(taken[0])
+    running = [(e["ph"], e["name"]) for e in events if e["ph"] == "B"]
+    assert running == [("B", "dispatch 'p'"), ("B", "A")]  # open slices, outermost first
+    b = next(e for e in events if e["name"] == "B")
+    a = next(e for e in events if e["name"] == "A")
+    assert b["ph"] == "X" and a["ts"] <= b["ts"]
+    assert [e["name"] for e in events].index("A") < [e["name"] for e in events].index("B")
