@@ -2292,9 +2292,16 @@ static void stores_made_on_another_thread_while_listeners_run(void)
     REQUIRE(pthread_create(&th, NULL, side_thread, d) == 0);
     int failed = 0;
     long rounds = tap_scale(20000), i;
-    /* Until the other thread has been through its loop a few times too. */
-    for (i = 0; i < rounds || atomic_load(&SR.made) < 50; i++)
+    /* Until the other thread has been through its loop a few times too.
+     * Its destroy needs the dispatcher idle: a yield now and then makes
+     * sure it sees it so. Without, valgrind's one-thread-at-a-time
+     * scheduling could switch to it only mid-dispatch, for good (a
+     * livelock that depended on the size of the environment). */
+    for (i = 0; i < rounds || atomic_load(&SR.made) < 50; i++) {
         failed += flux_dispatch(d, "inc") != FLUX_OK;
+        if (i % 64 == 63)
+            sched_yield();
+    }
     atomic_store(&SR.stop, 1);
     pthread_join(th, NULL);
     is_int(failed, 0, "every dispatch succeeded");
