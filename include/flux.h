@@ -68,6 +68,16 @@
  * the dispatching thread, which runs it before its own call returns.
  * Observer hooks run on the dispatching thread.
  *
+ * Signals
+ * -------
+ * The library installs no signal handler and changes no thread's signal
+ * mask. A handled signal does not end a flux_dispatch() that waits for
+ * another thread's dispatch: the call goes on waiting, then dispatches. No
+ * function of this header is async-signal-safe (they take locks and
+ * allocate): a signal handler must not call one, as it must not call
+ * malloc(); let it set a flag or write to a pipe, and call libflux from the
+ * thread afterwards.
+ *
  * Returning
  * ---------
  * Every function the library calls -- a callback, a store's reduce, equal

@@ -11,6 +11,8 @@
  * (and the per-case watchdog catches anything worse).
  */
 #include <sched.h>
+#include <signal.h>
+#include <stdint.h>
 
 #include "helpers.h"
 
@@ -431,6 +433,166 @@ static void test_waiting_dispatch_runs_after_failed_one(void)
     is_trace(&log, INTS(11, 12, 22), "the failed dispatch stopped; the next called everyone");
     EXPECT_OK(flux_dispatcher_destroy(d));
     blocker_fini(&a);
+}
+
+/* ---- signals (flux.h, "Signals") -------------------------------------------- */
+
+static atomic_int signals_handled;
+
+static void count_signal(int sig)
+{
+    (void)sig;
+    atomic_fetch_add(&signals_handled, 1);
+}
+
+/* A handled signal -- its handler installed without SA_RESTART, so that a
+ * system call it interrupts fails with EINTR -- does not end a dispatch's
+ * wait for another thread's: the call goes on waiting, then dispatches. */
+static void test_signals_do_not_end_a_waiting_dispatch(void)
+{
+    struct sigaction counting, old;
+    memset(&counting, 0, sizeof counting);
+    counting.sa_handler = count_signal;
+    sigemptyset(&counting.sa_mask);
+    REQUIRE(sigaction(SIGUSR1, &counting, &old) == 0);
+    atomic_store(&signals_handled, 0);
+
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    blocker a;
+    tctx b;
+    blocker_init(&a, 1, &log);
+    tctx_init(&b, 2, &log);
+    flux_token t;
+    EXPECT_OK(flux_register(d, blocker_cb, &a, NULL, &t));
+    EXPECT_OK(flux_register(d, tctx_cb, &b, NULL, &t));
+    dispatch_job j1, j2;
+    dispatch_job_start(&j1, d, &payload_ids[1]);
+    REQUIRE(flag_wait(&a.entered, prompt_seconds()));
+    dispatch_job_start(&j2, d, &payload_ids[2]);
+    REQUIRE(flag_wait(&j2.started, prompt_seconds()));
+    sleep_ms(tap_under_valgrind() ? 300 : 50); /* into its wait */
+    for (int i = 0; i < 20; i++) {
+        pthread_kill(j2.thread, SIGUSR1);
+        sleep_ms(5);
+    }
+    ok(atomic_load(&signals_handled) > 0, "the waiting thread handled the signals");
+    ok(!flag_is_set(&j2.done), "and its flux_dispatch() is still waiting");
+    flag_set(&a.release);
+    dispatch_job_join(&j1);
+    dispatch_job_join(&j2);
+    is_int(j2.status, FLUX_OK, "then it dispatched and returned FLUX_OK");
+    is_trace(&log, INTS(11, 21, 12, 22), "after the other dispatch had finished");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    blocker_fini(&a);
+    REQUIRE(sigaction(SIGUSR1, &old, NULL) == 0);
+}
+
+/* Every signal's disposition, and this thread's mask. */
+typedef struct signal_state {
+    struct sigaction actions[NSIG];
+    sigset_t mask;
+} signal_state;
+
+static void signal_state_get(signal_state *st)
+{
+    memset(st, 0, sizeof *st);
+    for (int sig = 1; sig < NSIG; sig++)
+        sigaction(sig, NULL, &st->actions[sig]); /* fails (and stays zero) for unused numbers */
+    pthread_sigmask(SIG_SETMASK, NULL, &st->mask);
+}
+
+/* How many signals' dispositions or mask bits differ. */
+static int signal_state_changes(const signal_state *x, const signal_state *y)
+{
+    int changes = 0;
+    for (int sig = 1; sig < NSIG; sig++) {
+        changes += x->actions[sig].sa_handler != y->actions[sig].sa_handler;
+        changes += x->actions[sig].sa_flags != y->actions[sig].sa_flags;
+        changes += sigismember(&x->mask, sig) != sigismember(&y->mask, sig);
+    }
+    return changes;
+}
+
+static int signal_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context;
+    (void)payload;
+    *next = (void *)((intptr_t)state + 1);
+    return 0;
+}
+
+static void signal_listener(void *context)
+{
+    ++*(int *)context;
+}
+
+static void signal_handler(void *userdata, void *ret, void **args)
+{
+    (void)userdata;
+    (void)args;
+    *(int32_t *)ret = 0;
+}
+
+static void signal_done(void *context, void *payload, flux_status status)
+{
+    (void)payload;
+    *(flux_status *)context = status;
+}
+
+typedef struct signal_worker {
+    flux_dispatcher *d;
+    int changes;
+} signal_worker;
+
+static void *signal_worker_main(void *arg)
+{
+    signal_worker *w = arg;
+    signal_state before, after;
+    signal_state_get(&before);
+    EXPECT_OK(flux_dispatch(w->d, &payload_ids[2]));
+    signal_state_get(&after);
+    w->changes = signal_state_changes(&before, &after);
+    return NULL;
+}
+
+/* The library's whole surface, on two threads: no disposition and no mask
+ * changes (a runtime linked into the library could install handlers). */
+static void test_library_leaves_signals_alone(void)
+{
+    signal_state before, after;
+    signal_state_get(&before);
+
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_store *s = NULL;
+    EXPECT_OK(flux_store_create(d, NULL, signal_reduce, NULL, NULL, NULL, NULL, &s));
+    int heard = 0;
+    flux_listener_id id;
+    EXPECT_OK(flux_store_add_listener(s, signal_listener, &heard, NULL, &id));
+    flux_closure *c = NULL;
+    EXPECT_OK(flux_closure_create("i(pp)", signal_handler, NULL, NULL, &c));
+    flux_token t;
+    EXPECT_OK(flux_register(d, (flux_callback)flux_closure_code(c), NULL, NULL, &t));
+    EXPECT_OK(flux_dispatch(d, &payload_ids[1]));
+    flux_status done = (flux_status)-1;
+    EXPECT_OK(flux_enqueue(d, (void *)&payload_ids[3], signal_done, &done));
+    is_int(done, FLUX_OK, "an enqueued dispatch ran");
+    signal_worker w = {.d = d, .changes = -1};
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, NULL, signal_worker_main, &w) == 0);
+    REQUIRE(pthread_join(thread, NULL) == 0);
+    is_int(heard, 3, "the store's listener heard three dispatches");
+    EXPECT_STATUS(flux_wait_for(d, &t, 1), FLUX_ERR_NOT_DISPATCHING);
+    EXPECT_OK(flux_unregister(d, t));
+    EXPECT_OK(flux_closure_destroy(c));
+    EXPECT_OK(flux_store_destroy(s));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+
+    signal_state_get(&after);
+    is_int(signal_state_changes(&before, &after), 0, "no signal disposition, nor this thread's mask, changed");
+    is_int(w.changes, 0, "nor the mask of another thread that dispatched");
 }
 
 /* ---- 3. other threads while a dispatch is held open ------------------------ */
@@ -869,6 +1031,8 @@ int main(void)
     RUN(test_cancelled_waiting_dispatch);
     RUN(test_cancelled_waiting_dispatch_with_a_cancellation_point_in_a_callback);
     RUN(test_waiting_dispatch_runs_after_failed_one);
+    RUN(test_signals_do_not_end_a_waiting_dispatch);
+    RUN(test_library_leaves_signals_alone);
     RUN(test_other_threads_during_dispatch);
     RUN(test_wait_for_from_other_thread);
     RUN(test_other_dispatcher_not_blocked);
