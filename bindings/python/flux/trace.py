@@ -374,7 +374,7 @@ class Trace(_native.Unshareable):
             elif ev.kind == "wait_for":
                 out.append(
                     {
-                        "name": f"wait_for {', '.join(ev.names)}",
+                        "name": _unicode(f"wait_for {', '.join(ev.names)}"),
                         "cat": "wait_for",
                         "ph": "i",
                         "s": "t",
@@ -410,7 +410,14 @@ def _slice(begin: TraceEvent, pid: int) -> dict[str, Any]:
         name, cat = f"dispatch {_short(begin.payload)}", "dispatch"
     else:
         name, cat = begin.name or f"token {begin.token}", "callback"
-    return {"name": name, "cat": cat, "pid": pid, "tid": begin.thread, "ts": begin.time_ns / 1000}
+    return {"name": _unicode(name), "cat": cat, "pid": pid, "tid": begin.thread, "ts": begin.time_ns / 1000}
+
+
+def _unicode(text: str) -> str:
+    """text as valid Unicode: a lone surrogate (a name or a repr may hold
+    one) would reach the JSON as an escape strict parsers reject, and fail
+    json.dump(ensure_ascii=False) to a UTF-8 file; escaped as repr() does."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _printable(text: str) -> str:

@@ -511,6 +511,18 @@ def test_render_keeps_one_line_per_node_whatever_the_names_and_payloads(d: flux.
     trace.render().encode("utf-8")  # printable, to a terminal or a file
 
 
+def test_chrome_trace_names_are_valid_unicode_whatever_the_names_and_payloads(d: flux.Dispatcher[Any]) -> None:
+    t: dict[str, flux.Token] = {}
+    t["a"] = d.register(lambda p: d.wait_for([t["b"]]), name="a\ud800")
+    t["b"] = d.register(lambda p: None, name="b\udfff")
+    with flux.Trace(d) as trace:
+        d.dispatch("p\udc80")
+    names = sorted(e["name"] for e in trace.chrome_trace()["traceEvents"])
+    assert names == ["a\\ud800", "b\\udfff", "dispatch 'p\\udc80'", "wait_for b\\udfff"]
+    # Strict: a lone surrogate cannot be encoded, so would raise here.
+    json.dumps(trace.chrome_trace(), ensure_ascii=False).encode("utf-8")
+
+
 def test_chrome_trace_taken_during_a_dispatch_shows_what_is_still_running(d: flux.Dispatcher[Any]) -> None:
     t: dict[str, flux.Token] = {}
     taken: list[dict[str, Any]] = []
