@@ -957,7 +957,7 @@ class Store(_ClosesOnExit):
             # What libflux lets go here -- the listeners, and through them
             # their owners -- and the states are kept until the lock is
             # released (see _fns): their finalizers may take other locks.
-            kept = (self._fns, self._held[0], self._held[1])
+            kept = (self._fns, self._held)
             # Cleared first: calls made by the destroys (an owner's weakref
             # callback removing its listener, say) find the store closed.
             self._handle = None
@@ -983,13 +983,20 @@ class Store(_ClosesOnExit):
                     if status:
                         self._handle = handle  # refused: nothing changed, the store is open
                     else:
+                        # The C store's states go with the list its context
+                        # holds, when libflux runs that destroy: here (kept
+                        # above), or -- should a dispatch have started on
+                        # another thread during the call -- once that
+                        # dispatch ends, which may still hand the reduce
+                        # the state. Emptying the list here would free it.
+                        # Before any call: an interrupt raised after one
+                        # would leave the closed store holding them.
+                        self._held = [None, _SETTLED]
                         # No call before the native handle is forgotten: an
                         # interrupt raised after one (a dict's pop is one)
                         # would skip it, and the dispatcher's finalizer would
                         # destroy the freed store again.
                         dispatcher._natives.pop(handle, None)
-                        self._held[0] = None
-                        self._held[1] = _SETTLED  # the C store's states go (kept above)
                         self._fns = {}
                         self._listeners = 0  # as _fns: they went with the store
                         self._settler = None
@@ -1087,11 +1094,14 @@ class ReduceStore(Store, Generic[S]):
         # then an older one). So the pointer is read again: unchanged, the C
         # store holds the object at that address now, and the object found,
         # alive (we hold it), is that one.
-        held = self._held
         if _left_over.up:
             _native.raise_escaped()  # what an owner's weakref callback kept, say
         with self._lock:  # not closed meanwhile (see _create)
             handle = self._live_handle("state")
+            # Taken after the handle, which _create sets after them: the
+            # states of this native store, not of one closed meanwhile
+            # (among which the loop below would never find its state).
+            held = self._held
             try:
                 pointer = _flux_store_state(handle)
                 while True:

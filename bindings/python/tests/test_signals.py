@@ -687,6 +687,39 @@ def test_sigint_anywhere_in_a_stores_close_leaves_nothing_for_the_finalizer_to_d
     )
 
 
+def test_sigint_anywhere_in_a_stores_close_leaves_no_state_held_by_the_closed_store() -> None:
+    # close() cut short after it forgot the native handle reads as closed,
+    # and a second close() returns at once: the states must already be
+    # let go of by then, not kept by the closed store object until it goes.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            """
+        place = 0
+        while True:
+            place += 1
+            d = flux.Dispatcher()
+            store = Counter(d)
+            d.dispatch("inc")
+            state = weakref.ref(store.state)
+            reached, raised = interrupt_at(place, store.close)
+            assert raised is None or raised is sent[-1], (place, raised)
+            if not reached:
+                break  # close() ran to its end: every place was tried
+            store.close()  # finishes, or finds it closed
+            raised = None
+            sent.clear()  # their tracebacks hold close()'s frame, and what it kept
+            gc.collect()
+            assert store.closed and state() is None, place
+            d.close()
+            del d, store
+            clean()
+        assert place > 10, place  # close() was traced
+        """
+        )
+    )
+
+
 def test_sigint_anywhere_in_close_leaves_a_close_the_next_one_finishes() -> None:
     # close() cut short once it cleared its handle reads as closed: the next
     # close() must finish it -- every store and group closed, every

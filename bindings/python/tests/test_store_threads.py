@@ -121,3 +121,60 @@ def test_store_calls_racing_close_on_another_thread_never_crash() -> None:
     )
     assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
     assert result.stdout == "ok\n"
+
+
+def test_reading_state_while_the_store_is_closed_and_made_again_returns() -> None:
+    # A reader that took the store's held states just before another thread
+    # closed the store and initialized it again looked for the new C store's
+    # state among the old store's states, found it never, and looped for
+    # good (holding the store's lock). The reader is held, deterministically,
+    # at its first look at the escaped-exception flag, right after it took them.
+    result = run_in_own_process(
+        """
+        import os, threading
+        import flux
+        from flux import stores
+
+        class Counter(flux.ReduceStore):
+            def get_initial_state(self):
+                return 0
+            def reduce(self, state, action):
+                return state + 1
+
+        main = threading.get_ident()
+        reached, go = threading.Event(), threading.Event()
+
+        class Gate:
+            @property
+            def up(self):
+                if threading.get_ident() != main and not reached.is_set():
+                    reached.set()
+                    go.wait()
+                return False
+
+        d = flux.Dispatcher()
+        store = Counter(d)
+        d.dispatch("inc")
+        stores._left_over = Gate()
+        outcome = []
+
+        def read():
+            try:
+                outcome.append(store.state)
+            except flux.InvalidArgumentError as exc:
+                outcome.append(type(exc))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reached.wait()
+        store.close()
+        Counter.__init__(store, d)  # its state, 0, is not the old one, 1
+        go.set()
+        reader.join(timeout=5)
+        if reader.is_alive():
+            print("stuck")
+            os._exit(1)
+        print(outcome)
+        """
+    )
+    assert result.stdout == "[0]\n", (result.returncode, result.stdout, result.stderr[-2000:])

@@ -854,6 +854,41 @@ def test_closing_a_store_during_a_dispatch_is_refused(d: flux.Dispatcher[Any]) -
     assert errors == [flux.AlreadyDispatchingError] and not store.closed
 
 
+def test_close_keeps_the_states_until_libflux_releases_the_store(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # flux.h: should a dispatch start on another thread during
+    # flux_store_destroy(), it returns FLUX_OK and the store's releases run
+    # when that dispatch ends -- which may still hand the reduce the C
+    # store's state. That window is a few instructions wide in libflux, so
+    # it is faked: the destroy "returns" FLUX_OK, and runs for real later.
+    from flux import _native
+    from flux import stores as stores_module
+
+    store = Boxes(d)
+    d.dispatch("new")
+    state = weakref.ref(store.state)
+    deferred: list[int] = []
+
+    def deferring(handle: int) -> int:
+        deferred.append(handle)
+        return 0
+
+    monkeypatch.setattr(stores_module, "_flux_store_destroy_raw", deferring)
+    store.close()
+    monkeypatch.undo()
+    assert store.closed and len(deferred) == 1
+    try:
+        gc.collect()
+        assert state() is not None, "let go of while the C store still holds it"
+        d.dispatch("new")  # the dispatch that began in the window: its reduce gets that state
+        assert len(store.made) == 2 and store.made[-1]() is not None
+    finally:
+        assert _native.flux_store_destroy_raw(deferred[0]) == 0  # that dispatch ends
+    gc.collect()
+    assert state() is None and store.made[-1]() is None, "released with the C store"
+
+
 def test_a_store_in_a_group_cannot_be_closed(d: flux.Dispatcher[Any]) -> None:
     store = Counter(d)
     group = flux.StoreGroup([store], Spy())
