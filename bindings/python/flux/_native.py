@@ -53,7 +53,7 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
-from threading import get_ident
+from threading import get_ident, local
 from types import FrameType
 from typing import Any
 
@@ -567,8 +567,33 @@ class Flag:
 left_over = Flag()
 
 
+class _ThreadEnd:
+    """Kept in a thread's own storage once the thread parked something: it
+    goes with the thread (at its end; a foreign thread's after each call
+    from C), taking what is left of that thread's -- which no call of it can
+    raise any more, and a later thread given the same ident (pthread_t
+    values are reused) would raise as its own."""
+
+    __slots__ = ("ident",)
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+
+    # Bound as defaults: this may run as the interpreter shuts down.
+    def __del__(self, escaped: dict[int, BaseException] = escaped, left_over: Flag = left_over) -> None:
+        escaped.pop(self.ident, None)
+        if not escaped and not left_over.queued:
+            left_over.up = False
+
+
+_this_thread = local()
+
+
 def park_escaped(ident: int, exc: BaseException) -> None:
-    """Keeps ``exc`` as what escaped on thread ``ident``; the first counts."""
+    """Keeps ``exc`` as what escaped on thread ``ident`` (this thread), until
+    it is taken or the thread ends; the first counts."""
+    if getattr(_this_thread, "end", None) is None:
+        _this_thread.end = _ThreadEnd(ident)
     left_over.up = True
     escaped.setdefault(ident, exc)
 

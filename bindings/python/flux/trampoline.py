@@ -22,7 +22,9 @@ An interrupt is not lost that way: a :class:`BaseException` that is not an
 :class:`Exception` (a ``KeyboardInterrupt`` from SIGINT landing in or just
 before the handler, a ``SystemExit``) also gives the C caller 0, and is raised
 by this thread's next libflux call -- by :func:`call` itself when the
-trampoline was called through it (or through C code it called).
+trampoline was called through it (or through C code it called); it is dropped
+if the thread ends first (for a thread C made, Python's view of which ends
+with each call from C).
 """
 
 from __future__ import annotations

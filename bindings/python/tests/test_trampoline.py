@@ -308,6 +308,49 @@ def test_a_float_too_large_for_f_is_refused_and_as_a_result_reported(monkeypatch
     assert [type(r.exc_value) for r in reported] == [OverflowError]
 
 
+def test_an_interrupt_parked_by_a_thread_that_ended_is_not_raised_on_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A SystemExit leaving a handler that foreign C code called (no libflux
+    # call around it) is parked for the thread's next libflux call. The
+    # thread ended without one: the entry stayed, and a later thread given
+    # the same ident (pthread_t values are reused) raised it from flux.call.
+    monkeypatch.setattr(sys, "unraisablehook", flux._native._unraisable_hook)  # not pytest's
+    foreign_call = ctypes.CFUNCTYPE(ctypes.c_int)
+    idents: list[int] = []
+
+    def from_c(address: int) -> None:
+        idents.append(threading.get_ident())
+        assert foreign_call(address)() == 0
+
+    def later() -> None:
+        idents.append(threading.get_ident())
+        assert flux.call(t.address, "i()") == 0  # no SystemExit from another thread
+
+    with flux.Trampoline("i()", lambda: sys.exit(3)) as t:
+        worker = threading.Thread(target=from_c, args=(t.address,))
+        worker.start()
+        worker.join()
+        assert idents[0] not in flux._native.escaped
+        # A thread C made: Python knows it only during each call from C.
+        libc = ctypes.CDLL(None)
+        libc.pthread_create.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+        libc.pthread_join.argtypes = (ctypes.c_ulong, ctypes.c_void_p)
+        with flux.Trampoline("p(p)", lambda arg: from_c(t.address)) as start:
+            thread = ctypes.c_ulong()
+            assert libc.pthread_create(ctypes.byref(thread), None, start.address, None) == 0
+            assert libc.pthread_join(thread.value, None) == 0
+        assert idents[1] not in flux._native.escaped
+    with flux.Trampoline("i()", lambda: 0) as t:
+        for _ in range(20):  # until an ident is reused, most likely at once
+            worker = threading.Thread(target=later)
+            worker.start()
+            worker.join()
+            if idents[-1] in idents[:2]:
+                break
+    assert not flux._native.left_over.up
+
+
 def test_close_is_idempotent_and_releases_the_handler() -> None:
     before = tr.live_closures()
     t = flux.Trampoline("i()", lambda: 1)
