@@ -297,9 +297,16 @@ import Synchronization
     ///   of the parent was running (it never ends, so the callback would
     ///   never join).
     ///   On error `callback.release()` has run: the registration is never half made.
-    @_spi(Engine) public func register(_ callback: Callback) throws(FluxError) -> DispatchToken {
+    ///
+    /// `noting` gets the token under the lock, before any dispatch can see
+    /// the callback (it must not call in): an owner that keeps its token
+    /// where its callback reads it sets it there, for a dispatch on another
+    /// thread may call the callback before this returns.
+    @_spi(Engine) public func register(
+        _ callback: Callback, noting: (DispatchToken) -> Void = { _ in }
+    ) throws(FluxError) -> DispatchToken {
         lock.lock()
-        let result = insertLocked(callback)
+        let result = insertLocked(callback, noting)
         checkInvariantsLocked()
         lock.unlock()
         switch result {
@@ -311,12 +318,15 @@ import Synchronization
         }
     }
 
-    private func insertLocked(_ callback: Callback) -> Result<UInt64, FluxError> {
+    private func insertLocked(_ callback: Callback, _ noting: (DispatchToken) -> Void) -> Result<UInt64, FluxError> {
         if isClosed { return .failure(.closed) }
         // It would join when the orphaned dispatch ends: never, so its
         // callback would never run nor its context be released.
         if state.load(ordering: .relaxed) & Self.orphanedBit != 0 { return .failure(.orphaned) }
         let token = locked.pointee.nextToken
+        // Noted before the table lets any dispatch see the callback: a
+        // dispatch starts without the lock, synchronized by the table's
+        // release; a joined callback is merged under the lock.
         if claimTable(orSet: Self.slowEndBit) {
             defer { releaseTable() }
             if slots.pointee.isFull {
@@ -328,9 +338,11 @@ import Synchronization
                 slots.pointee = bigger
             }
             slots.pointee.append(token, callback)
+            noting(DispatchToken(rawValue: token))
         } else {
             guard reserveJoinedSlot() else { return .failure(.outOfMemory) }
             locked.pointee.joined?.append(token, callback)
+            noting(DispatchToken(rawValue: token))
         }
         locked.pointee.nextToken += 1
         return .success(token)

@@ -61,10 +61,13 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     }
 
     /// `register` for stores and groups: only `unregister(owned:)` ends
-    /// their registrations.
-    func register(owner: RegistrationOwner, _ callback: @escaping Callback) -> DispatchToken {
+    /// their registrations. `noting` gets the token before any dispatch can
+    /// run `callback` (see `DispatchCore.register`).
+    func register(
+        owner: RegistrationOwner, _ callback: @escaping Callback, noting: (DispatchToken) -> Void = { _ in }
+    ) -> DispatchToken {
         do {
-            return try core.register(ClosureCallback(body: callback, owner: owner))
+            return try core.register(ClosureCallback(body: callback, owner: owner), noting: noting)
         } catch {
             // Only running out of memory, or a forked child's registration on
             // a dispatch the fork orphaned (it would never join), can get

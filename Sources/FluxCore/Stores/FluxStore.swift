@@ -56,7 +56,9 @@ public class StoreBase<Payload>: DispatchingStore, SweepsGoneOwners, @unchecked 
     // @unchecked: the core synchronizes the listeners, a mutex the error;
     // the rest is set once, in init.
     public let dispatcher: Dispatcher<Payload>
-    public internal(set) var dispatchToken = DispatchToken(rawValue: 0)
+    /// Set once, by `register`, before any dispatch can run the store's
+    /// callback (which may read it, on another thread, before init returns).
+    public private(set) var dispatchToken = DispatchToken(rawValue: 0)
     let core: StoreCore<ClosureListener>
     /// The error of the emit now running (`emitChange(error:)`), else nil;
     /// with how many times it was set, so a reader can tell it did not
@@ -84,12 +86,18 @@ public class StoreBase<Payload>: DispatchingStore, SweepsGoneOwners, @unchecked 
     /// dispatcher does not keep the store alive). An error set for this
     /// handling's emit lasts until its listeners have run.
     func register(_ handle: @escaping @Sendable (StoreBase<Payload>, Payload) throws -> Void) {
-        dispatchToken = dispatcher.register(owner: .store) { [weak self] payload in
-            guard let self else { return }
-            self.sweepGoneOwners()
-            defer { self.setEmitError(nil) }
-            try handle(self, payload)
-        }
+        // The token is noted by the engine, not assigned from the result:
+        // a dispatch on another thread may run the callback before
+        // `register` returns.
+        _ = dispatcher.register(
+            owner: .store,
+            { [weak self] payload in
+                guard let self else { return }
+                self.sweepGoneOwners()
+                defer { self.setEmitError(nil) }
+                try handle(self, payload)
+            },
+            noting: { dispatchToken = $0 })
     }
 
     /// Whether the store changed in its most recent handling (call it after
