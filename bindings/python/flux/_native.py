@@ -592,10 +592,11 @@ _this_thread = local()
 def park_escaped(ident: int, exc: BaseException) -> None:
     """Keeps ``exc`` as what escaped on thread ``ident`` (this thread), until
     it is taken or the thread ends; the first counts."""
-    if getattr(_this_thread, "end", None) is None:
-        _this_thread.end = _ThreadEnd(ident)
     left_over.up = True
     escaped.setdefault(ident, exc)
+    # After: an interrupt landing in these calls must not lose exc.
+    if getattr(_this_thread, "end", None) is None:
+        _this_thread.end = _ThreadEnd(ident)
 
 
 def take_escaped(ident: int) -> BaseException | None:
