@@ -472,14 +472,17 @@ class Registration:
         self.value = 0  # no token yet
 
 
-def add(obj: object, extra: object = None) -> int:
+def add(obj: object, extra: object = None, into: list[int] | None = None) -> int:
     """Puts ``obj`` (and its companion) in the registry; returns its context
     (never 0), for a call that hands it to libflux with the destroy below.
 
     From taking the slot to the return there is no call, so no interrupt:
     one cannot leave a filled slot that no caller knows of, nor a slot taken
-    and never filled. The caller makes no call between this and handing the
-    context over, or records it first."""
+    and never filled. But a signal that arrives meanwhile is raised as this
+    returns, before the caller has the context: so the context is also
+    written to ``into[0]``, with no call in between, where the caller finds
+    it (to :func:`drop` it) whatever is raised. The caller makes no call
+    between this and handing the context over, or records it first."""
     while not free_contexts:  # another thread may take the slot made
         # The slot's number comes from one call, so no two takers get the
         # same: read from the list's length after growing it (calls, where
@@ -499,6 +502,8 @@ def add(obj: object, extra: object = None) -> int:
     del free_contexts[-1]
     extras[context] = extra
     objects[context] = obj
+    if into is not None:
+        into[0] = context
     return context
 
 

@@ -539,108 +539,121 @@ class Store(_ClosesOnExit):
     def _create(self, dispatcher: Dispatcher[Any], initial: Any, settles: bool = False) -> None:
         if not isinstance(dispatcher, Dispatcher):
             raise TypeError(f"expected a flux.Dispatcher, not {type(dispatcher).__name__}")
-        if self.__dict__.get("_handle") is not None:
-            # A second native store under this object would leave the first
-            # running, out of reach of close() and of the dispatcher's.
-            raise RuntimeError(f"{self!r} is already made: close() it before initializing it again")
-        handle = dispatcher._handle
-        if handle is None:
-            raise InvalidArgumentError("store: the dispatcher is closed")
-        self._dispatcher = dispatcher
-        # The dispatcher's key for this store (see Dispatcher._children),
-        # taken once: using it makes no call, where an interrupt could land
-        # between two steps that go together.
-        self._ident = _id(self)
-        # The native dispatcher, alive as long as `dispatcher` is (its
-        # finalizer frees it), also once it is closed: for listeners and
-        # for close(), which may run after the dispatcher closed.
-        self._native_dispatcher: int = handle
-        self._pending = dispatcher._pending
-        self._handle: int | None = None
-        # This native store, as Subscriptions know it (see Subscription._life).
-        self._life = object()
-        # emit_change(error=...)'s error and the dispatching thread that
-        # emitted it (for _end_error), until its emit is over; and the id
-        # cell of the listener that ends it (see _error_emitted).
-        self._error_state: tuple[Any, int] | None = None
-        # What `error` reads: that error once the handling that emitted it
-        # is over (see _on_reduce), until the emit is; None otherwise.
-        self._error_shown: Any = None
-        self._error_end: c_uint64 | None = None
-        # Held by every call on the native store and by close(), which frees
-        # it: no thread is ever inside a call on a freed store, and a call
-        # that comes after close() raises the closed error. Reentrant: close()
-        # and remove() run destroys on this thread, and what they free may
-        # call back into the store. (Dispatcher defers its free
-        # to garbage collection instead, but a C store is freed by the same
-        # flux_store_destroy that unregisters it: close() cannot wait for GC.)
-        self._lock = threading.RLock()
-        # The states the C store holds (see "held states" at the top of
-        # this module), and what keeps them alive.
-        self._held: list[Any] = [initial, _SETTLED]
-        self._next_address = 0
-        self._next_cell: Any = None
-        # The listeners added and not removed (error ends included; changed
-        # only with _fns, and with no call in between: see _add_listener and
-        # _drop_listener), the store's own listener's id while it has one
-        # (see _settle), whether it has one when it has no other, and the
-        # next Subscription.id.
-        self._listeners = 0
-        # native listener id -> its function, while libflux holds it. What a
-        # native removal lets go under self._lock must not be its last
-        # reference: freeing a listener can free its owner, whose weakref
-        # callback takes another store's lock, and two threads doing that
-        # to each other's stores would deadlock. The removals keep it here
-        # until they have released the lock (see _unlisten and close).
-        self._fns: dict[int, Callable[[], object]] = {}
-        # The ids of owner-bound listeners whose owner went, until removed:
-        # written by the owner's weakref callback before anything it could
-        # be interrupted in (see _owner_collected and _sweep).
-        self._gone: dict[int, None] = {}
-        self._settler: c_uint64 | None = None
-        self._settles = settles
-        self._ids = itertools.count(1).__next__
-        out = c_void_p(_native.UNTOUCHED)
-        out_ref = byref(out)
-        me = weakref.ref(self)
-        # Under the lock Dispatcher.close() clears its handle with: either
-        # it finds this store among its children and closes it, or this
-        # finds it closed and makes nothing.
-        with dispatcher._closing_lock:
-            if dispatcher._handle is None:
+        # Made again after a close(), the store keeps its lock: a thread that
+        # read self._lock before the close may take it only now, and a new
+        # lock would let another thread close (free) the new native store
+        # under it. Held while the store is made, so that a close() still
+        # running on another thread finishes first (its clean-up would undo
+        # the new store's records); after the dispatcher's _closing_lock, as
+        # in StoreGroup. Only a lock of a past _create is kept: a subclass may
+        # have an attribute of that name before its first.
+        lock = self.__dict__.get("_lock") if "_life" in self.__dict__ else None
+        if lock is None:
+            lock = threading.RLock()
+        with dispatcher._closing_lock, lock:
+            if self.__dict__.get("_handle") is not None:
+                # A second native store under this object would leave the first
+                # running, out of reach of close() and of the dispatcher's.
+                raise RuntimeError(f"{self!r} is already made: close() it before initializing it again")
+            handle = dispatcher._handle
+            if handle is None:
                 raise InvalidArgumentError("store: the dispatcher is closed")
-            key = _add(me, self._held)
-            try:
-                # Handed over: libflux destroys the context even when the create
-                # fails (the states are held here: no release_state).
-                _flux_store_create(
-                    handle, _id(initial), _reduce_trampoline, None, _NO_RELEASE, key, _destroy_trampoline, out_ref
-                )
-            except ArgumentError as exc:
-                raise _argument_error(exc) from None
-            finally:
-                # Also when an interrupt is raised after libflux made the store:
-                # it is then recorded, and closed with the dispatcher.
-                native = out.value
-                if native and native != _native.UNTOUCHED:
-                    # Recorded first, with no call in between (where an interrupt
-                    # could be raised): close() and the dispatcher's finalizer
-                    # (if this store is never closed) then destroy it.
-                    self._handle = native
-                    dispatcher._natives[native] = False
-                    dispatcher._children[self._ident] = self
-                    self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
-                    # Its name in traces and circular-dependency messages.
-                    dispatcher._names[self._token.value] = type(self).__name__
-                    # Made by register_store(type(self)) on this thread, for
-                    # a class whose metaclass has a __call__ of its own (else
-                    # register_store knows the instance already)? Then it is
-                    # the store to discard should the constructor raise.
-                    frames = dispatcher._constructing.get(_get_ident())
-                    if frames and frames[-1][0] is type(self) and frames[-1][1] is None:
-                        frames[-1][1] = self
-                else:  # libflux never ran, or destroyed the key
-                    _native.drop(key, me, native)
+            self._dispatcher = dispatcher
+            # The dispatcher's key for this store (see Dispatcher._children),
+            # taken once: using it makes no call, where an interrupt could land
+            # between two steps that go together.
+            self._ident = _id(self)
+            # The native dispatcher, alive as long as `dispatcher` is (its
+            # finalizer frees it), also once it is closed: for listeners and
+            # for close(), which may run after the dispatcher closed.
+            self._native_dispatcher: int = handle
+            self._pending = dispatcher._pending
+            self._handle: int | None = None
+            # This native store, as Subscriptions know it (see Subscription._life).
+            self._life = object()
+            # emit_change(error=...)'s error and the dispatching thread that
+            # emitted it (for _end_error), until its emit is over; and the id
+            # cell of the listener that ends it (see _error_emitted).
+            self._error_state: tuple[Any, int] | None = None
+            # What `error` reads: that error once the handling that emitted it
+            # is over (see _on_reduce), until the emit is; None otherwise.
+            self._error_shown: Any = None
+            self._error_end: c_uint64 | None = None
+            # Held by every call on the native store and by close(), which frees
+            # it: no thread is ever inside a call on a freed store, and a call
+            # that comes after close() raises the closed error. Reentrant: close()
+            # and remove() run destroys on this thread, and what they free may
+            # call back into the store. (Dispatcher defers its free
+            # to garbage collection instead, but a C store is freed by the same
+            # flux_store_destroy that unregisters it: close() cannot wait for GC.)
+            self._lock = lock
+            # The states the C store holds (see "held states" at the top of
+            # this module), and what keeps them alive.
+            self._held: list[Any] = [initial, _SETTLED]
+            self._next_address = 0
+            self._next_cell: Any = None
+            # The listeners added and not removed (error ends included; changed
+            # only with _fns, and with no call in between: see _add_listener and
+            # _drop_listener), the store's own listener's id while it has one
+            # (see _settle), whether it has one when it has no other, and the
+            # next Subscription.id.
+            self._listeners = 0
+            # native listener id -> its function, while libflux holds it. What a
+            # native removal lets go under self._lock must not be its last
+            # reference: freeing a listener can free its owner, whose weakref
+            # callback takes another store's lock, and two threads doing that
+            # to each other's stores would deadlock. The removals keep it here
+            # until they have released the lock (see _unlisten and close).
+            self._fns: dict[int, Callable[[], object]] = {}
+            # The ids of owner-bound listeners whose owner went, until removed:
+            # written by the owner's weakref callback before anything it could
+            # be interrupted in (see _owner_collected and _sweep).
+            self._gone: dict[int, None] = {}
+            self._settler: c_uint64 | None = None
+            self._settles = settles
+            self._ids = itertools.count(1).__next__
+            out = c_void_p(_native.UNTOUCHED)
+            out_ref = byref(out)
+            me = weakref.ref(self)
+            # Under the lock Dispatcher.close() clears its handle with: either
+            # it finds this store among its children and closes it, or this
+            # finds it closed and makes nothing.
+            with dispatcher._closing_lock:
+                if dispatcher._handle is None:
+                    raise InvalidArgumentError("store: the dispatcher is closed")
+                added = [0]  # the context, also when an interrupt is raised as _add returns
+                try:
+                    key = _add(me, self._held, added)
+                    # Handed over: libflux destroys the context even when the create
+                    # fails (the states are held here: no release_state).
+                    _flux_store_create(
+                        handle, _id(initial), _reduce_trampoline, None, _NO_RELEASE, key, _destroy_trampoline, out_ref
+                    )
+                except ArgumentError as exc:
+                    raise _argument_error(exc) from None
+                finally:
+                    # Also when an interrupt is raised after libflux made the store:
+                    # it is then recorded, and closed with the dispatcher.
+                    native = out.value
+                    if native and native != _native.UNTOUCHED:
+                        # Recorded first, with no call in between (where an interrupt
+                        # could be raised): close() and the dispatcher's finalizer
+                        # (if this store is never closed) then destroy it.
+                        self._handle = native
+                        dispatcher._natives[native] = False
+                        dispatcher._children[self._ident] = self
+                        self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
+                        # Its name in traces and circular-dependency messages.
+                        dispatcher._names[self._token.value] = type(self).__name__
+                        # Made by register_store(type(self)) on this thread, for
+                        # a class whose metaclass has a __call__ of its own (else
+                        # register_store knows the instance already)? Then it is
+                        # the store to discard should the constructor raise.
+                        frames = dispatcher._constructing.get(_get_ident())
+                        if frames and frames[-1][0] is type(self) and frames[-1][1] is None:
+                            frames[-1][1] = self
+                    elif added[0]:  # libflux never ran, or destroyed the key
+                        _native.drop(added[0], me, native)
         self._settle()
 
     def on_dispatch(self, payload: Any) -> None:
@@ -819,11 +832,13 @@ class Store(_ClosesOnExit):
         out_ref = byref(out)
         token = getattr(self, "_token", None)  # None: creation was interrupted
         owner = _Owner(self._pending, self._native_dispatcher, self._held, token.value if token is not None else 0)
-        key = _add(fn, owner)
+        added = [0]  # the context, also when an interrupt is raised as _add returns
         try:
+            key = _add(fn, owner, added)
             status: int = _flux_store_add_listener_raw(handle, _listener_trampoline, key, _destroy_trampoline, out_ref)
         except BaseException:
-            _native.drop(key, fn, out.value)  # libflux never ran
+            if added[0]:
+                _native.drop(added[0], fn, out.value)  # libflux never ran
             raise
         finally:
             # Also when an interrupt came after libflux took it. No call in
@@ -1214,23 +1229,31 @@ class StoreGroup(_ClosesOnExit):
                 raise TypeError(f"expected flux stores, not {type(store).__name__}")
         if not stores:
             raise InvalidArgumentError("StoreGroup: a group needs at least one store")
-        if self.__dict__.get("_handle") is not None:
-            # As for a store (see Store._create): the first would stay live.
-            raise RuntimeError("StoreGroup: this group is already made: release() it before initializing it again")
         dispatcher = stores[0]._dispatcher
         if any(store._dispatcher is not dispatcher for store in stores):
             raise InvalidArgumentError("StoreGroup: all stores in a group must use the same dispatcher")
-        self._stores = stores
-        self._dispatcher = dispatcher
-        self._ident = _id(self)  # its key in Dispatcher._children (see Store._create)
-        # Makes release() one step for all threads (see Store._lock).
-        self._lock = threading.RLock()
+        # Makes release() one step for all threads (see Store._lock). Made
+        # again after a release(), the group keeps it, and holds it while it
+        # is made, as a store does (see Store._create): a release() still
+        # running on another thread finishes first, and then forgets the
+        # native group it released, not this one.
+        lock = self.__dict__.get("_lock") if "_ident" in self.__dict__ else None
+        if lock is None:
+            lock = threading.RLock()
         out = c_void_p(_native.UNTOUCHED)
         with ExitStack() as held:
             # As in Store._create: Dispatcher.close() either finds this group
             # among its children and releases it (before closing its
             # stores), or this finds the dispatcher closed.
             held.enter_context(dispatcher._closing_lock)
+            held.enter_context(lock)
+            if self.__dict__.get("_handle") is not None:
+                # As for a store (see Store._create): the first would stay live.
+                raise RuntimeError("StoreGroup: this group is already made: release() it before initializing it again")
+            self._stores = stores
+            self._dispatcher = dispatcher
+            self._ident = _id(self)  # its key in Dispatcher._children (see Store._create)
+            self._lock = lock
             if dispatcher._handle is None:
                 raise InvalidArgumentError("StoreGroup: the dispatcher is closed")
             # Every store's lock, in one global order (no two creations
@@ -1241,9 +1264,10 @@ class StoreGroup(_ClosesOnExit):
             handles = (c_void_p * len(stores))(*(store._live_handle("StoreGroup") for store in stores))
             out_ref = byref(out)
             owner = _Owner(dispatcher._pending, stores[0]._native_dispatcher, _NO_HELD, 0)
-            key = _add(fn, owner)
             self._handle: int | None = None
+            added = [0]  # the context, also when an interrupt is raised as _add returns
             try:
+                key = _add(fn, owner, added)
                 _flux_store_group_create(handles, len(stores), _listener_trampoline, key, _destroy_trampoline, out_ref)
             except ArgumentError as exc:
                 raise _argument_error(exc) from None
@@ -1253,8 +1277,8 @@ class StoreGroup(_ClosesOnExit):
                     self._handle = native
                     dispatcher._natives[native] = True
                     dispatcher._children[self._ident] = self
-                else:
-                    _native.drop(key, fn, native)
+                elif added[0]:
+                    _native.drop(added[0], fn, native)
 
     def release(self) -> None:
         """Unregisters the group: no later dispatch runs ``fn``. Idempotent.

@@ -1376,3 +1376,52 @@ def test_an_interrupt_reported_with_no_object_from_outside_the_package_goes_to_t
     _native._unraisable_hook(foreign)
     assert passed_on == [foreign]
     assert _native.take_escaped(threading.get_ident()) is None
+
+
+@pytest.mark.parametrize("making", ["store", "listener", "owner-bound listener", "group"])
+def test_sigint_anywhere_in_making_a_store_listener_or_group_leaves_no_registry_slot_after_close(making: str) -> None:
+    # An interrupt raised as add() returned -- where a signal that arrived
+    # while it filled the registry slot is handled -- left the slot filled
+    # with no caller knowing its number: the store's held states, or the
+    # listener or group function, were kept for good.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            f"""
+        class View:
+            def refresh(self):
+                pass
+
+        def spare_slots():
+            # Free registry slots: add() then takes one without growing the
+            # registry, the same landing points every round.
+            token = object()
+            for context in [_native.add(token) for _ in range(8)]:
+                _native.drop(context, token, _native.UNTOUCHED)
+
+        view = View()
+        make = {{
+            "store": lambda d, store: Counter(d),
+            "listener": lambda d, store: store.add_listener(lambda: None),
+            "owner-bound listener": lambda d, store: store.add_listener(view.refresh, owner=view),
+            "group": lambda d, store: flux.StoreGroup([store], lambda: None),
+        }}[{making!r}]
+        place = 0
+        while True:
+            place += 1
+            d = flux.Dispatcher()
+            store = Counter(d)
+            spare_slots()
+            reached, raised = interrupt_at(place, make, d, store)
+            assert raised is None or raised is sent[-1], (place, raised)
+            if not reached:
+                break  # made to its end: every place was tried
+            d.close()
+            del d, store, raised
+            sent.clear()  # their tracebacks hold the frames, and what they made
+            clean()
+            assert all(c is None for c in _native.objects), (place, _native.objects)
+        assert place > 5, place
+        """
+        )
+    )
