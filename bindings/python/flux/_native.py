@@ -754,12 +754,39 @@ def _on_callback(context: int, payload: object) -> int:
 UNKNOWN_PAYLOAD = object()
 
 
+#: The caller each generator or coroutine frame had on a stack, when it
+#: was seen there (None: it had none). Such a frame loses its f_back when
+#: it suspends (and takes its next resumer's), so a walk up f_back from a
+#: frame made under it follows these instead (see :func:`ran_under`).
+Pins = dict[FrameType, "FrameType | None"]  # a str: evaluated at run time, on 3.9 too
+
 #: A pending-exception table: thread ident -> the exceptions parked on that
 #: thread, oldest first, each as (payload, exception, the trampoline frame
 #: that parked it, whether it began a failed dispatch's entries, the token
 #: libflux names for it when it fails the dispatch -- the callback's, or for
-#: a reduce or listener its store's; 0 when not known: a group's).
-Pending = dict[int, list[tuple[object, BaseException, FrameType, bool, int]]]
+#: a reduce or listener its store's; 0 when not known: a group's; and the
+#: Pins of that frame's stack as it parked it, None when it had no generator
+#: or coroutine frame).
+Entry = tuple[object, BaseException, FrameType, bool, int, "Pins | None"]
+Pending = dict[int, list[Entry]]
+
+#: co_flags of the code whose frames suspend: CO_GENERATOR, CO_COROUTINE,
+#: CO_ASYNC_GENERATOR (inspect's values; inspect itself is a costly import).
+_SUSPENDS = 0x20 | 0x80 | 0x200
+
+
+def pins_of(frame: FrameType | None) -> Pins | None:
+    """The Pins of the stack from ``frame`` to its root, which is running
+    (each generator frame on it is executing: its f_back is its caller)."""
+    pins: Pins | None = None
+    while frame is not None:
+        back = frame.f_back
+        if frame.f_code.co_flags & _SUSPENDS:
+            if pins is None:
+                pins = {}
+            pins[frame] = back
+        frame = back
+    return pins
 
 
 def park_exception(table: Pending, payload: object, exc: BaseException, token: int) -> None:
@@ -778,22 +805,30 @@ def park_exception(table: Pending, payload: object, exc: BaseException, token: i
     ident = get_ident()
     entries = table.get(ident)
     if entries is None:
-        table[ident] = [(payload, exc, frame, True, token)]
+        pins = pins_of(frame)
+        table[ident] = [(payload, exc, frame, True, token, pins)]
         return
-    # A few frames up from the last entry's when it continues that dispatch;
-    # to the stack's root, once per failed dispatch, when it does not.
-    entries.append((payload, exc, frame, not ran_under(entries[-1][2].f_back, frame), token))
+    # A few frames up from the last entry's when it continues that dispatch
+    # (whose pins then hold this stack's); to the stack's root, once per
+    # failed dispatch, when it does not.
+    last = entries[-1]
+    if ran_under(last[2].f_back, frame, last[5]):
+        entries.append((payload, exc, frame, False, token, last[5]))
+    else:
+        pins = pins_of(frame)
+        entries.append((payload, exc, frame, True, token, pins))
 
 
-def ran_under(frame: FrameType | None, ancestor: FrameType | None) -> bool:
+def ran_under(frame: FrameType | None, ancestor: FrameType | None, pins: Pins | None = None) -> bool:
     """Whether ``ancestor`` is ``frame`` or one of its callers (frames keep
-    their callers after they return)."""
+    their callers after they return; a generator's or coroutine's, by
+    ``pins``, as it was then: see :data:`Pins`)."""
     while frame is not None and frame is not ancestor:
-        frame = frame.f_back
+        frame = pins[frame] if pins is not None and frame in pins else frame.f_back
     return frame is not None
 
 
-def own_entries(entries: list[tuple[object, BaseException, FrameType, bool, int]]) -> int:
+def own_entries(entries: list[Entry]) -> int:
     """Where the entries of the last failed dispatch that parked any begin."""
     start = len(entries) - 1
     while start > 0 and not entries[start][3]:
@@ -801,7 +836,7 @@ def own_entries(entries: list[tuple[object, BaseException, FrameType, bool, int]
     return start
 
 
-def parked_under_caller(frame: FrameType) -> bool:
+def parked_under_caller(frame: FrameType, pins: Pins | None) -> bool:
     """Whether an entry parked by the trampoline ``frame`` belongs to the
     dispatch the caller runs in: whether ``frame`` ran under the innermost
     trampoline of this thread's stack (the callback, reduce or listener
@@ -811,7 +846,7 @@ def parked_under_caller(frame: FrameType) -> bool:
     here: FrameType | None = sys._getframe(1)
     while here is not None and here.f_code not in _trampoline_codes:
         here = here.f_back
-    return here is not None and ran_under(frame, here)
+    return here is not None and ran_under(frame, here, pins)
 
 
 @trampoline(rerun=True)

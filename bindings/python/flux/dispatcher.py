@@ -388,7 +388,7 @@ def _report(record: _Enqueued) -> None:
     record.reported = True
 
 
-def _about(entry: tuple[object, BaseException, Any, bool, int], token: int, escaped: BaseException | None) -> bool:
+def _about(entry: _native.Entry, token: int, escaped: BaseException | None) -> bool:
     """Whether ``entry``, the first of a failed dispatch's entries, can be
     the failure of the queued dispatch libflux says ``token`` failed:
     parked for that token (or for one not known here), or raised by a wait
@@ -409,21 +409,25 @@ _DONE = _DONE_TYPE(_on_done)
 QueuedErrors = dict[int, list[tuple[BaseException, FrameType]]]
 
 
-def _mine(entries: list[Any], frame: int) -> int:
+def _mine(entries: list[Any], frame: int, pins: int | None = None) -> int:
     """Where the entries parked by the dispatches of the innermost dispatch
     or enqueue running on this thread (the call) begin in this thread's
     ``entries``, oldest first, whose item ``frame`` is the frame of the
-    trampoline that parked each: those that ran under the call, always the
-    last ones. Any before them are an enclosing call's, still running: this
-    call ran inside its end (from a destroy or a finalizer run there), and
-    leaves them for it to raise."""
+    trampoline that parked each (and item ``pins``, if given, its stack's
+    _native.Pins): those that ran under the call, always the last ones.
+    Any before them are an enclosing call's, still running: this call ran
+    inside its end (from a destroy or a finalizer run there), and leaves
+    them for it to raise."""
     call: FrameType | None = sys._getframe(1)
     while call is not None and call.f_code not in _CALL_CODES:
         call = call.f_back
     if call is None:  # not called under a dispatch or enqueue: all of them
         return 0
     start = len(entries)
-    while start > 0 and _native.ran_under(entries[start - 1][frame].f_back, call):
+    while start > 0:
+        entry = entries[start - 1]
+        if not _native.ran_under(entry[frame].f_back, call, entry[pins] if pins is not None else None):
+            break
         start -= 1
     return start
 
@@ -442,7 +446,7 @@ def _take_left(pending: _native.Pending, queued_errors: QueuedErrors, exc: BaseE
     entries = pending.get(ident)
     own = None
     if entries:
-        start = _mine(entries, 2)
+        start = _mine(entries, 2, 5)
         if start < len(entries):
             own = entries[-1][1]
             # The last entry of each dispatch's (see park_exception): more than
@@ -1164,7 +1168,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             ident = get_ident()
             entries = self._pending.get(ident)
             # Not an enclosing call's (see _mine): this call's native failure.
-            exc = entries[-1][1] if entries and _mine(entries[-1:], 2) == 0 else None
+            exc = entries[-1][1] if entries and _mine(entries[-1:], 2, 5) == 0 else None
             if _left_over.up:
                 # What escaped a trampoline of this call (an interrupt, in a
                 # callback of this dispatch or of one it drained) comes out in
@@ -1284,7 +1288,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         if status == _CALLBACK_FAILED or status == _TOO_DEEP:
             ident = get_ident()
             entries = self._pending.get(ident)
-            if entries and _native.parked_under_caller(entries[-1][2]):
+            if entries and _native.parked_under_caller(entries[-1][2], entries[-1][5]):
                 return entries[-1][1]
             if _left_over.up and ident in _escaped:
                 return _escaped[ident]

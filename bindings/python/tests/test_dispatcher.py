@@ -545,6 +545,42 @@ def test_the_dispatch_aborts_even_if_the_waiter_swallows_the_failure(
     assert not d.is_dispatching
 
 
+@pytest.mark.parametrize("callback", ["a generator's send", "a function resuming a generator"])
+def test_a_failure_swallowed_in_a_generator_that_then_suspends_still_propagates(
+    d: flux.Dispatcher[Any], callback: str
+) -> None:
+    # A suspended generator's frame has no f_back: the failure's entry, made
+    # under it, must still be known as this dispatch's once it has yielded.
+    boom = Boom()
+    tokens: dict[str, flux.Token] = {}
+
+    def machine() -> Any:
+        while True:
+            yield
+            try:
+                d.wait_for([tokens["failing"]])
+            except Boom:
+                pass  # the dispatch is aborted all the same
+
+    gen = machine()
+    next(gen)
+
+    def resume(p: Any) -> None:
+        next(gen)
+
+    d.register(gen.send if callback == "a generator's send" else resume)
+
+    def failing(p: Any) -> None:
+        raise boom
+
+    tokens["failing"] = d.register(failing)
+    with pytest.raises(Boom) as info:
+        d.dispatch(None)
+    assert info.value is boom
+    assert not d._pending  # nothing kept for a later call
+    gen.close()
+
+
 def test_a_waiter_may_turn_the_failure_into_another_exception(d: flux.Dispatcher[Any]) -> None:
     tokens: dict[str, flux.Token] = {}
 

@@ -257,6 +257,46 @@ def test_the_outer_failure_comes_first_and_queued_ones_are_notes(d: flux.Dispatc
     assert any("queued" in note for note in info.value.__notes__)
 
 
+def test_failures_on_either_side_of_a_suspended_generator_are_one_queued_dispatchs(d: flux.Dispatcher[Any]) -> None:
+    # In the queued dispatch a wait inside a generator fails, the generator
+    # swallows it and yields, then its caller raises: both entries are that
+    # dispatch's (the generator's frame, suspended, has no f_back by then).
+    outer, after = Boom("outer"), Boom("after the generator")
+    given: list[BaseException] = []
+    tokens: dict[str, flux.Token] = {}
+
+    def machine() -> Any:
+        while True:
+            yield
+            try:
+                d.wait_for([tokens["failing"]])
+            except Boom:
+                pass
+
+    gen = machine()
+    next(gen)
+
+    def resume(p: str) -> None:
+        if p == "outer":
+            d.enqueue("queued", on_error=given.append)
+            raise outer
+        next(gen)
+        raise after
+
+    def failing(p: str) -> None:
+        raise Boom(p)
+
+    d.register(resume)
+    tokens["failing"] = d.register(failing)
+    with pytest.raises(Boom) as info:
+        d.dispatch("outer")
+    assert info.value is outer
+    assert given == [after]
+    assert not getattr(info.value, "__notes__", None)
+    assert not d._pending
+    gen.close()
+
+
 def test_enqueue_on_a_closed_dispatcher(d: flux.Dispatcher[Any]) -> None:
     d.close()
     with pytest.raises(flux.InvalidArgumentError):
