@@ -270,7 +270,8 @@ check-types: $(call needs_venv,$(TYPES_PYTHON))
 	MYPYPATH=bindings/python $(TYPES_PYTHON) -m mypy --strict examples/readme.py examples/current_user.py
 
 # Exported symbols are exactly the header's FLUX_API functions; SONAME
-# libflux.so.$(ABI); no RPATH/RUNPATH.
+# libflux.so.$(ABI); no RPATH/RUNPATH; nothing needed at run time beyond
+# the README's list (glibc 2.34, libstdc++, libgcc_s, libffi 8).
 check-abi: $(LIB)
 	support/check-abi.sh $(B)/lib/$(REALNAME) include/flux.h $(SONAME)
 

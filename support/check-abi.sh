@@ -6,7 +6,10 @@
 #     functions (the list is read from the header, so new API needs no edit here);
 #   - its SONAME is the one given (libflux.so.MAJOR, or libflux.so.0.MINOR
 #     while MAJOR is 0: flux.h, "Versioning");
-#   - it carries no RPATH/RUNPATH (an installed system library must not).
+#   - it carries no RPATH/RUNPATH (an installed system library must not);
+#   - at run time it needs only what the README's Install section names:
+#     glibc 2.34 or later (libc, libm, the dynamic loader), libstdc++,
+#     libgcc_s and libffi 8 -- the Swift runtime is linked in.
 set -euo pipefail
 lib=$1 header=$2 soname=$3
 fail=0
@@ -31,5 +34,15 @@ if grep -qE '\((RPATH|RUNPATH)\)' <<<"$dynamic"; then
     echo "check-abi: carries $(grep -E '\((RPATH|RUNPATH)\)' <<<"$dynamic" | sed 's/^ *//')" >&2; fail=1
 fi
 
+needed=$(sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' <<<"$dynamic")
+others=$(grep -vxE 'libc\.so\.6|libm\.so\.6|ld-linux[-a-z0-9_.]*\.so\.[0-9]+|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libffi\.so\.8' \
+    <<<"$needed" || true)
+if [ -n "$others" ]; then echo "check-abi: needs more than glibc, libstdc++, libgcc_s and libffi 8:" $others >&2; fail=1; fi
+glibc=$(objdump -T "$lib" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+if [ "$(printf '%s\n' 2.34 "$glibc" | sort -V | tail -1)" != 2.34 ]; then
+    echo "check-abi: needs glibc $glibc; the README promises 2.34 or later will do" >&2; fail=1
+fi
+
 [ $fail -eq 0 ] || exit 1
-echo "check-abi: $(wc -l <<<"$declared") functions, exactly the header's FLUX_API declarations; SONAME $soname; no RPATH/RUNPATH"
+echo "check-abi: $(wc -l <<<"$declared") functions, exactly the header's FLUX_API declarations; SONAME $soname; no RPATH/RUNPATH;"
+echo "  needs only" $needed "(glibc $glibc symbols at most)"

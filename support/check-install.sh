@@ -8,7 +8,8 @@
 #     then the README's two recipes for it, literally: pkg-config through
 #     PKG_CONFIG_PATH with an rpath, and CMake's find_package(libflux) through
 #     CMAKE_PREFIX_PATH (examples/cmake); both programs run with no
-#     LD_LIBRARY_PATH. (Without cmake, CMake is skipped, saying so; under CI it fails.)
+#     LD_LIBRARY_PATH; and find_package(libflux 0.MINOR) accepts this
+#     version only. (Without cmake, CMake is skipped, saying so; under CI it fails.)
 # Run from the repository root (make check-install).
 set -euo pipefail
 dest=$(mktemp -d "${TMPDIR:-/tmp}/libflux-install.XXXXXX")
@@ -65,6 +66,26 @@ if command -v cmake >/dev/null; then
         && cmake --build "$dest/cmake" >>"$dest/cmake.log" 2>&1 \
         || { cat "$dest/cmake.log" >&2; echo "check-install: the CMake example did not build" >&2; exit 1; }
     expect "CMake's find_package(libflux) with CMAKE_PREFIX_PATH=$PREFIX" "$dest/cmake/readme"
+    # "find_package(libflux 0.2) accepts 0.2.x only": before 1.0 the minor
+    # version is part of the ABI, so the minors beside this one are refused.
+    major=$(sed -n 's/^#define FLUX_VERSION_MAJOR \([0-9]*\)$/\1/p' include/flux.h)
+    minor=$(sed -n 's/^#define FLUX_VERSION_MINOR \([0-9]*\)$/\1/p' include/flux.h)
+    finds() {  # finds VERSION: find_package(libflux VERSION CONFIG REQUIRED) succeeds
+        mkdir -p "$dest/version" && rm -rf "$dest/version-build"
+        printf 'cmake_minimum_required(VERSION 3.16)\nproject(version C)\nfind_package(libflux %s CONFIG REQUIRED)\n' \
+            "$1" >"$dest/version/CMakeLists.txt"
+        cmake -S "$dest/version" -B "$dest/version-build" -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null 2>&1
+    }
+    finds "$major.$minor" || { echo "check-install: find_package(libflux $major.$minor) refused libflux $major.$minor" >&2; exit 1; }
+    refused=("$((major + 1)).0")
+    if [ "$major" -eq 0 ]; then
+        refused+=("0.$((minor + 1))")
+        [ "$minor" -eq 0 ] || refused+=("0.$((minor - 1))")
+    fi
+    for version in "${refused[@]}"; do
+        if finds "$version"; then echo "check-install: find_package(libflux $version) accepted libflux $major.$minor" >&2; exit 1; fi
+    done
+    echo "check-install: find_package(libflux $major.$minor) finds it; ${refused[*]} refused"
     echo "check-install: PREFIX=$PREFIX: pkg-config (PKG_CONFIG_PATH, rpath) and CMake (libflux::flux) builds run"
 elif [ -n "${CI:-}" ]; then
     echo "check-install: cmake is missing (CI installs it)" >&2; exit 1

@@ -280,6 +280,20 @@ def argument_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``. Python 3.9 and 3.10, which the package
+    supports, have no ``add_note``: there the note goes on the same list,
+    ``__notes__``, so a caller finds it where 3.11 would put it."""
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
+        return
+    notes = getattr(exc, "__notes__", None)
+    if notes is None:
+        exc.__notes__ = notes = []
+    notes.append(note)
+
+
 def raise_outcome(error: BaseException | None) -> None:
     """What an errcheck raises (see :func:`_check`), for a call whose error
     was read right after it returned -- before releasing what the call let

@@ -22,6 +22,9 @@ from ._native import (
     add as _add,
 )
 from ._native import (
+    add_note as _add_note,
+)
+from ._native import (
     argument_error as _argument_error,
 )
 from ._native import (
@@ -369,7 +372,7 @@ def _report(record: _Enqueued) -> None:
         except BaseException as handler_exc:  # noqa: BLE001 -- the handler's own failure is not lost
             given = record.failure
             if not _continues(handler_exc, given):  # an interrupt as on_error began, say
-                handler_exc.add_note(f"raised by on_error, given: {type(given).__name__}: {given}")
+                _add_note(handler_exc, f"raised by on_error, given: {type(given).__name__}: {given}")
             record.failure = handler_exc  # for the outermost call, in its place
             del given  # no cycle through this frame (see Dispatcher.dispatch)
         else:
@@ -454,7 +457,7 @@ def _take_left(pending: _native.Pending, queued_errors: QueuedErrors, exc: BaseE
             for i in range(start, len(entries)):
                 failure = entries[i][1]
                 if (i + 1 == len(entries) or entries[i + 1][3]) and not _continues(exc, failure):
-                    exc.add_note(f"a dispatch it ran failed: {type(failure).__name__}: {failure}")
+                    _add_note(exc, f"a dispatch it ran failed: {type(failure).__name__}: {failure}")
             if start:
                 del entries[start:]
             else:
@@ -467,7 +470,7 @@ def _take_left(pending: _native.Pending, queued_errors: QueuedErrors, exc: BaseE
         raised = own is None and errors[first][0] is exc  # the first raised by _raise_left_over
         later = "a later" if raised or own is exc else "a"
         for failure, _ in errors[first + 1 :] if raised else errors[first:]:
-            exc.add_note(f"{later} queued dispatch also failed: {type(failure).__name__}: {failure}")
+            _add_note(exc, f"{later} queued dispatch also failed: {type(failure).__name__}: {failure}")
         if first:
             del errors[first:]
         else:

@@ -254,8 +254,7 @@ def _on_call(userdata: int | None, ret: int | None, args: Any) -> None:
         # Nothing can cross into C: ctypes reports an exception leaving a
         # callback through sys.unraisablehook, and libflux zeroed *ret before
         # the call, so the C caller gets 0.
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"in the handler of a flux.Trampoline: {entry.handler!r}")
+        _native.add_note(exc, f"in the handler of a flux.Trampoline: {entry.handler!r}")
         raise
 
 

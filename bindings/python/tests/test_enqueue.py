@@ -297,6 +297,34 @@ def test_failures_on_either_side_of_a_suspended_generator_are_one_queued_dispatc
     gen.close()
 
 
+class NoteLess(Exception):
+    """An exception as Python 3.9 and 3.10 make them, with no add_note."""
+
+    @property
+    def add_note(self) -> Any:
+        raise AttributeError("add_note")
+
+
+def test_queued_failures_are_noted_where_exceptions_have_no_add_note(d: flux.Dispatcher[Any]) -> None:
+    # The package supports Python 3.9 (pyproject's requires-python), whose
+    # exceptions lack add_note: calling it turned the first failure into
+    # an AttributeError. Its notes go on __notes__ there, as 3.11 keeps them.
+    first, second = NoteLess("first"), NoteLess("second")
+
+    def cb(p: str) -> None:
+        if p == "go":
+            d.enqueue(first)
+            d.enqueue(second)
+        else:
+            raise p  # type: ignore[misc]
+
+    d.register(cb)
+    with pytest.raises(NoteLess) as info:
+        d.dispatch("go")
+    assert info.value is first
+    assert info.value.__notes__ == ["a later queued dispatch also failed: NoteLess: second"]
+
+
 def test_enqueue_on_a_closed_dispatcher(d: flux.Dispatcher[Any]) -> None:
     d.close()
     with pytest.raises(flux.InvalidArgumentError):

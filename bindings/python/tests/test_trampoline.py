@@ -282,6 +282,26 @@ def test_an_exception_in_a_handler_is_unraisable_and_c_gets_zero(monkeypatch: py
     assert any(repr(handler) in note for note in reported[0].exc_value.__notes__)
 
 
+def test_a_handler_s_exception_is_noted_where_exceptions_have_no_add_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As Python 3.9 and 3.10 make exceptions (the package supports them):
+    # the note naming the handler was dropped there; it goes on __notes__.
+    class NoteLess(Exception):
+        @property
+        def add_note(self) -> Any:
+            raise AttributeError("add_note")
+
+    reported: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+
+    def handler() -> int:
+        raise NoteLess
+
+    with flux.Trampoline("i()", handler) as t:
+        assert flux.call(t.address, "i()") == 0
+    assert len(reported) == 1 and isinstance(reported[0].exc_value, NoteLess)
+    assert reported[0].exc_value.__notes__ == [f"in the handler of a flux.Trampoline: {handler!r}"]
+
+
 def test_a_result_that_does_not_fit_is_reported_and_c_gets_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     reported: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
