@@ -11,6 +11,8 @@
 #                        one line per suite, logs in build/check/ (V=1: everything)
 #   make check-swift     one of those suites alone (likewise check-c, check-header,
 #                        check-luajit, check-python)
+#   make check-python-versions  pytest under each other CPython installed (OTHER_PYTHONS:
+#                        python3.12 python3.13 by default; one not installed is skipped)
 #   make check-memory    the C harness under valgrind memcheck
 #   make check-cost      instruction budgets of the hot paths (dispatch, stores, a
 #                        wait), counted under cachegrind: exact, unlike a timing
@@ -97,7 +99,7 @@ LINK_FLUX   := -L$(B)/lib -lflux -Wl,-rpath,$(abspath $(B)/lib)
 V ?= 0
 Q := $(if $(filter-out 0,$(V)),,@)
 
-.PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-luajit check-python format check-format check-memory \
+.PHONY: all lib cdef help demo check check-swift check-thread check-c check-header check-luajit check-python check-python-versions format check-format check-memory \
         check-cost check-types check-abi check-install check-pip check-swift-client check-readme venv \
         check-address check-thread-c fuzz \
         bench bench-vueflux bench-smoke install uninstall clean
@@ -248,6 +250,23 @@ check-luajit: $(LIB) $(B)/include/flux_cdef.h
 
 check-python: $(LIB) $(B)/include/flux_cdef.h $(call needs_venv,$(TEST_PYTHON))
 	@PYTHONPATH=bindings/python $(SUITE) python $(TEST_PYTHON) -m pytest -q bindings/python/tests
+
+# The same suite under the CPythons users have besides the one make venv uses
+# (Ubuntu 24.04's python3 is 3.12): the binding's interrupt and recursion
+# handling depends on the interpreter's version. Each one found gets a venv
+# of its own, build/venv-X.Y, with the pinned pytest, hypothesis and cffi.
+OTHER_PYTHONS ?= python3.12 python3.13
+check-python-versions: $(LIB) $(B)/include/flux_cdef.h
+	@$(if $(strip $(OTHER_PYTHONS)),,echo "check-python-versions: no other python3 named (OTHER_PYTHONS): skipped";) \
+	for py in $(OTHER_PYTHONS); do \
+	    if ! $$py -c '' 2>/dev/null; then echo "check-python-versions: $$py is not installed: skipped"; continue; fi; \
+	    v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	    venv=$(B)/venv-$$v; \
+	    [ -f $$venv/.ready ] || { $$py -m venv $$venv \
+	        && $$venv/bin/python -m pip install -q $$(grep -E '^(pytest|hypothesis|cffi)==' support/requirements-dev.txt) \
+	        && touch $$venv/.ready; } || exit 1; \
+	    PYTHONPATH=bindings/python $(SUITE) python-$$v $$venv/bin/python -m pytest -q bindings/python/tests || exit 1; \
+	done
 
 # One layout for the whole tree: swift format (.swift-format) for Swift,
 # ruff format (line length 120) for Python. `make format` applies both;

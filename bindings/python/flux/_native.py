@@ -41,6 +41,7 @@ import glob
 import itertools
 import os
 import sys
+import weakref
 from collections.abc import Callable
 from ctypes import (
     CFUNCTYPE,
@@ -280,6 +281,31 @@ def argument_error(exc: BaseException) -> BaseException:
     return exc
 
 
+#: Whether a call into libflux first checks for Python frames to spare
+#: (see :func:`headroom`). Before 3.12 ctypes' argument conversion, counted
+#: against the same limit, fails first, inside the caller's frame.
+CHECKS_HEADROOM = sys.version_info >= (3, 12)
+
+
+def _room_2() -> None:
+    pass
+
+
+def _room_1() -> None:
+    _room_2()
+
+
+def headroom() -> None:
+    """Raises RecursionError unless three more Python frames fit. Since
+    3.12 the recursion limit counts Python frames alone: a trampoline that
+    libflux enters at the limit fails before its ``try``, and so does the
+    unraisable hook ctypes then calls, which loses the exception (the
+    callback returns garbage to C). A call into libflux checks first, so
+    the limit is hit in its caller's frame, and the trampoline and what it
+    runs on failure (park_exception, the hook: two frames below it) fit."""
+    _room_1()
+
+
 def add_note(exc: BaseException, note: str) -> None:
     """``exc.add_note(note)``. Python 3.9 and 3.10, which the package
     supports, have no ``add_note``: there the note goes on the same list,
@@ -456,6 +482,13 @@ _next_slot = itertools.count(len(objects)).__next__
 #: Calls of a trampoline with a context that is not registered: never happens
 #: unless the library breaks its contract (tests assert these stay 0).
 stray = {"callback": 0, "destroy": 0}
+
+
+# weakref.finalize imports atexit and registers with it when the first one
+# is made. Made first by a Trampoline or Dispatcher, that import ran inside
+# the constructor, where an interrupt could land in importlib's module-lock
+# weakref callback and be printed as unraisable, lost. Done here, at import.
+weakref.finalize(FluxError, int).detach()
 
 
 class Unshareable:

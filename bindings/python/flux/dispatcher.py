@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
 from . import _native
 from ._native import (
+    CHECKS_HEADROOM as _CHECKS_HEADROOM,
+)
+from ._native import (
     DONE as _DONE_TYPE,
 )
 from ._native import (
@@ -74,6 +77,9 @@ from ._native import (
 )
 from ._native import (
     free_contexts as _free_contexts,
+)
+from ._native import (
+    headroom as _headroom,
 )
 from ._native import (
     last_error_values as _last_error_values,
@@ -991,6 +997,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         # meanwhile, and the trampoline turns the pointer back into the very
         # same object.
         handle = self._handle
+        if _CHECKS_HEADROOM:
+            _headroom()  # the limit hit here, not in a trampoline (see headroom)
         try:
             try:
                 # Keeping the GIL, so the callbacks it runs take no GIL handoff:
@@ -1119,6 +1127,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("enqueue")
+        if _CHECKS_HEADROOM:
+            _headroom()  # before the record: nothing to undo
         record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located, self._erring)
         address = _id(payload)
         context = _add(record)
@@ -1221,6 +1231,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             handle = self._handle
             if handle is None:
                 raise _closed("wait_for")
+            if _CHECKS_HEADROOM:
+                _headroom()  # the limit hit here, not in a trampoline (see headroom)
             try:
                 status = _flux_wait_for(handle, token._address, 1)
             except ArgumentError as exc:
@@ -1236,6 +1248,8 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             if handle is None:
                 raise _closed("wait_for")
             array = (c_uint64 * count)(*values) if count else None
+            if _CHECKS_HEADROOM:
+                _headroom()
             try:
                 status = _flux_wait_for(handle, addressof(array) if array is not None else None, count)
             except ArgumentError as exc:

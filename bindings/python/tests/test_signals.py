@@ -571,7 +571,7 @@ def test_sigint_as_an_owners_weakref_callback_is_entered_comes_out_of_the_next_c
 # else). A trace function raises SIGINT there, once, in whatever the traced
 # call runs.
 INTERRUPT_AT = """
-import dis, sys
+import dis, functools, sys, threading
 
 after_call = {}
 def landing_points(code):
@@ -600,7 +600,7 @@ class InterruptAt:
     def count(self):
         self.seen += 1
         if self.seen == self.place:
-            sys.settrace(None)
+            stop()
             signal.raise_signal(signal.SIGINT)  # its handler raises here
 
 # Runs action(*args) with SIGINT raised at its landing point number `place`.
@@ -609,14 +609,52 @@ class InterruptAt:
 def interrupt_at(place, action, *args):
     tracer = InterruptAt(place)
     raised = None
-    sys.settrace(tracer)
+    start(tracer)
     try:
         action(*args)
     except BaseException as exc:
         raised = exc
     finally:
-        sys.settrace(None)
+        stop()
     return tracer.seen >= place, raised
+
+if sys.version_info < (3, 12):
+    # C callables: no frame of theirs to trace.
+    start, stop = sys.settrace, functools.partial(sys.settrace, None)
+else:
+    # From 3.12 sys.settrace runs on sys.monitoring, and f_trace_opcodes set
+    # in the trace function gives a frame no opcode events until the next
+    # settrace (3.12), nor after a round whose trace was unset inside the
+    # trace function, as count() does (3.13.0): most landing points went
+    # uncounted. The same events from sys.monitoring itself: PY_START and
+    # PY_RESUME are settrace's "call", INSTRUCTION its "opcode".
+    MONITOR, EVENTS = sys.monitoring.DEBUGGER_ID, sys.monitoring.events
+
+    def start(tracer):
+        thread = threading.get_ident()  # settrace's was this thread's only
+        def entered(code, offset):
+            if code in HARNESS:
+                return sys.monitoring.DISABLE
+            if threading.get_ident() == thread:
+                tracer.count()
+        def instruction(code, offset):
+            if code in HARNESS or offset not in landing_points(code):
+                return sys.monitoring.DISABLE  # never one: not seen again
+            if threading.get_ident() == thread:
+                tracer.count()
+        sys.monitoring.use_tool_id(MONITOR, "interrupt_at")
+        for event, callback in [("PY_START", entered), ("PY_RESUME", entered), ("INSTRUCTION", instruction)]:
+            sys.monitoring.register_callback(MONITOR, getattr(EVENTS, event), callback)
+        sys.monitoring.set_events(MONITOR, EVENTS.PY_START | EVENTS.PY_RESUME | EVENTS.INSTRUCTION)
+
+    def stop():
+        if sys.monitoring.get_tool(MONITOR) is not None:
+            sys.monitoring.set_events(MONITOR, 0)
+            sys.monitoring.free_tool_id(MONITOR)
+
+    # Unlike settrace's, the events come from frames already running too:
+    # the harness's own are not the action's.
+    HARNESS = {interrupt_at.__code__, start.__code__, stop.__code__}
 """
 
 
