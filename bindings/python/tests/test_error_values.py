@@ -8,6 +8,7 @@ import ctypes
 import gc
 import pathlib
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -149,6 +150,15 @@ def test_the_package_never_reads_the_message_for_facts() -> None:
     assert [p.name for p in package.glob("*.py") if searched.search(p.read_text())] == []
 
 
+#: Since 3.12 the cycle collector may run at any call: also as the failed
+#: call returns, before the binding reads the error, which a failing call
+#: of a finalizer it runs then replaces (README, "Set-up"). Strict: a fix
+#: makes these pass, and the mark must go with it.
+COLLECTOR_ANYWHERE = pytest.mark.xfail(
+    sys.version_info >= (3, 12), reason="a collection may run between a failed call and its error's read", strict=True
+)
+
+
 @pytest.fixture
 def failing_collections() -> Iterator[None]:
     """Every collection of the cycle collector starts by failing a libflux
@@ -171,6 +181,7 @@ def failing_collections() -> Iterator[None]:
         other.close()
 
 
+@COLLECTOR_ANYWHERE
 def test_an_errors_values_are_its_own_call_s_whatever_a_collection_runs(
     d: flux.Dispatcher[Any], failing_collections: None
 ) -> None:
@@ -185,6 +196,7 @@ def test_an_errors_values_are_its_own_call_s_whatever_a_collection_runs(
         assert f"token {gone.value} " in str(info.value)
 
 
+@COLLECTOR_ANYWHERE
 def test_a_cycle_is_its_own_call_s_whatever_a_collection_runs(
     d: flux.Dispatcher[Any], failing_collections: None
 ) -> None:
