@@ -307,8 +307,8 @@ def headroom() -> None:
 
 
 def add_note(exc: BaseException, note: str) -> None:
-    """``exc.add_note(note)``. Python 3.9 and 3.10, which the package
-    supports, have no ``add_note``: there the note goes on the same list,
+    """``exc.add_note(note)``. Python 3.10, which the package supports,
+    has no ``add_note``: there the note goes on the same list,
     ``__notes__``, so a caller finds it where 3.11 would put it."""
     add = getattr(exc, "add_note", None)
     if add is not None:
@@ -704,6 +704,34 @@ def _interrupted_before_work(fn: Callable[..., Any], tb: Any) -> bool:
     return tb is not None and tb.tb_frame.f_code is fn.__code__ and tb.tb_lasti < _unstarted[fn.__code__]
 
 
+#: What a function must not begin with, to be interrupted as it is entered
+#: before 3.11: a pending signal is not handled before these opcodes, and
+#: the first check after one may come after the function's work began (at
+#: a jump taken, on 3.10), where an interrupt is not made up for.
+_ENTERED_UNCHECKED = (
+    frozenset({"SETUP_FINALLY", "SETUP_WITH", "SETUP_ASYNC_WITH", "BEFORE_ASYNC_WITH", "YIELD_FROM"})
+    if sys.version_info < (3, 11)
+    else frozenset()
+)
+
+
+#: Before 3.11 a pending signal is also handled mid-body (3.10: at a jump
+#: taken), not only at calls: there a
+#: function's work begins at its first instruction with an effect outside
+#: its frame -- a store or delete, or a call.
+_EFFECTS = (
+    frozenset({"STORE_SUBSCR", "STORE_ATTR", "STORE_GLOBAL", "DELETE_SUBSCR", "DELETE_ATTR", "DELETE_GLOBAL"})
+    if sys.version_info < (3, 11)
+    else frozenset()
+)
+
+
+def _first_effect(code: Any) -> int:
+    """The offset of ``code``'s first instruction with an outside effect
+    (see :data:`_EFFECTS`)."""
+    return next(i.offset for i in dis.get_instructions(code) if i.opname in _EFFECTS or i.opname.startswith("CALL"))
+
+
 def trampoline(
     on_escape: Callable[..., Any] | None = None, rerun: bool = False, effect_is_last_call: bool = False
 ) -> Callable[[Any], Any]:
@@ -729,7 +757,10 @@ def trampoline(
     def mark(fn: Any) -> Any:
         recover = fn if rerun else on_escape
         for f in (fn, recover) if recover is not None else (fn,):
-            body = next(i.offset for i in dis.get_instructions(f) if i.opname not in _PROLOGUE)
+            first = next(i for i in dis.get_instructions(f) if i.opname not in _PROLOGUE)
+            if first.opname in _ENTERED_UNCHECKED:
+                raise TypeError(f"{f.__qualname__} begins with {first.opname}: an interrupt on entry would be missed")
+            body = _first_effect(f.__code__) if _EFFECTS else first.offset
             _unstarted[f.__code__] = _last_call(f.__code__) if effect_is_last_call else body
         _trampolines[id(fn)] = (fn, recover)
         _trampoline_codes.add(fn.__code__)
@@ -805,7 +836,7 @@ UNKNOWN_PAYLOAD = object()
 #: was seen there (None: it had none). Such a frame loses its f_back when
 #: it suspends (and takes its next resumer's), so a walk up f_back from a
 #: frame made under it follows these instead (see :func:`ran_under`).
-Pins = dict[FrameType, "FrameType | None"]  # a str: evaluated at run time, on 3.9 too
+Pins = dict[FrameType, FrameType | None]
 
 #: A pending-exception table: thread ident -> the exceptions parked on that
 #: thread, oldest first, each as (payload, exception, the trampoline frame
@@ -814,7 +845,7 @@ Pins = dict[FrameType, "FrameType | None"]  # a str: evaluated at run time, on 3
 #: a reduce or listener its store's; 0 when not known: a group's; and the
 #: Pins of that frame's stack as it parked it, None when it had no generator
 #: or coroutine frame).
-Entry = tuple[object, BaseException, FrameType, bool, int, "Pins | None"]
+Entry = tuple[object, BaseException, FrameType, bool, int, Pins | None]
 Pending = dict[int, list[Entry]]
 
 #: co_flags of the code whose frames suspend: CO_GENERATOR, CO_COROUTINE,
@@ -904,10 +935,11 @@ def _on_destroy(context: int | None) -> None:
     # listener on its removal, and so on -- or at once when the call that
     # was handed the context fails. No call until the slot is free (see
     # free_contexts; an interrupt before the body makes this run again).
+    obj = None  # not `try` first: see _ENTERED_UNCHECKED
     try:
         obj = objects[context]  # type: ignore[index]
     except (IndexError, TypeError):  # not a context of ours (NULL: None)
-        obj = None
+        pass
     if obj is None:
         stray["destroy"] += 1
         return

@@ -312,10 +312,11 @@ def _on_done(context: int | None, address: int | None, status: int) -> None:
     # The bookkeeping comes first and makes no call until the record's slot
     # is free, so an interrupt cannot split it (see _native.trampoline). Its
     # context ends here, freed as the one destroy frees a context.
+    record = None  # not `try` first: see _native._ENTERED_UNCHECKED
     try:
         record = _objects[context]  # type: ignore[index]
     except (IndexError, TypeError):  # not a context of ours (NULL: None)
-        record = None
+        pass
     if record.__class__ is not _Enqueued:
         _native.stray["done"] = _native.stray.get("done", 0) + 1
         return
@@ -675,16 +676,18 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         out = c_uint64(_native.UNTOUCHED)
         out_ref = byref(out)
         record = _native.Registration(self._pending, self._names)
-        context = _add(callback, record)
         error: FluxError | None = None
+        added = [0]  # the context, also when an interrupt is raised as _add returns
         try:
+            context = _add(callback, record, added)
             # On failure libflux has already run the destroy trampoline, which
             # took the entries out again: one leak-free path.
             status = _flux_register_raw(handle, _CALLBACK, context, _DESTROY, out_ref)
             if status:
                 error = _status_error(status)  # read at once, on this thread
         except BaseException as exc:
-            _native.drop(context, callback, out.value)  # an interrupt before libflux ran
+            if added[0]:
+                _native.drop(added[0], callback, out.value)  # an interrupt before libflux ran
             if isinstance(exc, ArgumentError):
                 raise _argument_error(exc) from None
             raise
@@ -1131,10 +1134,16 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             _headroom()  # before the record: nothing to undo
         record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located, self._erring)
         address = _id(payload)
-        context = _add(record)
+        # flux_enqueue has no out-parameter to say whether libflux ran, so
+        # `context` does: still 0 when an interrupt was raised as _add
+        # returned (only `added` has the slot then), set otherwise -- and
+        # from its store to the call there is no call, so no interrupt.
+        added = [0]
+        context = 0
         try:
             try:
                 try:
+                    context = _add(record, None, added)
                     status = _flux_enqueue(handle, address, _DONE, context)
                 except (ArgumentError, RecursionError) as exc:
                     # The call failed before libflux ran (at the recursion limit,
@@ -1142,9 +1151,14 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                     # record go, nor has one run (so the take below is skipped). Any
                     # other exception came after libflux returned, and a queued
                     # record must stay alive for its done.
-                    _native.drop(context, record, _native.UNTOUCHED)  # libflux never ran
+                    if added[0]:
+                        _native.drop(added[0], record, _native.UNTOUCHED)  # libflux never ran
                     if isinstance(exc, ArgumentError):
                         raise _argument_error(exc) from None
+                    raise
+                except BaseException:
+                    if added[0] and not context:
+                        _native.drop(added[0], record, _native.UNTOUCHED)  # libflux never ran
                     raise
                 if status and status != _CALLBACK_FAILED and status != _TOO_DEEP:
                     # Refused: done has run and let the record go.

@@ -225,8 +225,13 @@ class Trace(_native.Unshareable):
                 cell = _observing[dispatcher] = [0]
             hooks = byref(_HOOKS)
             error: BaseException | None = None
-            context = _native.add(self)
+            # No out-parameter says whether libflux ran: `context` does, still
+            # 0 when an interrupt was raised as add() returned (only `added`
+            # has the slot then); from its store to the call there is no call.
+            added = [0]
+            context = 0
             try:
+                context = _native.add(self, None, added)
                 # No errcheck: it would raise what escaped on this thread (the
                 # replaced trace's destroy interrupted, say) after libflux made
                 # this trace the observer, before it was recorded.
@@ -240,7 +245,10 @@ class Trace(_native.Unshareable):
                 # libflux holds the context exactly when its slot still holds
                 # this trace (on failure it ran the destroy at once, which
                 # freed it): recorded with no call, whatever comes out.
-                if _native.objects[context] is self:
+                if not context:
+                    if added[0]:
+                        _native.drop(added[0], self, _native.UNTOUCHED)  # libflux never ran
+                elif _native.objects[context] is self:
                     self._context = context
                     cell[0] = context
             try:

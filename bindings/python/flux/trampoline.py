@@ -315,16 +315,18 @@ class Trampoline(_native.Unshareable):
         out = c_void_p(_native.UNTOUCHED)
         out_ref = byref(out)
         entry = _Entry(handler, sig)
-        key = _native.add(entry)
+        added = [0]  # the context, also when an interrupt is raised as add() returns
         # On failure libflux runs the destroy callback, which drops the entry.
         try:
+            key = _native.add(entry, None, added)
             status = _closure_create_raw(sig.text, _handler_trampoline, key, _native.destroy_trampoline, out_ref)
         finally:
             # No call from libflux's return to here: the closure it made is
             # recorded whatever interrupts this.
             made = out.value
             if made == _native.UNTOUCHED:
-                _native.drop(key, entry, made)  # an interrupt before libflux ran
+                if added[0]:
+                    _native.drop(added[0], entry, made)  # an interrupt before libflux ran
             else:
                 handle[0] = made  # None when it failed (and dropped the entry)
         _native.raise_outcome(_native.status_error(status) if status else None)

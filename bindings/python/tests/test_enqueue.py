@@ -298,7 +298,7 @@ def test_failures_on_either_side_of_a_suspended_generator_are_one_queued_dispatc
 
 
 class NoteLess(Exception):
-    """An exception as Python 3.9 and 3.10 make them, with no add_note."""
+    """An exception as Python 3.10 makes them, with no add_note."""
 
     @property
     def add_note(self) -> Any:
@@ -306,7 +306,7 @@ class NoteLess(Exception):
 
 
 def test_queued_failures_are_noted_where_exceptions_have_no_add_note(d: flux.Dispatcher[Any]) -> None:
-    # The package supports Python 3.9 (pyproject's requires-python), whose
+    # The package supports Python 3.10 (pyproject's requires-python), whose
     # exceptions lack add_note: calling it turned the first failure into
     # an AttributeError. Its notes go on __notes__ there, as 3.11 keeps them.
     first, second = NoteLess("first"), NoteLess("second")

@@ -283,7 +283,7 @@ def test_an_exception_in_a_handler_is_unraisable_and_c_gets_zero(monkeypatch: py
 
 
 def test_a_handler_s_exception_is_noted_where_exceptions_have_no_add_note(monkeypatch: pytest.MonkeyPatch) -> None:
-    # As Python 3.9 and 3.10 make exceptions (the package supports them):
+    # As Python 3.10 makes exceptions (the package supports it):
     # the note naming the handler was dropped there; it goes on __notes__.
     class NoteLess(Exception):
         @property
