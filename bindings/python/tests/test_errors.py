@@ -101,10 +101,10 @@ def test_a_deep_copy_of_an_error_has_notes_of_its_own() -> None:
     # As for a built-in exception: a note added to a deep copy (or to the
     # original) is not added to the other. They shared one __notes__ list.
     error = flux.UnknownTokenError("message")
-    error.add_note("first")
+    _native.add_note(error, "first")  # add_note itself: 3.11 and later
     twin = copy.deepcopy(error)
-    twin.add_note("the copy's")
-    error.add_note("the original's")
+    _native.add_note(twin, "the copy's")
+    _native.add_note(error, "the original's")
     assert twin.__notes__ == ["first", "the copy's"]
     assert error.__notes__ == ["first", "the original's"]
 
