@@ -152,10 +152,10 @@ def test_the_package_never_reads_the_message_for_facts() -> None:
 
 #: Since 3.12 the cycle collector may run at any call: also as the failed
 #: call returns, before the binding reads the error, which a failing call
-#: of a finalizer it runs then replaces (README, "Set-up"). Strict: a fix
-#: makes these pass, and the mark must go with it.
-COLLECTOR_ANYWHERE = pytest.mark.xfail(
-    sys.version_info >= (3, 12), reason="a collection may run between a failed call and its error's read", strict=True
+#: of a finalizer it runs then replaces (README, "Set-up"). Skipped there,
+#: not marked to fail: whether a collection lands in that window varies.
+COLLECTOR_ANYWHERE = pytest.mark.skipif(
+    sys.version_info >= (3, 12), reason="a collection may run between a failed call and its error's read"
 )
 
 
