@@ -106,6 +106,50 @@ _HOW_TO_POINT = (
 # --------------------------------------------------------------------------
 
 
+#: Every function of libflux this package calls: a library of the right
+#: version that lacks one (built from other sources, or cut down) is not
+#: loaded. declare() refuses any other name, so this cannot fall behind.
+SYMBOLS = (
+    "flux_version",
+    "flux_version_string",
+    "flux_status_name",
+    "flux_last_error",
+    "flux_last_error_token",
+    "flux_last_error_cycle",
+    "flux_dispatcher_create",
+    "flux_dispatcher_destroy",
+    "flux_dispatcher_set_observer",
+    "flux_register",
+    "flux_unregister",
+    "flux_dispatch",
+    "flux_try_dispatch",
+    "flux_wait_for",
+    "flux_is_dispatching",
+    "flux_enqueue",
+    "flux_store_create",
+    "flux_store_state",
+    "flux_store_token",
+    "flux_store_has_changed",
+    "flux_store_emit_change",
+    "flux_store_add_listener",
+    "flux_store_remove_listener",
+    "flux_store_listener_fail",
+    "flux_store_destroy",
+    "flux_store_group_create",
+    "flux_store_group_release",
+    "flux_closure_create",
+    "flux_closure_code",
+    "flux_closure_destroy",
+    "flux_call",
+)
+
+
+def _known(name: str) -> str:
+    if name not in SYMBOLS:  # load() checks only SYMBOLS: a library may lack it
+        raise RuntimeError(f"{name} is not in flux._native.SYMBOLS")
+    return name
+
+
 def _open(path: str) -> tuple[ctypes.CDLL | None, str]:
     """Loads one candidate; returns (library, "") or (None, why it failed)."""
     try:
@@ -123,6 +167,12 @@ def _open(path: str) -> tuple[ctypes.CDLL | None, str]:
     if abi(major, minor) != BINDING_ABI:
         found = f"{major}.{minor}.{number % 100}"
         return None, (f"is libflux {found}, but this binding needs ABI version {BINDING_ABI} (libflux {BINDING_ABI}.x)")
+    # Found here, not as AttributeError from the declarations once loaded,
+    # which would also end the search at a broken candidate.
+    missing = [name for name in SYMBOLS if not hasattr(lib, name)]
+    if missing:
+        named = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        return None, f"has flux_version() but not {named}: not a complete libflux"
     return lib, ""
 
 
@@ -135,9 +185,10 @@ def _package_copies() -> list[str]:
 def load() -> tuple[ctypes.CDLL, str]:
     """Finds and loads libflux; returns the library and where it came from.
 
-    Tries, in this order, and takes the first that loads and has the right
-    ABI version (see :func:`abi`): the path in ``$FLUX_LIBRARY`` (when set, it is the only
-    place tried, so a wrong setting is reported rather than papered over);
+    Tries, in this order, and takes the first that loads, has the right ABI
+    version (see :func:`abi`) and every function in :data:`SYMBOLS`: the
+    path in ``$FLUX_LIBRARY`` (when set, it is the only place tried, so a
+    wrong setting is reported rather than papered over);
     a copy inside this package (``flux/libflux.so*``); the repository's
     ``build/lib/libflux.so`` (only when this package is run from a libflux
     checkout); ``ctypes.util.find_library("flux")``.
@@ -210,7 +261,7 @@ CALLBACK = CFUNCTYPE(c_int, c_void_p, ctypes.py_object)
 DESTROY = CFUNCTYPE(None, c_void_p)
 
 
-_read_last_error = lib.flux_last_error
+_read_last_error = getattr(lib, _known("flux_last_error"))
 _read_last_error.argtypes = ()
 _read_last_error.restype = c_char_p
 
@@ -221,10 +272,10 @@ def last_error() -> str:
     return raw.decode("utf-8", "replace") if raw else ""
 
 
-_read_last_error_token = lib.flux_last_error_token
+_read_last_error_token = getattr(lib, _known("flux_last_error_token"))
 _read_last_error_token.argtypes = ()
 _read_last_error_token.restype = c_uint64
-_read_last_error_cycle = lib.flux_last_error_cycle
+_read_last_error_cycle = getattr(lib, _known("flux_last_error_cycle"))
 _read_last_error_cycle.argtypes = (c_void_p, c_size_t)
 _read_last_error_cycle.restype = c_size_t
 
@@ -347,7 +398,7 @@ def _check(status: int, func: Any, args: tuple[Any, ...]) -> int:
 
 
 def declare(name: str, restype: Any, argtypes: tuple[Any, ...], errcheck: bool = False) -> Any:
-    fn = getattr(lib, name)
+    fn = getattr(lib, _known(name))
     fn.argtypes = argtypes
     fn.restype = restype
     if errcheck:
@@ -362,7 +413,7 @@ def declare_raw(name: str, restype: Any, argtypes: tuple[Any, ...], library: cty
     errcheck raises first). ``lib[name]`` makes a function object of its
     own; ``lib.name``, which :func:`declare` sets up, is shared. From
     ``library`` when given (see :data:`holding_lib`)."""
-    fn = (library or lib)[name]
+    fn = (library or lib)[_known(name)]
     fn.argtypes = argtypes
     fn.restype = restype
     return fn

@@ -261,6 +261,7 @@ class _Enqueued:
         "pending",
         "queued_errors",
         "reported",
+        "serial",
         "status",
     )
 
@@ -272,8 +273,10 @@ class _Enqueued:
         queued_errors: QueuedErrors,
         locate: Callable[[FluxError], FluxError],
         erring: dict[int, Any],
+        serial: int,
     ) -> None:
         self.payload = payload
+        self.serial = serial  # the dispatcher's: whose tokens its failure names
         self.erring = erring  # the dispatcher's stores with an error emitted
         self.on_error = on_error
         self.pending = pending
@@ -358,7 +361,7 @@ def _report(record: _Enqueued) -> None:
             start = _native.own_entries(entries)
             first = entries[start][0]
             if (first is record.payload or first is _native.UNKNOWN_PAYLOAD) and _about(
-                entries[start], _last_error_values()[0], _escaped.get(ident) if _escaped else None
+                entries[start], _last_error_values()[0], record.serial, _escaped.get(ident) if _escaped else None
             ):
                 record.failure = entries[-1][1]  # the last raised, as dispatch() re-raises
                 del entries[start:]
@@ -398,19 +401,23 @@ def _report(record: _Enqueued) -> None:
     record.reported = True
 
 
-def _about(entry: _native.Entry, token: int, escaped: BaseException | None) -> bool:
+def _about(entry: _native.Entry, token: int, serial: int, escaped: BaseException | None) -> bool:
     """Whether ``entry``, the first of a failed dispatch's entries, can be
-    the failure of the queued dispatch libflux says ``token`` failed:
-    parked for that token (or for one not known here), or raised by a wait
-    that token's failure aborted -- but never what continues ``escaped``,
-    this thread's exception that escaped a trampoline: the outermost call
+    the failure of the queued dispatch libflux says ``token`` (of dispatcher
+    #``serial``) failed: parked for that token (or for one not known here),
+    or raised by a wait that token's failure aborted -- but never what
+    continues ``escaped``, this thread's exception that escaped a
+    trampoline: the outermost call
     raises that in its dispatch's place, and takes its entries with it
     (the dispatches after it only refused, see Dispatcher.enqueue)."""
     if escaped is not None and _continues(entry[1], escaped):
         return False
     if not token or not entry[4] or entry[4] == token:
         return True
-    return _in_chain(entry[1], lambda exc: isinstance(exc, FluxError) and exc._values[0] == token)
+    # By Token, not by value: another dispatcher's error may name the same
+    # value (a wait's error is about the waiting dispatcher's token).
+    named = Token(serial, token)
+    return _in_chain(entry[1], lambda exc: isinstance(exc, FluxError) and exc.token == named)
 
 
 _DONE = _DONE_TYPE(_on_done)
@@ -1132,7 +1139,9 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             raise _closed("enqueue")
         if _CHECKS_HEADROOM:
             _headroom()  # before the record: nothing to undo
-        record = _Enqueued(payload, on_error, self._pending, self._queued_errors, self._located, self._erring)
+        record = _Enqueued(
+            payload, on_error, self._pending, self._queued_errors, self._located, self._erring, self._serial
+        )
         address = _id(payload)
         # flux_enqueue has no out-parameter to say whether libflux ran, so
         # `context` does: still 0 when an interrupt was raised as _add

@@ -67,8 +67,9 @@ class FluxError(Exception):
     Test the class, the status and the token, never the message.
 
     ``copy.copy`` and ``copy.deepcopy`` keep everything; a pickled error
-    keeps its class, message and status but not ``token`` (nor ``cycle``),
-    which mean something only in the process that raised it.
+    keeps its class, message, status and, as a built-in exception does, its
+    notes and any attribute a program set -- but not ``token`` (nor
+    ``cycle``), which mean something only in the process that raised it.
     """
 
     #: The status this class stands for; instances carry their own ``status``.
@@ -106,10 +107,13 @@ class FluxError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, status={self.status_name})"
 
-    def __reduce__(self) -> tuple[type[FluxError], tuple[str, int]]:
-        # Pickling: message and status only. A token is meaningful only in
-        # the process that issued it (a Token refuses to be pickled).
-        return (type(self), (self.message, int(self.status)))
+    def __reduce__(self) -> tuple[type[FluxError], tuple[str, int], dict[str, object]]:
+        # Pickling: message and status as arguments, and the rest of the
+        # state (__notes__, a program's own attributes) as a built-in
+        # exception keeps it -- but not the token and cycle, meaningful only
+        # in the process that issued them (a Token refuses to be pickled).
+        state = {k: v for k, v in self.__dict__.items() if k not in _NOT_IN_STATE}
+        return (type(self), (self.message, int(self.status)), state)
 
     def __copy__(self) -> FluxError:
         # A copy in this process keeps every fact, token and cycle included
@@ -132,6 +136,11 @@ class FluxError(Exception):
         duplicate.args = copy.deepcopy(self.args, memo)
         duplicate.__dict__.update(copy.deepcopy(self.__dict__, memo))
         return duplicate
+
+
+#: What a pickled FluxError's state leaves out: the token and cycle (and
+#: their raw values), and what its constructor sets anew from its arguments.
+_NOT_IN_STATE = frozenset({"token", "cycle", "_values", "message", "status"})
 
 
 class InvalidArgumentError(FluxError, ValueError):

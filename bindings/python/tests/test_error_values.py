@@ -129,6 +129,45 @@ def test_a_failing_native_callback_names_its_token(d: flux.Dispatcher[Any]) -> N
     _native.flux_unregister(d._handle, out.value)
 
 
+def test_a_queued_native_failure_is_not_matched_by_another_dispatchers_token_value(d: flux.Dispatcher[Any]) -> None:
+    # The outer dispatch fails in a Python callback with an error about
+    # `other`'s token 2; its queued twin (the same payload) fails in a native
+    # callback that is d's token 2. Matched by the bare value, the queued
+    # dispatch took the outer's exception as its own failure, and the outer
+    # dispatch raised a CallbackFailedError in its place.
+    other = flux.Dispatcher[Any]()
+    other.register(lambda p: None)
+    gone = other.register(lambda p: None)
+    other.unregister(gone)
+    payload = object()
+    queued: list[BaseException] = []
+    calls = []
+
+    def first(p: Any) -> None:
+        calls.append(p)
+        if len(calls) == 1:
+            d.enqueue(payload, on_error=queued.append)
+            other.unregister(gone)
+
+    d.register(first)
+    # A native callback that always fails: libc's abs(), given context 5.
+    libc = ctypes.CDLL(None)
+    address = ctypes.cast(libc.abs, ctypes.c_void_p).value
+    assert address is not None
+    native = _native.CALLBACK(address)
+    out = ctypes.c_uint64()
+    _native.flux_register(d._handle, native, 5, _native.DESTROY(), ctypes.byref(out))
+    assert out.value == gone.value  # the same value, of another dispatcher
+    with pytest.raises(flux.UnknownTokenError) as info:
+        d.dispatch(payload)
+    assert info.value.token == gone
+    (failure,) = queued
+    assert type(failure) is flux.CallbackFailedError
+    assert failure.token == flux.Token(d._serial, out.value)
+    _native.flux_unregister(d._handle, out.value)
+    other.close()
+
+
 def test_errors_without_a_token_have_none(d: flux.Dispatcher[Any]) -> None:
     token = d.register(lambda p: None)
     with pytest.raises(flux.NotDispatchingError) as info:

@@ -119,6 +119,34 @@ def test_a_pickled_error_drops_its_token(d: flux.Dispatcher[Any]) -> None:
     assert type(twin) is flux.UnknownTokenError and twin.token is None and str(twin) == str(info.value)
 
 
+def test_a_pickled_error_keeps_its_notes_and_what_the_program_added(d: flux.Dispatcher[Any]) -> None:
+    # Only the token and cycle are process-bound. The notes -- where a
+    # dispatch puts the later failures of the dispatches it drained -- and
+    # any attribute a program set travel with it, as for a built-in
+    # exception; they were dropped.
+    gone = d.register(lambda p: None)
+    d.unregister(gone)
+
+    def callback(payload: object) -> None:
+        if payload == "outer":
+            d.enqueue("first")
+            d.enqueue("second")
+        else:
+            d.unregister(gone)
+
+    d.register(callback)
+    with pytest.raises(flux.UnknownTokenError) as info:
+        d.dispatch("outer")
+    error = info.value
+    assert error.token == gone and error.__notes__  # the second queued failure
+    error.request = "checkout"  # type: ignore[attr-defined]
+    twin = pickle.loads(pickle.dumps(error))
+    assert type(twin) is flux.UnknownTokenError and twin.token is None
+    assert (str(twin), twin.status) == (str(error), error.status)
+    assert twin.__notes__ == error.__notes__
+    assert twin.request == "checkout"  # type: ignore[attr-defined]
+
+
 def test_errors_carry_the_library_message(d: flux.Dispatcher[Any]) -> None:
     token = d.register(lambda p: None)
     with pytest.raises(flux.NotDispatchingError) as info:

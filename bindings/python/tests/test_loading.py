@@ -17,6 +17,8 @@ from flux import _native
 PACKAGE = Path(flux.__file__).resolve().parent
 REPO_LIBRARY = Path(_native._BUILD_TREE_LIBRARY)
 PROBE = "import flux; print(flux.library_path)"
+#: The binding's version as flux_version() reports it.
+BINDING_NUMBER = sum(int(part) * scale for part, scale in zip(flux.__version__.split("."), (10000, 100, 1)))
 
 
 def run(code: str, pythonpath: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -47,6 +49,8 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "future": "unsigned flux_version(void) { return 10203; }",  # 1.2.3
         "older": "unsigned flux_version(void) { return 105; }",  # 0.1.5: another 0.x ABI
         "alien": "int something_else(void) { return 0; }",
+        # The binding's own version, and no other function of libflux.
+        "partial": f"unsigned flux_version(void) {{ return {BINDING_NUMBER}; }}",
     }
     libs = {}
     for name, source in sources.items():
@@ -162,3 +166,26 @@ def test_an_unusable_package_copy_is_skipped_for_the_next_place(tmp_path: Path, 
     else:
         # Refused for its version; the search went on to the next place.
         assert "1.2.3" in result.stderr and 'find_library("flux")' in result.stderr
+
+
+def test_a_library_missing_a_function_is_an_import_error(fakes: dict[str, Path]) -> None:
+    # flux_version() says the right ABI, but the rest is missing: an
+    # ImportError naming what is missing, not an AttributeError from deep
+    # in the declarations.
+    result = run(PROBE, PACKAGE.parent, FLUX_LIBRARY=str(fakes["partial"]))
+    assert result.returncode != 0
+    assert "AttributeError" not in result.stderr, result.stderr
+    assert "ImportError" in result.stderr and "flux_last_error" in result.stderr, result.stderr
+    assert "make lib" in result.stderr
+
+
+def test_a_package_copy_missing_a_function_is_skipped_for_the_next_place(
+    tmp_path: Path, fakes: dict[str, Path]
+) -> None:
+    root = copy_package(tmp_path, with_library=fakes["partial"])
+    result = run(PROBE, root)
+    assert "AttributeError" not in result.stderr, result.stderr
+    if result.returncode == 0:  # found further down (a system libflux)
+        assert result.stdout.strip() != str(root / "flux" / "libflux.so")
+    else:
+        assert "flux_last_error" in result.stderr and 'find_library("flux")' in result.stderr, result.stderr
