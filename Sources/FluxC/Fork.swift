@@ -14,7 +14,8 @@ import Synchronization
 // parent was running: they can never end there, and a dispatch in the child
 // fails at once (FLUX_ERR_ALREADY_DISPATCHING) instead of waiting forever.
 // The engine's record of who waits for whom (DispatchWaits) is held across
-// fork() too, and emptied in the child: its waiters were the parent's.
+// fork() too, and emptied in the child, by FluxCore's ForkGuard, which does
+// the same for Swift dispatchers.
 // Only create and destroy touch the list; the hot paths never do.
 
 /// The list: a mutex and the head, in one malloc'd block made (and the fork
@@ -64,7 +65,10 @@ private var forkRegistry: ForkRegistry? {
         return UnsafeMutableRawPointer(bitPattern: existing).map(ForkRegistry.init(block:))
     }
     // Installed once, by the thread whose block was kept; the handlers find
-    // the registry through forkRegistryBlock.
+    // the registry through forkRegistryBlock. FluxCore's first, so that its
+    // prepare (Swift dispatchers' locks, then DispatchWaits') runs after
+    // this one's: DispatchWaits is taken after every engine's lock.
+    ForkGuard.install()
     _ = pthread_atfork(forkPrepare, forkParent, forkChild)
     return registry
 }
@@ -106,20 +110,17 @@ private func forkPrepare() {
     guard let registry = forkRegistry else { return }
     pthread_mutex_lock(registry.mutex)
     forEachDispatcher { $0.pointee.prepareFork() }
-    // Last: a contended dispatch takes it under its dispatcher's lock.
-    DispatchWaits.shared.prepareFork()
+    // DispatchWaits: ForkGuard's handlers, after Swift dispatchers' locks.
 }
 
 private func forkParent() {
     guard let registry = forkRegistry else { return }
-    DispatchWaits.shared.parentAfterFork()
     forEachDispatcher { $0.pointee.parentAfterFork() }
     pthread_mutex_unlock(registry.mutex)
 }
 
 private func forkChild() {
     guard let registry = forkRegistry else { return }
-    DispatchWaits.shared.childAfterFork()
     forEachDispatcher { $0.pointee.childAfterFork() }
     pthread_mutex_unlock(registry.mutex)
 }

@@ -38,9 +38,20 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
         // Swift's own allocations trap when memory runs out; so does this.
         guard let core = DispatchCore<ClosureCallback<Payload>>() else { fatalError("Dispatcher: out of memory") }
         self.core = core
-        // Unowned: deinit removes the test first, under the lock any call of
-        // it holds, so none runs on a dispatcher that is going.
-        DispatchingThreads.shared.add(self) { [unowned(unsafe) self] in self.core.isDispatchingOnCurrentThread }
+        // Unowned: deinit removes the test and the fork hook first, under
+        // the lock any call of them holds, so none runs on a dispatcher that
+        // is going. The hook holds the engine's lock across fork() and, in
+        // the child, refuses what would wait for a dispatch another thread
+        // of the parent was running (see `ForkGuard`).
+        DispatchingThreads.shared.add(
+            self, { [unowned(unsafe) self] in self.core.isDispatchingOnCurrentThread },
+            fork: { [unowned(unsafe) self] phase in
+                switch phase {
+                case .prepare: self.core.prepareFork()
+                case .parent: self.core.parentAfterFork()
+                case .child: self.core.childAfterFork()
+                }
+            })
     }
 
     deinit {
@@ -111,7 +122,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///   too deep for the stack (aborted the same way), or `FluxError` with
     ///   `.alreadyDispatching` when called from inside a callback on the
     ///   dispatching thread, or when waiting for another thread's dispatch
-    ///   would deadlock (see the class's "Thread safety"), or `.noMemory`
+    ///   would deadlock (see the class's "Thread safety"), or in a child
+    ///   process forked while another thread dispatched this dispatcher (that
+    ///   dispatch can never end there), or `.noMemory`
     ///   when it must wait and there is no memory to note the wait. Payloads
     ///   enqueued meanwhile are dispatched before this returns; their
     ///   failures with no `onError` are thrown too, by this call whatever
@@ -150,7 +163,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     /// the caller gives it up (a non-`Sendable` payload cannot be used after
     /// this call, nor be one a callback received).
     ///
-    /// - Throws: as above; `FluxError` `.noMemory` when the queue cannot grow.
+    /// - Throws: as above; `FluxError` `.noMemory` when the queue cannot grow;
+    ///   `.alreadyDispatching` in a child process forked while another
+    ///   thread dispatched this dispatcher (the queue would never drain).
     public func enqueue(_ payload: sending Payload, onError: (@Sendable (any Error) -> Void)? = nil) throws {
         let mark = queuedFailures.mark  // as in `dispatch`
         switch core.enqueue(payload, EnqueueCompletion(onError: onError, failures: queuedFailures)) {
@@ -166,12 +181,15 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
 
     /// Watches every dispatch: see `Observer`. nil removes it. Set during a
     /// dispatch, it takes effect from the next one. Never waits. Running out
-    /// of memory to note it during a dispatch traps, as `register` does.
+    /// of memory to note it during a dispatch traps, as `register` does, and
+    /// so does a child process forked while another thread dispatched this
+    /// dispatcher (the change would wait for that dispatch's end: never).
     public func setObserver(_ observer: Observer?) {
         do {
             try core.setObserver(observer.map { $0.engineObserver })
         } catch {
-            // Only running out of memory can get here; `close()` is deinit-only.
+            // Only running out of memory, or a forked child's change on a
+            // dispatch the fork orphaned, can get here; `close()` is deinit-only.
             fatalError("Dispatcher.setObserver: \(error)")
         }
     }

@@ -33,10 +33,14 @@ public func currentThreadID() -> UInt {
 /// and asking take a lock. The tests only read atomics: no user code runs
 /// under the lock.
 @_spi(Engine) public final class DispatchingThreads: @unchecked Sendable {
-    // @unchecked: `tests` is only touched under `lock`.
+    // @unchecked: `entries` is only touched under `lock`.
     public static let shared = DispatchingThreads()
     private let lock: ConditionLock
-    private var tests: [ObjectIdentifier: @Sendable () -> Bool] = [:]
+    private struct Entry {
+        let isRunningHere: @Sendable () -> Bool
+        let fork: (@Sendable (ForkPhase) -> Void)?
+    }
+    private var entries: [ObjectIdentifier: Entry] = [:]
 
     private init() {
         // Swift's own allocations trap when memory runs out; so does this.
@@ -44,16 +48,21 @@ public func currentThreadID() -> UInt {
         self.lock = lock
     }
 
-    /// Adds `owner`'s test; `remove` it before `owner` goes.
-    public func add(_ owner: AnyObject, _ isRunningHere: @escaping @Sendable () -> Bool) {
+    /// Adds `owner`'s test, and its engine's `fork` hook when it has one
+    /// (see `ForkGuard`); `remove` it before `owner` goes.
+    public func add(
+        _ owner: AnyObject, _ isRunningHere: @escaping @Sendable () -> Bool,
+        fork: (@Sendable (ForkPhase) -> Void)? = nil
+    ) {
+        if fork != nil { ForkGuard.install() }
         lock.lock()
-        tests[ObjectIdentifier(owner)] = isRunningHere
+        entries[ObjectIdentifier(owner)] = Entry(isRunningHere: isRunningHere, fork: fork)
         lock.unlock()
     }
 
     public func remove(_ owner: AnyObject) {
         lock.lock()
-        let removed = tests.removeValue(forKey: ObjectIdentifier(owner))
+        let removed = entries.removeValue(forKey: ObjectIdentifier(owner))
         lock.unlock()
         _ = removed  // released outside the lock
     }
@@ -62,15 +71,76 @@ public func currentThreadID() -> UInt {
     func contains(_ owner: ObjectIdentifier) -> Bool {
         lock.lock()
         defer { lock.unlock() }
-        return tests[owner] != nil
+        return entries[owner] != nil
     }
 
     /// True when the calling thread is running a dispatch of one of them.
     public func containsCurrentThread() -> Bool {
         lock.lock()
         defer { lock.unlock() }
-        return tests.values.contains { $0() }
+        return entries.values.contains { $0.isRunningHere() }
     }
+
+    // fork(), from `ForkGuard`'s handlers: the lock is held across it, so
+    // no entry (nor the engine it names) goes meanwhile.
+    fileprivate func prepareFork() {
+        lock.lock()
+        for entry in entries.values { entry.fork?(.prepare) }
+    }
+
+    fileprivate func afterFork(_ phase: ForkPhase) {
+        for entry in entries.values { entry.fork?(phase) }
+        lock.unlock()
+    }
+}
+
+/// Which of pthread_atfork's handlers an engine's fork hook is called as.
+@_spi(Engine) public enum ForkPhase: Sendable { case prepare, parent, child }
+
+/// fork() for Swift `Dispatcher`s, as FluxC's list does it for C ones: each
+/// engine's lock is held across fork() (the child gets consistent tables and
+/// free locks) and, in the child, a dispatch another thread of the parent was
+/// running is marked orphaned: it can never end there, so calls that would
+/// wait for it are refused instead of hanging (`DispatchCore.childAfterFork`).
+/// `DispatchWaits` is held last, after every engine's lock (a contended
+/// dispatch takes it under its engine's).
+@_spi(Engine) public enum ForkGuard {
+    /// Installs the handlers, once. FluxC calls it before installing its
+    /// own: prepare handlers run in reverse order of installation, so its
+    /// engines' locks are taken before `DispatchWaits`, which these take last.
+    public static func install() {
+        while true {
+            let (won, state) = forkGuardState.compareExchange(expected: 0, desired: 1, ordering: .acquiring)
+            if won {
+                _ = pthread_atfork(forkGuardPrepare, forkGuardParent, forkGuardChild)
+                forkGuardState.store(2, ordering: .releasing)
+                return
+            }
+            // Installed, or about to be by another thread: wait for it, so
+            // that nothing installed after returning comes before it.
+            if state == 2 { return }
+            yieldThread()
+        }
+    }
+}
+
+/// 0: not installed; 1: being installed; 2: installed. An atomic, not a
+/// lazy global (see `threadKey`).
+private let forkGuardState = Atomic<Int>(0)
+
+private func forkGuardPrepare() {
+    DispatchingThreads.shared.prepareFork()
+    DispatchWaits.shared.prepareFork()
+}
+
+private func forkGuardParent() {
+    DispatchWaits.shared.parentAfterFork()
+    DispatchingThreads.shared.afterFork(.parent)
+}
+
+private func forkGuardChild() {
+    DispatchWaits.shared.childAfterFork()
+    DispatchingThreads.shared.afterFork(.child)
 }
 
 /// Which threads sleep in an engine's `beginSlow`, and for whom: each
@@ -137,9 +207,10 @@ public func currentThreadID() -> UInt {
         waits.withLock { $0.removeAll { $0.engine == engine } }
     }
 
-    // fork(): the C library's pthread_atfork handlers call these, after
-    // every engine's prepareFork (a contended dispatch takes this lock under
-    // its engine's), so the child gets the list consistent and the lock free.
+    // fork(): `ForkGuard`'s handlers call these, after every engine's
+    // prepareFork, Swift's and C's (a contended dispatch takes this lock
+    // under its engine's), so the child gets the list consistent and the
+    // lock free.
 
     /// pthread_atfork's prepare.
     public func prepareFork() { waits.lockAcrossFork() }
