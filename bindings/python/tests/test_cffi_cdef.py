@@ -6,6 +6,7 @@ wait_for chain -- and reads an error's token and a cycle as values."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,22 @@ def test_the_declarations_carry_the_constants(ffi_lib: tuple[Any, Any]) -> None:
     assert lib.FLUX_VERSION_NUMBER == lib.flux_version()
     assert lib.FLUX_OBSERVER_VERSION == 1
     assert lib.FLUX_ERR_CIRCULAR == flux.Status.ERR_CIRCULAR
+
+
+def test_the_declarations_are_the_whole_header(ffi_lib: tuple[Any, Any]) -> None:
+    # Every function, integer macro and status of flux.h, with the header's
+    # values: a cdef that fell behind the header would fail a host here, not
+    # in its own code.
+    _, lib = ffi_lib
+    header = (REPO / "include" / "flux.h").read_text()
+    functions = re.findall(r"FLUX_API[^;(]*?\b(flux_\w+)\s*\(", header)
+    assert len(functions) > 30, functions
+    missing = [name for name in functions if not hasattr(lib, name)]
+    assert missing == []
+    constants = dict(re.findall(r"^#define (FLUX_\w+) (\d+)$", header, re.MULTILINE))
+    constants.update(re.findall(r"^\s+(FLUX_\w+) = (\d+),?", header, re.MULTILINE))
+    assert {"FLUX_VERSION_NUMBER", "FLUX_SIGNATURE_MAX_ARGS", "FLUX_OK", "FLUX_ERR_TOO_DEEP"} <= constants.keys()
+    assert {name: getattr(lib, name, None) for name in constants} == {k: int(v) for k, v in constants.items()}
 
 
 def test_flight_destination_through_cffi(ffi_lib: tuple[Any, Any]) -> None:
