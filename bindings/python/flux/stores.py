@@ -195,6 +195,12 @@ def _on_reduce(context: int, state: Any, payload: Any, next_: int) -> int:
     store = _objects[context]()
     if store is None:  # collected with its dispatcher, whose finalizer destroys it
         return 0
+    if _emitted and store._ident in _emitted:
+        # An error emitted in an earlier dispatch, whose emit never ran: it
+        # failed, and the failed call ends it only once it returns -- after
+        # the dispatches queued meanwhile, this one maybe. A store handles
+        # a payload once per dispatch, so it is over by now.
+        store._end_error(None)
     try:
         new = store._flux_reduce(state, payload)
     except BaseException as exc:  # noqa: BLE001 -- every exception fails the dispatch
@@ -340,16 +346,18 @@ def handles(action_type: Any) -> Callable[[Callable[..., Any]], Callable[..., An
 
 
 def _action_type(action: Any) -> Any:
+    """The type ``action`` is routed by, or _NO_TYPE, which no route has:
+    an action with no type is unhandled, not one of type None."""
     if type(action) is Action:
         return action.type
     if isinstance(action, dict):
-        return action.get("type")
+        return action.get("type", _NO_TYPE)
     found = getattr(action, "type", _NO_TYPE)
     if found is not _NO_TYPE:
         return found
     if isinstance(action, Mapping):  # any other mapping with a "type" key
-        return action.get("type")
-    return None
+        return action.get("type", _NO_TYPE)
+    return _NO_TYPE
 
 
 _NO_TYPE: Any = object()
@@ -480,6 +488,10 @@ def _owner_collected(watch: _OwnerWatch) -> None:
 #: The stores (by id) whose reduce called emit_change(error=...) and has not
 #: returned yet: their error is shown as the reduce returns (see _on_reduce).
 _unshown: dict[int, bool] = {}
+
+#: The stores (by id) with an emitted error that has not ended (see
+#: Store._error_state): tested by every reduce (see _on_reduce).
+_emitted: dict[int, bool] = {}
 
 
 def _error_emitted(store_ref: weakref.ref[Store]) -> None:
@@ -726,6 +738,7 @@ class Store(_ClosesOnExit):
                     self._error_state = (error, _get_ident())
                     self._dispatcher._erring[self._ident] = self
                     _unshown[self._ident] = True
+                    _emitted[self._ident] = True
 
     @property
     def error(self) -> Any:
@@ -746,6 +759,7 @@ class Store(_ClosesOnExit):
             self._error_state = self._error_shown = None
             self._dispatcher._erring.pop(self._ident, None)
             _unshown.pop(self._ident, None)
+            _emitted.pop(self._ident, None)
             end, self._error_end = self._error_end, None
             if end is not None:
                 self._unlisten(end.value, quiet=True)
@@ -1018,6 +1032,7 @@ class Store(_ClosesOnExit):
                         # Its end listener went with the store.
                         self._error_state = self._error_end = self._error_shown = None
                         _unshown.pop(self._ident, None)
+                        _emitted.pop(self._ident, None)
                         dispatcher._children.pop(self._ident, None)
                         dispatcher._store_closed(self)
                         token = getattr(self, "_token", None)  # None: creation was interrupted
@@ -1060,6 +1075,8 @@ class ReduceStore(Store, Generic[S]):
     """
 
     _routes: ClassVar[dict[Any, Callable[..., Any]]] = {}
+    #: _routes as functions of (store, state, action) (see _as_route).
+    _flux_routes: ClassVar[dict[Any, Callable[..., Any]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -1072,6 +1089,7 @@ class ReduceStore(Store, Generic[S]):
                 for action_type in getattr(value, "_flux_handles", ()):
                     names[action_type] = name
         cls._routes = {action_type: inspect.getattr_static(cls, name) for action_type, name in names.items()}
+        cls._flux_routes = {action_type: _as_route(method) for action_type, method in cls._routes.items()}
         cls._flux_reduce = _reducer(cls)
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
@@ -1086,7 +1104,15 @@ class ReduceStore(Store, Generic[S]):
         """Override (or route actions with :func:`flux.handles`): the state
         after ``action``; return ``state`` itself when nothing changes. Runs
         on the dispatching thread; an exception fails the dispatch and the
-        store keeps its state."""
+        store keeps its state.
+
+        Left alone in a class that routes, it routes as a dispatch does
+        (an unhandled action leaves ``state`` as it is), so an override may
+        hand ``super().reduce()`` the actions it does not handle."""
+        routes = type(self)._flux_routes
+        if routes:
+            method = _route(routes, action)
+            return state if method is None else method(self, state, action)
         raise NotImplementedError(f"{type(self).__name__} must override ReduceStore.reduce() or route with @handles")
 
     def are_equal(self, one: S, two: S) -> bool:
@@ -1162,28 +1188,32 @@ def _as_route(method: Any) -> Callable[..., Any]:
     return bound
 
 
+def _route(routes: dict[Any, Callable[..., Any]], action: Any) -> Callable[..., Any] | None:
+    """The route of ``action``'s type, or None when it is unhandled."""
+    action_type = _action_type(action)
+    try:
+        return routes.get(action_type)
+    except TypeError:
+        # An unhashable type (a list, a dict) names no route: it is
+        # unhandled, like any type no method handles. Only a failing hash
+        # counts as that; an __eq__ that raised is raised.
+        try:
+            hash(action_type)
+        except TypeError:
+            return None
+        raise
+
+
 def _reducer(cls: type[ReduceStore[Any]]) -> Callable[..., Any]:
     """A ReduceStore class's _flux_reduce: its own ``reduce`` as it is (the
     fast path: one method call), or a function that routes actions
     (``@handles``) and compares with a Python ``are_equal``."""
-    routes = {action_type: _as_route(method) for action_type, method in cls._routes.items()}
+    routes = cls._flux_routes
     has_reduce = cls.reduce is not ReduceStore.reduce
     if routes:
 
         def routed(store: Any, state: Any, action: Any) -> Any:
-            action_type = _action_type(action)
-            try:
-                method = routes.get(action_type)
-            except TypeError:
-                # An unhashable type (a list, a dict) names no route: it is
-                # unhandled, like any type no method handles. Only a failing
-                # hash counts as that; an __eq__ that raised is raised.
-                try:
-                    hash(action_type)
-                except TypeError:
-                    method = None
-                else:
-                    raise
+            method = _route(routes, action)
             if method is not None:
                 return method(store, state, action)
             return store.reduce(state, action) if has_reduce else state

@@ -1066,6 +1066,35 @@ def test_a_queued_dispatch_failing_after_an_error_emit_leaves_no_error(d: flux.D
     assert seen == [None, None], "the queued dispatch after the failed one saw no error"
 
 
+@pytest.mark.parametrize("failing", ["the store", "a store it waits for"])
+def test_a_dispatch_queued_behind_a_failed_one_does_not_see_its_error(d: flux.Dispatcher[Any], failing: str) -> None:
+    # The failed outer dispatch's error outlived it while the queue drained
+    # (until dispatch() returned): the queued dispatch's listeners saw it.
+    class Other(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            if payload == "fail":
+                raise Failure(payload)
+
+    class Users(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            if payload == "fail":
+                self.emit_change(error="failed")
+                d.enqueue("next")
+                if failing == "the store":
+                    raise Failure(payload)
+                d.wait_for([other])
+            self.emit_change()
+
+    users = Users(d)
+    other = Other(d)
+    seen: list[Any] = []
+    users.add_listener(lambda: seen.append(users.error))
+    with pytest.raises(Failure):
+        d.dispatch("fail")
+    assert seen == [None], "the queued dispatch's emit carries no error"
+    assert users.error is None
+
+
 def test_closing_a_store_ends_its_error(d: flux.Dispatcher[Any]) -> None:
     class Failing(flux.Store):
         def on_dispatch(self, payload: Any) -> None:

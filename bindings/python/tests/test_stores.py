@@ -721,6 +721,62 @@ def test_an_unhashable_action_type_is_unhandled(d: flux.Dispatcher[Any]) -> None
         assert fallback.state == ("fallback", unhashable), "unrouted: reduce"
 
 
+def test_an_action_with_no_type_is_not_routed_to_handles_none(d: flux.Dispatcher[Any]) -> None:
+    # Only an Action, an object with a type attribute or a mapping with a
+    # "type" key is routed: a payload with no type at all is unhandled,
+    # not an action of type None.
+    class Log(flux.ReduceStore[Any]):
+        def get_initial_state(self) -> Any:
+            return ()
+
+        @flux.handles(None)
+        def untyped(self, state: Any, action: Any) -> Any:
+            return (*state, ("routed", action))
+
+    class LogWithFallback(Log):
+        def reduce(self, state: Any, action: Any) -> Any:
+            return (*state, ("fallback", action))
+
+    log, fallback = Log(d), LogWithFallback(d)
+    d.dispatch(flux.Action(None))
+    d.dispatch({"type": None})
+    assert log.state == (("routed", flux.Action(None)), ("routed", {"type": None})), "type None is a type"
+    d.dispatch("plain")
+    d.dispatch({"kind": "x"})
+    assert len(log.state) == 2, "unrouted, no reduce: the state stays"
+    assert fallback.state[2:] == (("fallback", "plain"), ("fallback", {"kind": "x"})), "unrouted: reduce"
+
+
+def test_a_routed_stores_reduce_routes_too(d: flux.Dispatcher[Any]) -> None:
+    # reduce is "the state after action" for a store that routes with
+    # @handles, too: called directly, or by a subclass's override through
+    # super() for the actions it does not handle itself. It raised
+    # NotImplementedError ("must override reduce() or route with @handles").
+    class Count(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        @flux.handles("inc")
+        def inc(self, state: int, action: Any) -> int:
+            return state + 1
+
+    class CountWithReset(Count):
+        def reduce(self, state: int, action: Any) -> int:
+            if action == "reset":
+                return 0
+            return super().reduce(state, action)
+
+    count, resettable = Count(d), CountWithReset(d)
+    assert count.reduce(5, flux.Action("inc")) == 6
+    assert count.reduce(5, flux.Action("other")) == 5
+    d.dispatch(flux.Action("inc"))
+    d.dispatch(flux.Action("other"))  # unrouted: the override, then super()
+    assert resettable.state == 1 and count.state == 1
+    assert resettable.reduce(1, flux.Action("inc")) == 2, "super() routes"
+    d.dispatch("reset")
+    assert resettable.state == 0
+
+
 def test_any_mapping_with_a_type_key_routes(d: flux.Dispatcher[Any]) -> None:
     # "a mapping with a 'type' key", not only a dict.
     class Items(collections.abc.Mapping[str, Any]):
