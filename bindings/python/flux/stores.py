@@ -562,6 +562,9 @@ class Store(_ClosesOnExit):
         lock = self.__dict__.get("_lock") if "_life" in self.__dict__ else None
         if lock is None:
             lock = threading.RLock()
+        # _closing_lock is the one Dispatcher.close() clears its handle under:
+        # either it finds this store among its children and closes it, or
+        # this finds it closed and makes nothing.
         with dispatcher._closing_lock, lock:
             if self.__dict__.get("_handle") is not None:
                 # A second native store under this object would leave the first
@@ -627,45 +630,39 @@ class Store(_ClosesOnExit):
             out = c_void_p(_native.UNTOUCHED)
             out_ref = byref(out)
             me = weakref.ref(self)
-            # Under the lock Dispatcher.close() clears its handle with: either
-            # it finds this store among its children and closes it, or this
-            # finds it closed and makes nothing.
-            with dispatcher._closing_lock:
-                if dispatcher._handle is None:
-                    raise InvalidArgumentError("store: the dispatcher is closed")
-                added = [0]  # the context, also when an interrupt is raised as _add returns
-                try:
-                    key = _add(me, self._held, added)
-                    # Handed over: libflux destroys the context even when the create
-                    # fails (the states are held here: no release_state).
-                    _flux_store_create(
-                        handle, _id(initial), _reduce_trampoline, None, _NO_RELEASE, key, _destroy_trampoline, out_ref
-                    )
-                except ArgumentError as exc:
-                    raise _argument_error(exc) from None
-                finally:
-                    # Also when an interrupt is raised after libflux made the store:
-                    # it is then recorded, and closed with the dispatcher.
-                    native = out.value
-                    if native and native != _native.UNTOUCHED:
-                        # Recorded first, with no call in between (where an interrupt
-                        # could be raised): close() and the dispatcher's finalizer
-                        # (if this store is never closed) then destroy it.
-                        self._handle = native
-                        dispatcher._natives[native] = False
-                        dispatcher._children[self._ident] = self
-                        self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
-                        # Its name in traces and circular-dependency messages.
-                        dispatcher._names[self._token.value] = type(self).__name__
-                        # Made by register_store(type(self)) on this thread, for
-                        # a class whose metaclass has a __call__ of its own (else
-                        # register_store knows the instance already)? Then it is
-                        # the store to discard should the constructor raise.
-                        frames = dispatcher._constructing.get(_get_ident())
-                        if frames and frames[-1][0] is type(self) and frames[-1][1] is None:
-                            frames[-1][1] = self
-                    elif added[0]:  # libflux never ran, or destroyed the key
-                        _native.drop(added[0], me, native)
+            added = [0]  # the context, also when an interrupt is raised as _add returns
+            try:
+                key = _add(me, self._held, added)
+                # Handed over: libflux destroys the context even when the create
+                # fails (the states are held here: no release_state).
+                _flux_store_create(
+                    handle, _id(initial), _reduce_trampoline, None, _NO_RELEASE, key, _destroy_trampoline, out_ref
+                )
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
+            finally:
+                # Also when an interrupt is raised after libflux made the store:
+                # it is then recorded, and closed with the dispatcher.
+                native = out.value
+                if native and native != _native.UNTOUCHED:
+                    # Recorded first, with no call in between (where an interrupt
+                    # could be raised): close() and the dispatcher's finalizer
+                    # (if this store is never closed) then destroy it.
+                    self._handle = native
+                    dispatcher._natives[native] = False
+                    dispatcher._children[self._ident] = self
+                    self._token = Token(dispatcher._serial, int(_flux_store_token(native)))
+                    # Its name in traces and circular-dependency messages.
+                    dispatcher._names[self._token.value] = type(self).__name__
+                    # Made by register_store(type(self)) on this thread, for
+                    # a class whose metaclass has a __call__ of its own (else
+                    # register_store knows the instance already)? Then it is
+                    # the store to discard should the constructor raise.
+                    frames = dispatcher._constructing.get(_get_ident())
+                    if frames and frames[-1][0] is type(self) and frames[-1][1] is None:
+                        frames[-1][1] = self
+                elif added[0]:  # libflux never ran, or destroyed the key
+                    _native.drop(added[0], me, native)
         self._settle()
 
     def on_dispatch(self, payload: Any) -> None:
