@@ -670,25 +670,6 @@ class Flag:
 left_over = Flag()
 
 
-class _ThreadEnd:
-    """Kept in a thread's own storage once the thread parked something: it
-    goes with the thread (at its end; a foreign thread's after each call
-    from C), taking what is left of that thread's -- which no call of it can
-    raise any more, and a later thread given the same ident (pthread_t
-    values are reused) would raise as its own."""
-
-    __slots__ = ("ident",)
-
-    def __init__(self, ident: int) -> None:
-        self.ident = ident
-
-    # Bound as defaults: this may run as the interpreter shuts down.
-    def __del__(self, escaped: dict[int, BaseException] = escaped, left_over: Flag = left_over) -> None:
-        escaped.pop(self.ident, None)
-        if not escaped and not left_over.queued:
-            left_over.up = False
-
-
 _this_thread = local()
 
 
@@ -702,17 +683,37 @@ def park_escaped(ident: int, exc: BaseException) -> None:
         _this_thread.end = _ThreadEnd(ident)
 
 
-def take_escaped(ident: int) -> BaseException | None:
-    """Takes what escaped on thread ``ident``, if anything."""
-    exc = escaped.pop(ident, None)
-    lower_left_over()
-    return exc
-
-
-def lower_left_over() -> None:
+# Both bind what they use as defaults: _ThreadEnd's finalizer calls them,
+# and may run as the interpreter shuts down.
+def lower_left_over(escaped: dict[int, BaseException] = escaped, left_over: Flag = left_over) -> None:
     """Lets :data:`left_over` down when nothing is left on any thread."""
     if not escaped and not left_over.queued:
         left_over.up = False
+
+
+def take_escaped(
+    ident: int, escaped: dict[int, BaseException] = escaped, lower: Callable[[], None] = lower_left_over
+) -> BaseException | None:
+    """Takes what escaped on thread ``ident``, if anything."""
+    exc = escaped.pop(ident, None)
+    lower()
+    return exc
+
+
+class _ThreadEnd:
+    """Kept in a thread's own storage once the thread parked something: it
+    goes with the thread (at its end; a foreign thread's after each call
+    from C), taking what is left of that thread's -- which no call of it can
+    raise any more, and a later thread given the same ident (pthread_t
+    values are reused) would raise as its own."""
+
+    __slots__ = ("ident",)
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+
+    def __del__(self, take: Callable[[int], BaseException | None] = take_escaped) -> None:
+        take(self.ident)
 
 
 #: id(function) -> (the function, what to run when an exception escapes it
