@@ -298,10 +298,16 @@ class Trampoline(_native.Unshareable):
     libflux holds the handler until then, so a handler that refers to its
     trampoline (a bound method of the object that holds it, say) keeps it
     alive for good: close trampolines you are done with. The handler may be
-    called from any thread.
+    called from any thread. Initializing an open trampoline again raises
+    :class:`RuntimeError`; a closed one may be.
     """
 
     def __init__(self, signature: str, handler: Callable[..., Any]) -> None:
+        handle_before: list[int | None] | None = getattr(self, "_handle", None)
+        if handle_before is not None and handle_before[0] is not None:
+            # As for a dispatcher: the first closure would stay until this
+            # object is collected, out of close()'s reach.
+            raise RuntimeError(f"{self!r} is already made: close() it before initializing it again")
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         sig = _parse(signature, "flux_closure_create")

@@ -383,6 +383,23 @@ def test_close_is_idempotent_and_releases_the_handler() -> None:
         _ = t.address
 
 
+def test_initializing_an_open_trampoline_again_is_refused_and_changes_nothing() -> None:
+    # It made a second closure and kept the first, out of close()'s reach,
+    # until the object was collected: one more per call.
+    before = tr.live_closures()
+    t = flux.Trampoline("i()", lambda: 1)
+    with pytest.raises(RuntimeError, match="already made"):
+        t.__init__("i()", lambda: 2)
+    assert t() == 1
+    assert tr.live_closures() == before + 1
+    t.close()
+    assert tr.live_closures() == before
+    t.__init__("i()", lambda: 2)  # closed: it may be made anew
+    assert t() == 2
+    t.close()
+    assert tr.live_closures() == before
+
+
 @pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
 def test_a_trampoline_cannot_be_copied_or_pickled(duplicate: Callable[[Any], Any]) -> None:
     # A copy held the same closure: closing both destroyed it twice (a
