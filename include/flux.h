@@ -604,6 +604,16 @@ FLUX_API flux_token flux_store_token(const flux_store *s);
 FLUX_API flux_dispatcher *flux_store_dispatcher(const flux_store *s);
 
 /**
+ * @return 1 while the store's listeners are being run (its emit, on the
+ *         dispatching thread: from when the first listener is called until
+ *         the last has returned, or the emit stopped at a failure), else 0;
+ *         0 when s is NULL. A state-carrying host uses it to show something
+ *         only for the emit's duration, as the Python binding's store.error.
+ * Threads: any thread, any time; from inside a listener it reads 1.
+ */
+FLUX_API int flux_store_is_emitting(const flux_store *s);
+
+/**
  * Reports whether the store changed in its most recent handling of a
  * payload (Facebook's hasChanged()). Before the store has run in this
  * dispatch, that is the previous dispatch's result: call it after

@@ -255,6 +255,12 @@ public func flux_store_dispatcher(_ s: OpaquePointer?) -> OpaquePointer? {
     s?.store.pointee.handle
 }
 
+@_cdecl("flux_store_is_emitting")
+public func flux_store_is_emitting(_ s: OpaquePointer?) -> Int32 {
+    guard let s else { return 0 }
+    return s.store.pointee.core.isEmitting ? 1 : 0
+}
+
 @_cdecl("flux_store_has_changed")
 public func flux_store_has_changed(_ s: OpaquePointer?, _ changed: UnsafeMutablePointer<Int32>?) -> Int32 {
     changed?.pointee = 0

@@ -76,6 +76,7 @@ struct header_store_api {
     void *(*store_state)(const flux_store *);
     flux_token (*store_token)(const flux_store *);
     flux_dispatcher *(*store_dispatcher)(const flux_store *);
+    int (*store_is_emitting)(const flux_store *);
     flux_status (*store_has_changed)(const flux_store *, int *);
     flux_status (*store_emit_change)(flux_store *);
     flux_status (*store_add_listener)(flux_store *, void (*)(void *), void *, void (*)(void *), flux_listener_id *);
@@ -154,6 +155,7 @@ struct header_store_api header_test_store_api(void)
     api.store_state = flux_store_state;
     api.store_token = flux_store_token;
     api.store_dispatcher = flux_store_dispatcher;
+    api.store_is_emitting = flux_store_is_emitting;
     api.store_has_changed = flux_store_has_changed;
     api.store_emit_change = flux_store_emit_change;
     api.store_add_listener = flux_store_add_listener;

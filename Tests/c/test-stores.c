@@ -1566,6 +1566,56 @@ static void a_failing_listener_stops_the_emit_and_fails_the_dispatch(void)
     teardown(d, &t, 1);
 }
 
+/* What flux_store_is_emitting() read: in a reduce, in a listener, and on
+ * another thread while that listener ran. */
+static int emitting_in_reduce = -1, emitting_in_listener = -1, emitting_elsewhere = -1;
+
+static int emitting_reduce_hook(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    emitting_in_reduce = flux_store_is_emitting(t->s);
+    return 0;
+}
+
+static void *read_emitting(void *store)
+{
+    emitting_elsewhere = flux_store_is_emitting(store);
+    return NULL;
+}
+
+static void emitting_hook(lis *l)
+{
+    emitting_in_listener = flux_store_is_emitting(l->s);
+    pthread_t other;
+    REQUIRE(pthread_create(&other, NULL, read_emitting, l->s) == 0);
+    REQUIRE(pthread_join(other, NULL) == 0);
+}
+
+static void is_emitting_exactly_while_the_listeners_run(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    t->hook = emitting_reduce_hook;
+    is_int(flux_store_is_emitting(NULL), 0, "NULL: 0");
+    is_int(flux_store_is_emitting(t->s), 0, "no dispatch: 0");
+    lis *reader = listen(t->s, 1, emitting_hook);
+    lis *failing = listen(t->s, 2, fail_hook);
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    is_int(emitting_in_reduce, 0, "0 in its reduce, before the emit");
+    is_int(emitting_in_listener, 1, "1 in a listener");
+    is_int(emitting_elsewhere, 1, "1 on another thread while a listener runs");
+    is_int(flux_store_is_emitting(t->s), 0, "0 once the emit stopped at a failing listener");
+    failing->hook = NULL;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(flux_store_is_emitting(t->s), 0, "0 once the emit ended");
+    EXPECT_OK(failing->status);
+    (void)reader;
+    teardown(d, &t, 1);
+}
+
 static int fail_from_reduce(tstore *t, void *state, const char *action, void **next)
 {
     (void)state;
@@ -2395,6 +2445,7 @@ int main(void)
     RUN(null_arguments);
     RUN(closed_dispatcher_create);
     RUN(a_failing_listener_stops_the_emit_and_fails_the_dispatch);
+    RUN(is_emitting_exactly_while_the_listeners_run);
     RUN(listener_fail_outside_a_listener_is_refused);
     RUN(listener_fail_on_a_dispatcher_being_destroyed_is_invalid);
     RUN(listener_fail_from_what_a_listener_waits_for_fails_that_listener);

@@ -297,7 +297,7 @@ import Synchronization
 
     /// Whether the store's listeners are being run (by the dispatching
     /// thread); any thread may ask.
-    var isEmitting: Bool {
+    @_spi(Engine) public var isEmitting: Bool {
         lock()
         defer { unlock() }
         return table.pointee.emitting

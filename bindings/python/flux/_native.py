@@ -129,6 +129,7 @@ SYMBOLS = (
     "flux_store_create",
     "flux_store_state",
     "flux_store_token",
+    "flux_store_is_emitting",
     "flux_store_has_changed",
     "flux_store_emit_change",
     "flux_store_add_listener",
@@ -1096,6 +1097,7 @@ flux_store_create = declare(
 )
 flux_store_state = declare("flux_store_state", c_void_p, (c_void_p,))
 flux_store_token = declare("flux_store_token", c_uint64, (c_void_p,))
+flux_store_is_emitting = declare("flux_store_is_emitting", c_int, (c_void_p,))
 flux_store_has_changed = declare("flux_store_has_changed", c_int, (c_void_p, POINTER(c_int)), True)
 flux_store_emit_change = declare("flux_store_emit_change", c_int, (c_void_p,), True)
 flux_store_add_listener = declare(

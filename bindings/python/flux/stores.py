@@ -84,6 +84,9 @@ from ._native import (
     flux_store_has_changed as _flux_store_has_changed,
 )
 from ._native import (
+    flux_store_is_emitting as _flux_store_is_emitting,
+)
+from ._native import (
     flux_store_listener_fail_raw as _flux_store_listener_fail_raw,
 )
 from ._native import (
@@ -741,10 +744,20 @@ class Store(_ClosesOnExit):
     def error(self) -> Any:
         """The error of the emit now running (``emit_change(error=...)``):
         set once the handling that made that call is over, as the emit
-        begins, until the emit's last listener has run, or its dispatch has
-        failed; None otherwise (also between that call and the emit: a
+        begins, until the emit's last listener has run, or it stopped at a
+        failure; None otherwise (also between that call and the emit: a
         store it waits for meanwhile reads None). Any thread may read it."""
-        return self._error_shown
+        if self._error_shown is None:
+            return None
+        with self._lock:
+            # Shown only while the emit runs, as libflux tells (as Swift's
+            # FluxStore.error): one stopped by a failure ends no error, and
+            # the dispatches queued behind a failed one run before its call
+            # returns to end it. Under the lock, whatever ends it waits.
+            shown, handle = self._error_shown, self._handle
+            if handle is None or not _flux_store_is_emitting(handle):
+                return None
+            return shown
 
     def _end_error(self, ident: int | None) -> None:
         """Ends the error emitted by thread ``ident`` (None: whichever), and

@@ -1095,6 +1095,35 @@ def test_a_dispatch_queued_behind_a_failed_one_does_not_see_its_error(d: flux.Di
     assert users.error is None
 
 
+def test_callbacks_before_the_store_in_a_queued_dispatch_do_not_see_a_failed_emits_error(
+    d: flux.Dispatcher[Any],
+) -> None:
+    # A listener failed in the emit, which stopped: its error was still
+    # shown to what ran before the store in the dispatch queued behind it
+    # (the store ended it only as it handled that payload).
+    read: list[Any] = []
+    d.register(lambda payload: read.append((payload, users.error)))
+
+    class Users(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            if payload == "fail":
+                self.emit_change(error="offline")
+
+    users = Users(d)
+
+    def fail() -> None:
+        if users.error is not None:
+            read.append(("listener", users.error))
+            d.enqueue("next")
+            raise Failure("listener")
+
+    users.add_listener(fail)
+    with pytest.raises(Failure):
+        d.dispatch("fail")
+    assert read == [("fail", None), ("listener", "offline"), ("next", None)]
+    assert users.error is None
+
+
 def test_closing_a_store_ends_its_error(d: flux.Dispatcher[Any]) -> None:
     class Failing(flux.Store):
         def on_dispatch(self, payload: Any) -> None:
