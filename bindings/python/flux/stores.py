@@ -1253,8 +1253,10 @@ ReduceStore._flux_reduce = _reducer(ReduceStore)
 class StoreGroup(_ClosesOnExit):
     """Facebook's FluxStoreGroup: ``fn()`` runs once per dispatch, after
     every store of the group. Needs at least one store, all on one
-    dispatcher. While the group lives its stores cannot be closed, and
-    initializing it again raises :class:`RuntimeError`.
+    dispatcher. The group is registered until :meth:`release` (or the
+    dispatcher's ``close``); until then the dispatcher keeps it alive (a
+    group dropped unreleased goes on running ``fn``), its stores cannot be
+    closed, and initializing it again raises :class:`RuntimeError`.
 
     An exception ``fn`` raises aborts the dispatch and comes out of
     ``dispatch`` unchanged.

@@ -1026,6 +1026,20 @@ def test_closing_the_dispatcher_closes_its_stores_and_groups() -> None:
     assert live_objects() == 0
 
 
+def test_a_group_dropped_unreleased_goes_on_running_until_the_dispatcher_closes() -> None:
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    a = Counter(d)
+    spy = Spy()
+    group = weakref.ref(flux.StoreGroup([a], spy))
+    gc.collect()
+    assert group() is not None, "the dispatcher keeps it alive"
+    d.dispatch("inc")
+    assert spy.calls == 1
+    d.close()
+    gc.collect()
+    assert group() is None and live_objects() == 0
+
+
 def test_initializing_a_live_store_or_group_again_is_refused_and_changes_nothing() -> None:
     # A second __init__ would register a second native store or group under
     # the same object: the first left running, out of reach of close(),
