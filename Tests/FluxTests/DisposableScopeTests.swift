@@ -31,6 +31,46 @@ final class DisposableScopeTests: XCTestCase {
         XCTAssertEqual(disposableScope.isDisposed, true)
     }
 
+    // An object's scope kept every registration made during its life, also
+    // those disposed long ago (and with each its sink's core): a view
+    // rebinding itself grew without bound.
+    func testScopeLetsGoOfRegistrationsDisposedWhileItsObjectLives() {
+        final class Owner {}
+        let owner = Owner()
+        let sink = Sink<Int>()
+        weak var first: AnyObject?
+        var received = 0
+        for index in 0..<1_000 {
+            let disposable = sink.signal.observe(duringScopeOf: owner) { _ in received += 1 }
+            if index == 0 { first = disposable as AnyObject }
+            disposable.dispose()
+        }
+        XCTAssertNil(first)
+        let kept = sink.signal.observe(duringScopeOf: owner) { _ in received += 1 }
+        for _ in 0..<100 {
+            _ = sink.signal.observe(duringScopeOf: owner) { _ in }
+        }
+        sink.send(value: 1)
+        XCTAssertEqual(received, 1)
+        XCTAssertFalse(kept.isDisposed)
+        withExtendedLifetime(owner) {}
+    }
+
+    // What was added, disposed or not, is still disposed in order with the
+    // scope when some of it is let go of on the way.
+    func testDisposeInOrderAfterLettingGoOfDisposed() {
+        let scope = DisposableScope()
+        var order: [Int] = []
+        for index in 0..<100 {
+            let disposable = AnyDisposable { order.append(index) }
+            scope += disposable
+            if index % 2 == 0 { disposable.dispose() }
+        }
+        order.removeAll()
+        scope.dispose()
+        XCTAssertEqual(order, Array(stride(from: 1, to: 100, by: 2)))
+    }
+
     func testDisposeOnDeinit() {
         var value = 0
         var disposableScope: DisposableScope? = .init()

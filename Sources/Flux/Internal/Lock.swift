@@ -69,6 +69,10 @@ final class PosixCondition: @unchecked Sendable {
     /// With `lock` held; returns with it held again.
     @usableFromInline func wait(_ lock: PosixLock) { pthread_cond_wait(condition, lock.mutex) }
     @usableFromInline func signal() { pthread_cond_signal(condition) }
+
+    /// In a forked child: the threads that waited on it do not exist there,
+    /// and a condition variable with waiters that never wake is not safe to use.
+    func reset() { pthread_cond_init(condition, nil) }
 }
 
 /// How many deliveries, of any sink, the calling thread is inside. A thread

@@ -1,7 +1,8 @@
 import Synchronization
 
 /// Disposes everything added to it, in order, when disposed or deinitialized.
-/// What is added after that is disposed at once.
+/// What is added after that is disposed at once. What it holds that is
+/// disposed meanwhile it lets go of, now and then, as it grows.
 public final class DisposableScope: Disposable, @unchecked Sendable {
     public var isDisposed: Bool {
         disposed.load(ordering: .acquiring)
@@ -10,6 +11,9 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
     private let disposed = Atomic<Bool>(false)
     private let lock = PosixLock()
     private var disposables: ContiguousArray<any Disposable>?  // nil once disposed
+    // When `disposables` reaches it, `add` lets go of those disposed since
+    // (see there); then twice what is left, so that each add costs O(1).
+    private var pruneAt = 32
 
     deinit {
         dispose()
@@ -31,14 +35,36 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
         // A disposed disposable is not kept (nothing would ever release it
         // earlier than this scope's end).
         if disposable.isDisposed { return }
+        // An object's scope (`observe(duringScopeOf:)`, `bind`) lives as long
+        // as the object: registrations disposed one by one while it lives
+        // would pile up in it, each keeping its sink's core, were the scope
+        // not to let go of those disposed now and then. Only this module's
+        // disposables are asked, under the lock (their `isDisposed` is an
+        // atomic load; anyone else's could come back here).
+        var dropped: [any Disposable] = []
         let added: Bool = lock.withLock {
             guard disposables != nil else { return false }
-            disposables?.append(disposable)
+            disposables!.append(disposable)
+            if disposables!.count >= pruneAt {
+                var kept = ContiguousArray<any Disposable>()
+                kept.reserveCapacity(disposables!.count)
+                for element in disposables! {
+                    if element is any AtomicallyDisposed && element.isDisposed {
+                        dropped.append(element)
+                    } else {
+                        kept.append(element)
+                    }
+                }
+                disposables = kept
+                pruneAt = Swift.max(32, kept.count * 2)
+            }
             return true
         }
         if !added {
             disposable.dispose()
         }
+        // Released outside the lock: a deinit may come back here.
+        dropped.removeAll()
     }
 
     /// Disposes what was added, in order, once; any thread, also from
@@ -65,3 +91,12 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
         disposableScope.add(disposable: disposable)
     }
 }
+
+/// This module's disposables, whose `isDisposed` runs no one else's code, so
+/// a scope may ask it with its lock held.
+protocol AtomicallyDisposed: Disposable {}
+
+extension AnyDisposable: AtomicallyDisposed {}
+extension DisposableScope: AtomicallyDisposed {}
+extension SinkSubscription: AtomicallyDisposed {}
+extension ObserverDisposable: AtomicallyDisposed {}

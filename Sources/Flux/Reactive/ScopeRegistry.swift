@@ -1,3 +1,5 @@
+@_spi(Engine) import FluxCore
+
 /// The per-object `DisposableScope` that VueFlux keeps as an Objective-C
 /// associated object, here a table keyed by identity. An entry whose object
 /// is gone is disposed when its address is reused, or when the table is
@@ -19,7 +21,15 @@ final class ScopeRegistry: @unchecked Sendable {
     private var entries: [ObjectIdentifier: Entry] = [:]
     private var sweepCount = ScopeRegistry.minimumSweepCount
 
-    private init() {}
+    private init() {
+        // Held across fork(), so that the child finds it free and the table
+        // whole (DispatchingThreads' fork hooks; the lock runs no user code).
+        DispatchingThreads.shared.add(
+            self, { false },
+            fork: { [lock] phase in
+                if phase == .prepare { lock.lock() } else { lock.unlock() }
+            })
+    }
 
     func scope(for object: AnyObject) -> DisposableScope {
         var dead: [DisposableScope] = []

@@ -20,6 +20,10 @@ import Synchronization
 /// sent them. Each value goes to the observers present when its delivery
 /// starts: one added during a delivery misses that value and gets the ones
 /// queued behind it.
+///
+/// fork(): a sink has no fork hook (one per sink would cost every sink a
+/// global lock). In a child forked while another thread delivered it, a send
+/// may wait for good for that delivery; the child should use sinks it makes.
 public final class Sink<Value>: @unchecked Sendable {
     /// A new signal each time; each observation of it adds an observer.
     @inlinable

@@ -1,5 +1,7 @@
 /// A value behind a lock. `recursive: true` lets the thread that holds the
-/// lock enter `synchronized` or `modify` again.
+/// lock enter `synchronized` or `modify` again. Its lock runs the caller's
+/// code, so fork() does not wait for it: a child forked while another thread
+/// held it must not use it.
 public final class AtomicReference<Value>: @unchecked Sendable {
     /// Reads or replaces the value under the lock. The value replaced is
     /// let go of after the lock is released: its deinit may use this reference.

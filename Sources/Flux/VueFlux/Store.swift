@@ -92,6 +92,10 @@ public protocol Mutations {
 /// returns at once, its commits not yet made. (Stores of two State types
 /// whose mutations dispatch to each other's type from two threads would
 /// otherwise wait for each other.)
+///
+/// fork(): a child forked while another thread dispatched to a State type
+/// drops that dispatch (it cannot end there), and its own dispatches of
+/// that type work (`StoreDispatchLock`).
 public struct Actions<State: Flux.State>: @unchecked Sendable {
     @usableFromInline let dispatcher: StoreDispatcher<State>
 

@@ -91,26 +91,38 @@ final class StoreDispatcher<State: Flux.State>: @unchecked Sendable {
 final class StoreDispatcherRegistry: @unchecked Sendable {
     static let shared = StoreDispatcherRegistry()
 
-    private let lock = PosixLock()
+    // Internal, not private: a test holds it across a fork.
+    let lock = PosixLock()
     private var dispatchers: [ObjectIdentifier: AnyObject] = [:]
 
-    private init() {}
+    private init() {
+        // Held across fork(), so that the child finds it free (see `StoreDispatchLock.register`).
+        DispatchingThreads.shared.add(
+            self, { false },
+            fork: { [lock] phase in
+                if phase == .prepare { lock.lock() } else { lock.unlock() }
+            })
+    }
 
     func dispatcher<State: Flux.State>(for stateType: State.Type) -> StoreDispatcher<State> {
-        lock.withLock {
-            let identifier = ObjectIdentifier(stateType)
-            if let dispatcher = dispatchers[identifier] as? StoreDispatcher<State> {
-                return dispatcher
-            }
-            let dispatchLock = StoreDispatchLock()
-            // Kept for the process's life, as the dispatcher is.
-            DispatchingThreads.shared.add(dispatchLock) {
-                dispatchLock.isHeld(by: currentThreadID())
-            }
-            let dispatcher = StoreDispatcher<State>(dispatchLock: dispatchLock)
-            dispatchers[identifier] = dispatcher
+        let identifier = ObjectIdentifier(stateType)
+        if let dispatcher = lock.withLock({ dispatchers[identifier] as? StoreDispatcher<State> }) {
             return dispatcher
         }
+        // Made, and added to DispatchingThreads, outside the lock: fork()'s
+        // prepare takes this lock while it holds DispatchingThreads' lock.
+        let made = StoreDispatcher<State>(dispatchLock: StoreDispatchLock())
+        made.dispatchLock.register(sharedObserversLock: made.observersLock)
+        let dispatcher: StoreDispatcher<State> = lock.withLock {
+            if let existing = dispatchers[identifier] as? StoreDispatcher<State> { return existing }
+            dispatchers[identifier] = made
+            return made
+        }
+        // Another thread's came first: ours was never used.
+        if dispatcher !== made {
+            DispatchingThreads.shared.remove(made.dispatchLock)
+        }
+        return dispatcher
     }
 }
 
@@ -137,6 +149,53 @@ final class StoreDispatchLock: @unchecked Sendable {
     private var handedOver: [() -> Void] = []
     private var waiting = 0
     private let released = PosixCondition()
+    // What a forked child dropped (see `childAfterFork`).
+    private var forkOrphans: [() -> Void] = []
+
+    /// Adds it to DispatchingThreads (kept for the process's life, as its
+    /// dispatcher is), with its fork hook: fork() holds `lock` and the shared
+    /// dispatcher's observer lock across it, so the child finds them free and
+    /// what they guard consistent.
+    func register(sharedObserversLock: PosixLock) {
+        DispatchingThreads.shared.add(
+            self, { [self] in isHeld(by: currentThreadID()) },
+            fork: { [self] phase in
+                switch phase {
+                case .prepare:
+                    lock.lock()
+                    sharedObserversLock.lock()
+                case .parent:
+                    sharedObserversLock.unlock()
+                    lock.unlock()
+                case .child:
+                    sharedObserversLock.unlock()
+                    childAfterFork()
+                }
+            })
+    }
+
+    /// fork()'s child handler, with `lock` held, on the child's only thread.
+    /// No thread of the parent exists here: no waiter, and a dispatch another
+    /// thread was running never ends, nor would it run what was handed over
+    /// to it; it is dropped, with what was handed over, so that dispatches in
+    /// the child do not wait for it for good. A dispatch this very thread was
+    /// running (fork() from a mutation) goes on.
+    private func childAfterFork() {
+        released.reset()
+        waiting = 0
+        let thread = currentThreadID()
+        if holder.load(ordering: .relaxed) & ~Turn.slow == thread {
+            // Its release still runs what was handed over.
+            if !handedOver.isEmpty { holder.store(thread | Turn.slow, ordering: .relaxed) }
+        } else {
+            // Kept, not released: their deinit could run user code here.
+            forkOrphans += handedOver
+            handedOver.removeAll()
+            depth = 0
+            holder.store(0, ordering: .relaxed)
+        }
+        lock.unlock()
+    }
 
     /// Whether `thread` (a `currentThreadID()`) holds it.
     func isHeld(by thread: UInt) -> Bool {

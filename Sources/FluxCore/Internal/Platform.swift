@@ -103,7 +103,9 @@ public func currentThreadID() -> UInt {
 /// running is marked orphaned: it can never end there, so calls that would
 /// wait for it are refused instead of hanging (`DispatchCore.childAfterFork`).
 /// `DispatchWaits` is held last, after every engine's lock (a contended
-/// dispatch takes it under its engine's).
+/// dispatch takes it under its engine's). Flux's hooks hold its global tables
+/// and each State type's store dispatch lock likewise; a lock a hook takes
+/// must never be held while its holder takes `DispatchingThreads`' lock.
 @_spi(Engine) public enum ForkGuard {
     /// Installs the handlers, once. FluxC calls it before installing its
     /// own: prepare handlers run in reverse order of installation, so its
