@@ -607,8 +607,8 @@ FLUX_API flux_dispatcher *flux_store_dispatcher(const flux_store *s);
  * @return 1 while the store's listeners are being run (its emit, on the
  *         dispatching thread: from when the first listener is called until
  *         the last has returned, or the emit stopped at a failure), else 0;
- *         0 when s is NULL. A state-carrying host uses it to show something
- *         only for the emit's duration, as the Python binding's store.error.
+ *         0 when s is NULL. For a host that shows something only for the
+ *         emit's duration (the error a change carries, say).
  * Threads: any thread, any time; from inside a listener it reads 1.
  */
 FLUX_API int flux_store_is_emitting(const flux_store *s);
