@@ -40,16 +40,23 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
         self.core = core
         // Unowned: deinit removes the test and the fork hook first, under
         // the lock any call of them holds, so none runs on a dispatcher that
-        // is going. The hook holds the engine's lock across fork() and, in
-        // the child, refuses what would wait for a dispatch another thread
-        // of the parent was running (see `ForkGuard`).
+        // is going. The hook holds the engine's and the store registry's
+        // locks across fork() and, in the child, refuses what would wait for
+        // a dispatch another thread of the parent was running (see
+        // `ForkGuard`).
         DispatchingThreads.shared.add(
             self, { [unowned(unsafe) self] in self.core.isDispatchingOnCurrentThread },
             fork: { [unowned(unsafe) self] phase in
                 switch phase {
-                case .prepare: self.core.prepareFork()
-                case .parent: self.core.parentAfterFork()
-                case .child: self.core.childAfterFork()
+                case .prepare:
+                    self.core.prepareFork()
+                    self.registry.prepareFork()
+                case .parent:
+                    self.registry.parentAfterFork()
+                    self.core.parentAfterFork()
+                case .child:
+                    self.registry.childAfterFork()
+                    self.core.childAfterFork()
                 }
             })
     }

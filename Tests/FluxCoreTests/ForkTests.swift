@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 
 @_spi(Engine) @testable import FluxCore
@@ -23,6 +24,85 @@ import Testing
             exit(forkWhileAnotherThreadDispatches())
         }
     }
+
+    // A child forked while another thread's registerStore ran the class's
+    // init waited for good in a registerStore of that class: the creating
+    // thread does not exist there. It traps now, naming the class (as
+    // `register` traps on a dispatch the fork orphaned); other classes
+    // still register.
+    @Test(.timeLimit(.minutes(1)))
+    func aChildTrapsOnAStoreClassAnotherThreadWasCreating() async {
+        await #expect(processExitsWith: .success) {
+            exit(forkWhileAnotherThreadCreatesAStore())
+        }
+    }
+}
+
+/// A store class whose init, the first time, waits to be let go on.
+private final class MadeSlowly: RegisteredStore {
+    static let entered = Gate()
+    static let release = Gate()
+    static let first = Atomic(true)
+    let dispatchToken: DispatchToken
+    init(dispatcher: Dispatcher<Int>) {
+        if Self.first.exchange(false, ordering: .relaxed) {
+            Self.entered.open()
+            _ = Self.release.wait()
+        }
+        dispatchToken = dispatcher.register { _ in }
+    }
+}
+
+private final class MadeAtOnce: RegisteredStore {
+    let dispatchToken: DispatchToken
+    init(dispatcher: Dispatcher<Int>) { dispatchToken = dispatcher.register { _ in } }
+}
+
+/// 0 when everything held; 1: the child hung; 2: it did not trap; 4: the
+/// parent's registry was harmed; 100, 101: no set-up.
+private func forkWhileAnotherThreadCreatesAStore() -> Int32 {
+    let d = Dispatcher<Int>()
+    // What the child runs, once here first (see forkWhileAnotherThreadDispatches).
+    let warm = Dispatcher<Int>()
+    _ = warm.registerStore(MadeAtOnce.self)
+    warm.removeAllStores()
+    let maker = Thread { _ = d.registerStore(MadeSlowly.self) }
+    guard MadeSlowly.entered.wait() else { return 100 }
+    // A thread waiting for that creation at the fork: in the child, the
+    // condition variable it waited on must not hold up the next broadcast.
+    let waiter = Thread { _ = d.registerStore(MadeSlowly.self) }
+    pause(milliseconds: 50)  // waiting by now (if not, the test checks less)
+    let pid = fork()
+    if pid == 0 {
+        // The lock and the records came through the fork whole: another
+        // class registers (its creation's broadcast does not wait for the
+        // parent's waiter); the orphaned one traps rather than waits.
+        _ = d.registerStore(MadeAtOnce.self)
+        _ = d.registerStore(MadeSlowly.self)
+        _exit(0)
+    }
+    guard pid > 0 else { return 101 }
+    var status: Int32 = 0
+    var waited: pid_t = 0
+    for _ in 0..<1000 {
+        waited = waitpid(pid, &status, WNOHANG)
+        if waited != 0 { break }
+        pause(milliseconds: 10)
+    }
+    var failed: Int32 = 0
+    if waited == 0 {
+        kill(pid, SIGKILL)
+        _ = waitpid(pid, &status, 0)
+        failed |= 1
+    } else if status & 0x7f == 0 {
+        failed |= 2  // exited: registerStore returned
+    }
+    MadeSlowly.release.open()
+    maker.join()
+    waiter.join()
+    if d.store(MadeSlowly.self) == nil || d.registerStore(MadeAtOnce.self) !== d.store(MadeAtOnce.self) { failed |= 4 }
+    d.removeAllStores()
+    return failed
 }
 
 /// The test's body: 0 when everything held, else a bit per failure (64: the

@@ -132,16 +132,19 @@ private let forkGuardState = Atomic<Int>(0)
 
 private func forkGuardPrepare() {
     DispatchingThreads.shared.prepareFork()
+    StoreRegistry.prepareForkOfAll()  // taken under a registry's lock: after them
     DispatchWaits.shared.prepareFork()
 }
 
 private func forkGuardParent() {
     DispatchWaits.shared.parentAfterFork()
+    StoreRegistry.parentAfterForkOfAll()
     DispatchingThreads.shared.afterFork(.parent)
 }
 
 private func forkGuardChild() {
     DispatchWaits.shared.childAfterFork()
+    StoreRegistry.childAfterForkOfAll()
     DispatchingThreads.shared.afterFork(.child)
 }
 

@@ -41,6 +41,10 @@ final class StoreRegistry: @unchecked Sendable {
         var creating: [Key: UInt] = [:]
         /// Threads waiting for a class another thread is creating, and that class.
         var waiting: [UInt: Key] = [:]
+        /// In a forked child: classes another thread of the parent was
+        /// creating at the fork. That thread does not exist here, so the
+        /// class can never be made: waiting for it would never end.
+        var orphaned: Set<Key> = []
     }
     /// The live stores of this dispatcher that have had owner-bound
     /// listeners (held weakly), for `removeAllStores()` to sweep.
@@ -78,6 +82,10 @@ final class StoreRegistry: @unchecked Sendable {
             // Looked at and noted in one step, so that of two threads closing
             // a cycle the second sees the first's wait.
             let waits = Self.creations.withLock { creations in
+                precondition(
+                    !creations.orphaned.contains(key),
+                    "registerStore(\(name())): another thread was creating it when this process forked; it can never be made here"
+                )
                 guard let thread = creations.creating[key] else { return false }
                 // Waiting would close a cycle when the creator is this thread,
                 // or waits (through other threads' creations, on any
@@ -116,6 +124,38 @@ final class StoreRegistry: @unchecked Sendable {
             thread = next
         }
         return false
+    }
+
+    // fork(): the dispatcher's fork hook holds `lock` across it, and
+    // ForkGuard holds `creations` after every registry's lock (it is taken
+    // under them), so the child gets both consistent and free.
+
+    func prepareFork() { lock.lock() }
+    func parentAfterFork() { lock.unlock() }
+    /// The threads that waited for a creation are gone: the condition
+    /// variable forgets them, as the engine's does (POSIX leaves one with
+    /// waiters that vanished undefined).
+    func childAfterFork() {
+        lock.resetCondition()
+        lock.unlock()
+    }
+
+    static func prepareForkOfAll() { creations.lockAcrossFork() }
+    static func parentAfterForkOfAll() { creations.unlockAfterFork() }
+
+    /// Only the forking thread exists in the child: what other threads were
+    /// creating is orphaned, and what they waited for is no wait here (a
+    /// child's thread given one's pthread_t would be taken for it).
+    static func childAfterForkOfAll() {
+        let me = currentThreadID()
+        creations.unlockAfterFork { creations in
+            let gone = creations.creating.filter { $0.value != me }
+            for key in gone.keys {
+                creations.creating[key] = nil
+                creations.orphaned.insert(key)
+            }
+            creations.waiting = [:]
+        }
     }
 
     var all: [AnyObject] {
@@ -172,7 +212,9 @@ extension Dispatcher {
     /// next dispatch. A cycle of store classes -- an init that registers its
     /// own class again, through other classes' inits too, on one thread or
     /// across threads, on this dispatcher or through others -- traps,
-    /// naming the class.
+    /// naming the class. So does asking, in a child process forked while
+    /// another thread was creating the class, for that class: its creation
+    /// can never end there.
     @discardableResult
     public func registerStore<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered
     where Registered.Payload == Payload {
