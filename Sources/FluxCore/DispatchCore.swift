@@ -924,7 +924,7 @@ import Synchronization
             return FluxError(
                 .alreadyDispatching,
                 template:
-                    "cannot dispatch: waiting would deadlock (\u{1} threads each dispatching, from a callback, a dispatcher another of them is dispatching)",
+                    "cannot dispatch: waiting would deadlock (\u{1} threads each waiting for another, through dispatches from callbacks or store classes being made)",
                 number: UInt64(threads))
         case .noMemory:
             // Unrecorded, a cycle closed through this wait later would go

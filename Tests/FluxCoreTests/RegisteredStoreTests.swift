@@ -465,3 +465,93 @@ final class CrossCycleB: RegisteredStore {
         }
     }
 }
+
+/// A store class whose init dispatches `waitCycle.d` once the thread that
+/// dispatches it waits for this class (`initDispatchesLast`), or before that
+/// thread asks for the class (`initDispatchesFirst`); `waitCycle.refused`
+/// is whether the init's dispatch was refused as a deadlock.
+private final class WaitCycle: Sendable {
+    let d = Dispatcher<Int>()
+    let initEntered = Gate()
+    let initDispatchesLast = Atomic(true)
+    let dispatchingThread = Atomic<UInt>(0)
+    let initThread = Atomic<UInt>(0)
+    let refused = Atomic(false)
+}
+private let waitCycle = WaitCycle()
+
+final class DispatchingInit: RegisteredStore {
+    let dispatchToken: DispatchToken
+    init(dispatcher: Dispatcher<Int>) {
+        waitCycle.initThread.store(currentThreadID(), ordering: .releasing)
+        waitCycle.initEntered.open()
+        // Until the other thread runs its dispatch, and, dispatching last,
+        // waits in registerStore for this class.
+        let last = waitCycle.initDispatchesLast.load(ordering: .acquiring)
+        while true {
+            let thread = waitCycle.dispatchingThread.load(ordering: .acquiring)
+            if thread != 0 && (!last || DispatchWaits.shared.isWaiting(thread)) { break }
+            pause(microseconds: 100)
+        }
+        do {
+            try dispatcher.dispatch(1)
+        } catch let error as FluxError where error.code == .alreadyDispatching {
+            waitCycle.refused.store(true, ordering: .releasing)
+        } catch {}
+        dispatchToken = dispatcher.register { _ in }
+    }
+}
+
+/// Dispatches 0 on a new thread; its callback registers DispatchingInit
+/// (which `other` is making), after `before` returns.
+private func dispatchAndRegisterWhileAnotherThreadMakesIt(before: @escaping @Sendable () -> Void) {
+    let other = Thread { _ = waitCycle.d.registerStore(DispatchingInit.self) }
+    _ = waitCycle.initEntered.wait()
+    let token = waitCycle.d.register { payload in
+        guard payload == 0 else { return }
+        waitCycle.dispatchingThread.store(currentThreadID(), ordering: .releasing)
+        before()
+        _ = waitCycle.d.registerStore(DispatchingInit.self)
+    }
+    try? waitCycle.d.dispatch(0)
+    try? waitCycle.d.unregister(token)
+    other.join()
+}
+
+@Suite struct StoreCreationDispatchCycleTests {
+    // A thread dispatching D waited in registerStore for a class whose init,
+    // on another thread, dispatched D: each waited for the other for good.
+    // The waits are one graph now: the init's dispatch is refused. (The
+    // child exits 1 if it still waits after 10 s.)
+    @Test("an init's dispatch that would wait for a thread waiting for its class is refused, not a hang")
+    func anInitDispatchClosingACycleIsRefused() async {
+        await #expect(processExitsWith: .success) {
+            _ = Thread {
+                pause(milliseconds: 10_000)
+                exit(1)
+            }
+            dispatchAndRegisterWhileAnotherThreadMakesIt(before: {})
+            exit(waitCycle.refused.load(ordering: .acquiring) && waitCycle.d.store(DispatchingInit.self) != nil ? 0 : 2)
+        }
+    }
+
+    // The other way round: the init waits for the dispatch first; the
+    // registerStore that would close the cycle traps, as a cycle of store
+    // classes does.
+    @Test("registerStore that would wait for an init waiting for this thread's dispatch traps, not hangs")
+    func aRegisterStoreClosingACycleTraps() async {
+        await #expect(processExitsWith: .failure) {
+            _ = Thread {
+                pause(milliseconds: 10_000)
+                exit(0)
+            }
+            waitCycle.initDispatchesLast.store(false, ordering: .releasing)
+            dispatchAndRegisterWhileAnotherThreadMakesIt(before: {
+                // Until the init waits for this thread's dispatch.
+                while !DispatchWaits.shared.isWaiting(waitCycle.initThread.load(ordering: .acquiring)) {
+                    pause(microseconds: 100)
+                }
+            })
+        }
+    }
+}

@@ -148,14 +148,19 @@ private func forkGuardChild() {
     DispatchingThreads.shared.afterFork(.child)
 }
 
-/// Which threads sleep in an engine's `beginSlow`, and for whom: each
-/// waiting thread, the engine it waits for and that engine's dispatching
-/// thread. A thread inside a callback of one dispatcher that dispatches
+/// Which threads sleep in an engine's `beginSlow`, or in `registerStore` for
+/// a class another thread's init is making, and for whom: each waiting
+/// thread, the engine it waits for (`storeCreation` for a class) and the
+/// thread it waits for, that engine's dispatching thread or the class's
+/// creator. A thread inside a callback of one dispatcher that dispatches
 /// another would otherwise sleep forever when the other's dispatching thread
 /// is itself waiting, directly or through others, for the first: two
-/// dispatchers dispatching each other from two threads. The thread whose
-/// wait would close such a cycle is refused instead of sleeping. Only the
-/// contended start and the end of a dispatch that has waiters come here.
+/// dispatchers dispatching each other from two threads, or an init that
+/// dispatches while the dispatching thread waits for that init's class. The
+/// thread whose wait would close such a cycle is refused instead of
+/// sleeping (a dispatch fails, `registerStore` traps). Only the contended
+/// start and the end of a dispatch that has waiters come here, and a
+/// `registerStore` that waits.
 @_spi(Engine) public final class DispatchWaits: Sendable {
     public static let shared = DispatchWaits()
 
@@ -164,6 +169,10 @@ private func forkGuardChild() {
         let engine: UInt
         let holder: UInt
     }
+
+    /// The engine of a wait for a store class's creation: no engine's
+    /// identity (an address), and never `ended` (the waiter stops waiting).
+    static let storeCreation: UInt = 0
 
     /// Malloc'd, as the engine's own lists: running out of memory is not a
     /// trap here but a wait refused (see `wait`).
@@ -199,6 +208,11 @@ private func forkGuardChild() {
             }
             return .deadlock(length)
         }
+    }
+
+    /// Whether `thread` is waiting. For tests.
+    func isWaiting(_ thread: UInt) -> Bool {
+        waits.withLock { $0.first { $0.thread == thread } != nil }
     }
 
     /// `thread` no longer waits.

@@ -13,7 +13,9 @@ public protocol RegisteredStore<Payload>: AnyObject, Sendable {
     associatedtype Payload
     /// Called once per dispatcher, by `registerStore`. It may register other
     /// store classes (its dependencies) on the same dispatcher; it must not
-    /// dispatch.
+    /// dispatch (a dispatch that would wait for a thread waiting for this
+    /// class is refused with `.alreadyDispatching`, and one made from a
+    /// callback of that dispatcher is refused anyway).
     init(dispatcher: Dispatcher<Payload>)
     /// The token other stores `waitFor`.
     var dispatchToken: DispatchToken { get }
@@ -27,10 +29,11 @@ final class StoreRegistry: @unchecked Sendable {
     // @unchecked: everything below is under `lock` (`creations` under its own too).
     private let lock: ConditionLock
     private var stores: [(type: ObjectIdentifier, store: AnyObject)] = []
-    /// Who creates which class and who waits for which, in every
-    /// dispatcher's registry: an init may register a class on another
-    /// dispatcher, so a cycle may pass through several registries. An
-    /// entry of this registry changes only with `lock` held too.
+    /// Who creates which class, in every dispatcher's registry; an entry
+    /// of this registry changes only with `lock` held too. Who waits for
+    /// whom is `DispatchWaits`' graph, shared with the dispatches' waits:
+    /// an init may register a class on another dispatcher, or dispatch, so
+    /// a cycle may pass through several registries and dispatchers.
     private static let creations = Guarded(Creations())
     struct Creations {
         struct Key: Hashable {
@@ -39,8 +42,6 @@ final class StoreRegistry: @unchecked Sendable {
         }
         /// Classes being created, and the thread creating each.
         var creating: [Key: UInt] = [:]
-        /// Threads waiting for a class another thread is creating, and that class.
-        var waiting: [UInt: Key] = [:]
         /// In a forked child: classes another thread of the parent was
         /// creating at the fork. That thread does not exist here, so the
         /// class can never be made: waiting for it would never end.
@@ -88,19 +89,26 @@ final class StoreRegistry: @unchecked Sendable {
                 )
                 guard let thread = creations.creating[key] else { return false }
                 // Waiting would close a cycle when the creator is this thread,
-                // or waits (through other threads' creations, on any
-                // dispatcher) for one this thread is creating: A's init
-                // registering B while B's registers A, on two threads, would
-                // wait for each other for good.
-                precondition(
-                    !Self.leadsBack(to: me, from: thread, in: creations),
-                    "registerStore(\(name())): its init registers it again (a cycle of store classes)")
-                creations.waiting[me] = key
-                return true
+                // or waits (through other threads' creations or dispatches,
+                // on any dispatcher) for this one: A's init registering B
+                // while B's registers A, on two threads, would wait for each
+                // other for good; so would an init dispatching a dispatcher
+                // whose dispatching thread waits here.
+                switch DispatchWaits.shared.wait(me, for: DispatchWaits.storeCreation, heldBy: thread) {
+                case .recorded:
+                    return true
+                case .deadlock:
+                    preconditionFailure(
+                        "registerStore(\(name())): waiting for its init would deadlock (its init registers it again, "
+                            + "a cycle of store classes, or waits for a dispatch this thread runs)")
+                case .noMemory:
+                    // Swift's own allocations trap when memory runs out; so does this.
+                    fatalError("registerStore(\(name())): out of memory")
+                }
             }
             guard waits else { break }
             lock.wait()
-            Self.creations.withLock { $0.waiting[me] = nil }
+            DispatchWaits.shared.stopWaiting(me)
         }
         Self.creations.withLock { $0.creating[key] = me }
         lock.unlock()
@@ -111,19 +119,6 @@ final class StoreRegistry: @unchecked Sendable {
         lock.broadcast()
         lock.unlock()
         return made
-    }
-
-    /// Whether `thread`, following what each thread waits for and who
-    /// creates it, leads back to `me`.
-    private static func leadsBack(to me: UInt, from thread: UInt, in creations: Creations) -> Bool {
-        var thread = thread
-        // Each step is another waiting thread: no more steps than those.
-        for _ in 0...creations.waiting.count {
-            if thread == me { return true }
-            guard let wanted = creations.waiting[thread], let next = creations.creating[wanted] else { return false }
-            thread = next
-        }
-        return false
     }
 
     // fork(): the dispatcher's fork hook holds `lock` across it, and
@@ -144,8 +139,7 @@ final class StoreRegistry: @unchecked Sendable {
     static func parentAfterForkOfAll() { creations.unlockAfterFork() }
 
     /// Only the forking thread exists in the child: what other threads were
-    /// creating is orphaned, and what they waited for is no wait here (a
-    /// child's thread given one's pthread_t would be taken for it).
+    /// creating is orphaned (their waits go with DispatchWaits' own).
     static func childAfterForkOfAll() {
         let me = currentThreadID()
         creations.unlockAfterFork { creations in
@@ -154,7 +148,6 @@ final class StoreRegistry: @unchecked Sendable {
                 creations.creating[key] = nil
                 creations.orphaned.insert(key)
             }
-            creations.waiting = [:]
         }
     }
 
@@ -212,7 +205,8 @@ extension Dispatcher {
     /// next dispatch. A cycle of store classes -- an init that registers its
     /// own class again, through other classes' inits too, on one thread or
     /// across threads, on this dispatcher or through others -- traps,
-    /// naming the class. So does asking, in a child process forked while
+    /// naming the class; so does waiting for a class whose init, on another
+    /// thread, waits for a dispatch this thread runs. So does asking, in a child process forked while
     /// another thread was creating the class, for that class: its creation
     /// can never end there.
     @discardableResult
