@@ -555,3 +555,53 @@ private func dispatchAndRegisterWhileAnotherThreadMakesIt(before: @escaping @Sen
         }
     }
 }
+
+/// A store class whose init returns once the thread dispatching
+/// `staleWait.d` waits in registerStore for it.
+private final class StaleWait: Sendable {
+    let initEntered = Atomic(false)
+    let dispatchingThread = Atomic<UInt>(0)
+}
+private let staleWait = StaleWait()
+
+final class MadeWhileAnotherWaits: RegisteredStore {
+    let dispatchToken: DispatchToken
+    init(dispatcher: Dispatcher<Int>) {
+        staleWait.initEntered.store(true, ordering: .releasing)
+        while true {
+            let thread = staleWait.dispatchingThread.load(ordering: .acquiring)
+            if thread != 0 && DispatchWaits.shared.isWaiting(thread) { break }
+            pause(microseconds: 50)
+        }
+        dispatchToken = dispatcher.register { _ in }
+    }
+}
+
+@Suite struct StoreCreationWaitEndTests {
+    // A creation's waiters are woken, not yet awake, when its init returns:
+    // their waits end with the creation, so a dispatch the creator then
+    // makes waits for theirs instead of being refused as a deadlock.
+    @Test func aDispatchRightAfterACreationIsNotRefusedByItsWaitersWaits() throws {
+        for _ in 0..<200 {
+            let d = Dispatcher<Int>()
+            staleWait.initEntered.store(false, ordering: .releasing)
+            staleWait.dispatchingThread.store(0, ordering: .releasing)
+            let refused = Guarded(false)
+            let maker = Thread {
+                _ = d.registerStore(MadeWhileAnotherWaits.self)
+                do { try d.dispatch(1) } catch { refused.withLock { $0 = true } }
+            }
+            d.register { payload in
+                guard payload == 0 else { return }
+                // The other thread makes it: this one waits for it.
+                while !staleWait.initEntered.load(ordering: .acquiring) { pause(microseconds: 50) }
+                staleWait.dispatchingThread.store(currentThreadID(), ordering: .releasing)
+                _ = d.registerStore(MadeWhileAnotherWaits.self)
+            }
+            try d.dispatch(0)
+            maker.join()
+            #expect(!refused.withLock { $0 })
+            d.removeAllStores()
+        }
+    }
+}

@@ -150,8 +150,8 @@ private func forkGuardChild() {
 
 /// Which threads sleep in an engine's `beginSlow`, or in `registerStore` for
 /// a class another thread's init is making, and for whom: each waiting
-/// thread, the engine it waits for (`storeCreation` for a class) and the
-/// thread it waits for, that engine's dispatching thread or the class's
+/// thread, the engine it waits for (for a class, that creation's identity)
+/// and the thread it waits for, that engine's dispatching thread or the class's
 /// creator. A thread inside a callback of one dispatcher that dispatches
 /// another would otherwise sleep forever when the other's dispatching thread
 /// is itself waiting, directly or through others, for the first: two
@@ -169,10 +169,6 @@ private func forkGuardChild() {
         let engine: UInt
         let holder: UInt
     }
-
-    /// The engine of a wait for a store class's creation: no engine's
-    /// identity (an address), and never `ended` (the waiter stops waiting).
-    static let storeCreation: UInt = 0
 
     /// Malloc'd, as the engine's own lists: running out of memory is not a
     /// trap here but a wait refused (see `wait`).

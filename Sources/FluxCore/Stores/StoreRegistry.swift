@@ -40,8 +40,14 @@ final class StoreRegistry: @unchecked Sendable {
             let registry: ObjectIdentifier
             let type: ObjectIdentifier
         }
-        /// Classes being created, and the thread creating each.
-        var creating: [Key: UInt] = [:]
+        /// Classes being created: the thread creating each, and the
+        /// creation's identity as the "engine" of the waits for it in
+        /// `DispatchWaits` (ended with it, before its waiters wake: a waiter
+        /// not yet awake must not look like one still waiting).
+        var creating: [Key: (thread: UInt, id: UInt)] = [:]
+        /// The next creation's identity: the top bit set, so it is never an
+        /// engine's (an address).
+        var nextID: UInt = 1 << (UInt.bitWidth - 1)
         /// In a forked child: classes another thread of the parent was
         /// creating at the fork. That thread does not exist here, so the
         /// class can never be made: waiting for it would never end.
@@ -87,14 +93,14 @@ final class StoreRegistry: @unchecked Sendable {
                     !creations.orphaned.contains(key),
                     "registerStore(\(name())): another thread was creating it when this process forked; it can never be made here"
                 )
-                guard let thread = creations.creating[key] else { return false }
+                guard let (thread, id) = creations.creating[key] else { return false }
                 // Waiting would close a cycle when the creator is this thread,
                 // or waits (through other threads' creations or dispatches,
                 // on any dispatcher) for this one: A's init registering B
                 // while B's registers A, on two threads, would wait for each
                 // other for good; so would an init dispatching a dispatcher
                 // whose dispatching thread waits here.
-                switch DispatchWaits.shared.wait(me, for: DispatchWaits.storeCreation, heldBy: thread) {
+                switch DispatchWaits.shared.wait(me, for: id, heldBy: thread) {
                 case .recorded:
                     return true
                 case .deadlock:
@@ -110,11 +116,16 @@ final class StoreRegistry: @unchecked Sendable {
             lock.wait()
             DispatchWaits.shared.stopWaiting(me)
         }
-        Self.creations.withLock { $0.creating[key] = me }
+        Self.creations.withLock { creations in
+            creations.creating[key] = (me, creations.nextID)
+            creations.nextID += 1
+        }
         lock.unlock()
         let made = make()
         lock.lock()
-        Self.creations.withLock { $0.creating[key] = nil }
+        if let (_, id) = Self.creations.withLock({ $0.creating.removeValue(forKey: key) }) {
+            DispatchWaits.shared.ended(id)
+        }
         stores.append((type, made))
         lock.broadcast()
         lock.unlock()
@@ -143,7 +154,7 @@ final class StoreRegistry: @unchecked Sendable {
     static func childAfterForkOfAll() {
         let me = currentThreadID()
         creations.unlockAfterFork { creations in
-            let gone = creations.creating.filter { $0.value != me }
+            let gone = creations.creating.filter { $0.value.thread != me }
             for key in gone.keys {
                 creations.creating[key] = nil
                 creations.orphaned.insert(key)
