@@ -210,7 +210,8 @@ typedef enum flux_status {
     FLUX_OK = 0,
     /** A NULL dispatcher, callback or out-pointer; NULL tokens with count > 0;
      *  a malformed signature; the dispatcher is being destroyed; destroying
-     *  a dispatcher that has stores, or a store in a live group. */
+     *  a dispatcher that has stores, or a store in a live group; destroying
+     *  a store from its own releases. */
     FLUX_ERR_INVALID_ARGUMENT = 1,
     /** A token that was never issued by this dispatcher, was already
      *  unregistered, or (for flux_wait_for) joined during this dispatch. */
@@ -718,7 +719,9 @@ FLUX_API flux_status flux_store_listener_fail(flux_dispatcher *d, int value);
  *         is running (from inside a callback, reduce or listener, or on
  *         another thread); checked first. Nothing is changed.
  *         FLUX_ERR_INVALID_ARGUMENT: the store is in a live group (release
- *         the group first). Nothing is changed.
+ *         the group first); or s is being destroyed (a call from one of its
+ *         listeners' destroys, its release_state or its destroy, which this
+ *         very call runs: the outer call frees it). Nothing is changed.
  *         FLUX_ERR_NO_MEMORY: only should a dispatch start on another thread
  *         during this call and memory to note the removal run out (as for
  *         flux_unregister()). Nothing is changed.
@@ -806,8 +809,10 @@ FLUX_API flux_status flux_store_group_release(flux_store_group *g);
  *  dispatcher is still dispatching (see flux_enqueue()). A payload
  *  flux_enqueue() refuses has its done run at once, inside that call, on
  *  the caller's thread -- inside the caller's callback when it was called
- *  from one (say, FLUX_ERR_NO_MEMORY); a flux_wait_for() from a done is
- *  refused all the same (see "Observer"). When status is not
+ *  from one (say, FLUX_ERR_NO_MEMORY); a flux_wait_for() on d from a done is
+ *  refused all the same (see "Observer"). A done that flux_enqueue(NULL, ...)
+ *  refuses has no dispatcher: it runs as part of its caller, whose waits it
+ *  shares. When status is not
  *  FLUX_OK, flux_last_error() describes the failure while it runs (a
  *  string it returns then goes when done returns, and the thread's earlier
  *  record is back: copy what you keep). Like

@@ -337,6 +337,12 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
             "flux_store_destroy", .alreadyDispatching,
             "cannot destroy a store while its dispatcher is dispatching")
     }
+    // From one of the store's own releases (a listener's destroy,
+    // release_state, destroy): the outer call frees it; a second would
+    // release everything twice.
+    if store.pointee.core.isReleased {
+        return fail("flux_store_destroy", .invalidArgument, "the store is being destroyed")
+    }
     let groups = store.pointee.groups.load(ordering: .acquiring)
     if groups > 0 {
         return fail(

@@ -1,0 +1,695 @@
+/*
+ * test-reentry.c -- the re-entrancy matrix: from every kind of user code the
+ * library calls (a callback, a store's reduce, equal and release_state, a
+ * listener, every destroy, a group function, a done, each observer hook, a
+ * closure handler), call every public function on the same dispatcher,
+ * store, group or registration, and check the status flux.h documents for
+ * that situation.
+ *
+ * Each cell runs in a fresh world (one dispatcher with an observer, a
+ * callback, a store with a listener, a group on that store and a closure
+ * registered as a callback), triggered the way that kind of user code runs;
+ * the probe fires once, at the first call of the kind's user code. Every
+ * context and state is a heap block freed by its own release function, so
+ * ASan (make check-address) and valgrind (make check-memory) report a leak,
+ * a double release or a use after release in any cell.
+ */
+#include "helpers.h"
+
+/* Where user code runs: each site calls probe() when it is entered. */
+enum site {
+    SITE_CALLBACK, SITE_CLOSURE, SITE_REDUCE, SITE_EQUAL, SITE_RELEASE,
+    SITE_LISTENER, SITE_GROUP, SITE_DISPATCH_BEGIN, SITE_CALLBACK_BEGIN,
+    SITE_CALLBACK_END, SITE_WAIT_FOR, SITE_DISPATCH_END, SITE_DONE,
+    SITE_REG_DESTROY, SITE_LISTENER_DESTROY, SITE_STORE_DESTROY,
+    SITE_GROUP_DESTROY, SITE_OBSERVER_DESTROY,
+    SITE_FAILED_DESTROY,    /* the destroy a failing create runs at once */
+};
+
+/* How the world is driven to run that site. */
+enum trigger {
+    T_DISPATCH,             /* flux_dispatch() */
+    T_ENQUEUE,              /* flux_enqueue() while idle */
+    T_UNREGISTER,           /* flux_unregister() of the callback while idle */
+    T_UNREGISTER_SELF,      /* the callback unregisters itself in a dispatch */
+    T_DISPATCHER_DESTROY,   /* group and store gone, then the dispatcher */
+    T_REMOVE_LISTENER,      /* flux_store_remove_listener() while idle */
+    T_REMOVE_LISTENER_SELF, /* the listener removes itself in its emit */
+    T_STORE_DESTROY,        /* group released, then flux_store_destroy() */
+    T_GROUP_RELEASE,        /* flux_store_group_release() while idle */
+    T_GROUP_RELEASE_SELF,   /* the group function releases its group */
+    T_OBSERVER_REPLACE,     /* flux_dispatcher_set_observer() while idle */
+    T_OBSERVER_REPLACE_IN,  /* the callback replaces the observer in a dispatch */
+    T_FAILED_CREATE,        /* a create that fails (row's failing) while idle */
+    T_FAILED_CREATE_IN,     /* the same from inside the callback */
+};
+
+/* Which create fails, by an argument it refuses, for T_FAILED_CREATE*. */
+enum failing {
+    FAIL_NONE, FAIL_REGISTER, FAIL_STORE_CREATE, FAIL_GROUP_CREATE, FAIL_ADD_LISTENER,
+    FAIL_SET_OBSERVER, FAIL_CLEAR_OBSERVER, FAIL_CLOSURE_CREATE, FAIL_ENQUEUE,
+};
+
+/* The functions called from the site, one column each. */
+enum fn {
+    F_DISPATCH, F_TRY_DISPATCH, F_ENQUEUE, F_REGISTER, F_UNREGISTER_SELF,
+    F_WAIT_FOR_SELF, F_IS_DISPATCHING, F_DISPATCHER_DESTROY, F_SET_OBSERVER,
+    F_CLEAR_OBSERVER, F_STORE_CREATE, F_STORE_DESTROY, F_ADD_LISTENER,
+    F_REMOVE_LISTENER, F_EMIT_CHANGE, F_HAS_CHANGED, F_LISTENER_FAIL,
+    F_GROUP_CREATE, F_GROUP_RELEASE, F_IS_EMITTING, F_STORE_READERS,
+    F_CLOSURE, F_DISPATCHER_CREATE, F_ERRORS_VERSION,
+    F_COUNT
+};
+
+static const char *const fn_names[F_COUNT] = {
+    "flux_dispatch", "flux_try_dispatch", "flux_enqueue", "flux_register",
+    "flux_unregister(own token)", "flux_wait_for(own token)", "flux_is_dispatching",
+    "flux_dispatcher_destroy", "flux_dispatcher_set_observer",
+    "flux_dispatcher_set_observer(NULL)", "flux_store_create",
+    "flux_store_destroy(own store)", "flux_store_add_listener",
+    "flux_store_remove_listener(the listener)", "flux_store_emit_change",
+    "flux_store_has_changed", "flux_store_listener_fail", "flux_store_group_create",
+    "flux_store_group_release(own group)", "flux_store_is_emitting",
+    "flux_store_state/token/dispatcher", "flux_closure_create/code/call/destroy",
+    "flux_dispatcher_create/destroy", "flux_status_name/last_error*/version*",
+};
+
+/*
+ * One row per kind of user code. Each expectation string has one entry per
+ * column of enum fn, in that order (spaces ignored): a digit is the
+ * flux_status expected (or, for is_dispatching, is_emitting and the
+ * readers/version checks, the int expected), '-' a cell not run because
+ * flux.h leaves it undefined or the object is already gone.
+ *
+ *   D dispatch  T try_dispatch  E enqueue  R register  U unregister(own)
+ *   W wait_for(own)  I is_dispatching  X dispatcher_destroy  O set_observer
+ *   o clear observer  C store_create  S store_destroy(own)  A add_listener
+ *   r remove_listener  M emit_change  H has_changed  F listener_fail
+ *   G group_create  g group_release(own)  e is_emitting  q readers
+ *   c closure  n dispatcher_create  v errors/version
+ *
+ * "Own token": the callback's or closure's for those, the store's for the
+ * store's user code and the group's function (flux_unregister() refuses a
+ * store's token: INVALID_ARGUMENT), the plain callback's for the rest.
+ */
+struct row {
+    const char *name;
+    enum site site;
+    enum trigger trigger;
+    const char *expect;
+    enum failing failing;
+};
+
+/* Inside a dispatch, on its thread ("Threading", "Stores", "Observer"). */
+#define IN_CALLBACK   "3 3 0 0 0 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1"
+/* An observer hook or a done: like a callback, but no wait ("Observer"). */
+#define IN_HOOK       "3 3 0 0 0 4 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1"
+/* Outside any dispatch, with the world's store and group alive. */
+#define IDLE(U, S, r, g) "0 0 0 0 " U " 4 0 1 0 0 0 " S " 0 " r " 4 4 4 0 " g " 0 1 0 0 1"
+/* While flux_store_destroy() runs the store's releases ("Ownership"). */
+#define IN_STORE_DESTROY "0 0 0 0 2 4 0 1 0 0 0 1 1 2 4 4 4 1 - 0 1 0 0 1"
+
+static const struct row rows[] = {
+    {"callback", SITE_CALLBACK, T_DISPATCH, IN_CALLBACK, FAIL_NONE},
+    {"closure handler registered as a callback", SITE_CLOSURE, T_DISPATCH, IN_CALLBACK, FAIL_NONE},
+    /* The store's callback is running: a wait for it is circular; only the
+     * reduce may emit; only a listener or group function may fail itself. */
+    {"reduce", SITE_REDUCE, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 0 0 4 0 0 0 1 0 0 1", FAIL_NONE},
+    {"equal", SITE_EQUAL, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1", FAIL_NONE},
+    {"release_state in a dispatch", SITE_RELEASE, T_DISPATCH,
+     "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1", FAIL_NONE},
+    {"listener", SITE_LISTENER, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 0 0 0 1 1 0 0 1", FAIL_NONE},
+    /* The group waits for the store, which has finished: waiting again is
+     * a no-op. */
+    {"group function", SITE_GROUP, T_DISPATCH, "3 3 0 0 1 0 1 3 0 0 0 3 0 0 4 0 0 0 0 0 1 0 0 1", FAIL_NONE},
+    {"observer dispatch_begin", SITE_DISPATCH_BEGIN, T_DISPATCH, IN_HOOK, FAIL_NONE},
+    {"observer callback_begin", SITE_CALLBACK_BEGIN, T_DISPATCH, IN_HOOK, FAIL_NONE},
+    {"observer callback_end", SITE_CALLBACK_END, T_DISPATCH, IN_HOOK, FAIL_NONE},
+    {"observer wait_for", SITE_WAIT_FOR, T_DISPATCH, IN_HOOK, FAIL_NONE},
+    {"observer dispatch_end", SITE_DISPATCH_END, T_DISPATCH, IN_HOOK, FAIL_NONE},
+    {"enqueue's done", SITE_DONE, T_ENQUEUE, IN_HOOK, FAIL_NONE},
+    /* A registration's destroy never runs inside a dispatch ("Ownership"). */
+    {"registration destroy on unregister", SITE_REG_DESTROY, T_UNREGISTER, IDLE("2", "1", "0", "0"), FAIL_NONE},
+    {"registration destroy deferred to the dispatch's end", SITE_REG_DESTROY, T_UNREGISTER_SELF,
+     IDLE("2", "1", "0", "0"), FAIL_NONE},
+    /* "calls on the dispatcher being destroyed fail with
+     * FLUX_ERR_INVALID_ARGUMENT"; its store and group are gone already. */
+    {"registration destroy in flux_dispatcher_destroy", SITE_REG_DESTROY, T_DISPATCHER_DESTROY,
+     "1 1 1 1 1 1 - 1 1 1 1 - - - - - 1 - - - - 0 0 1", FAIL_NONE},
+    {"listener destroy on remove", SITE_LISTENER_DESTROY, T_REMOVE_LISTENER,
+     IDLE("1", "1", "2", "0"), FAIL_NONE},
+    /* Run right after the listener returns, still inside the emit. */
+    {"listener destroy of a listener removing itself", SITE_LISTENER_DESTROY,
+     T_REMOVE_LISTENER_SELF, "3 3 0 0 1 5 1 3 0 0 0 3 0 2 4 0 4 0 0 - 1 0 0 1", FAIL_NONE},
+    {"listener destroy in flux_store_destroy", SITE_LISTENER_DESTROY, T_STORE_DESTROY,
+     IN_STORE_DESTROY, FAIL_NONE},
+    {"release_state in flux_store_destroy", SITE_RELEASE, T_STORE_DESTROY, IN_STORE_DESTROY, FAIL_NONE},
+    {"store context destroy", SITE_STORE_DESTROY, T_STORE_DESTROY, IN_STORE_DESTROY, FAIL_NONE},
+    /* The group's own release from its destroy is a second release: '-'. */
+    {"group destroy on release", SITE_GROUP_DESTROY, T_GROUP_RELEASE, IDLE("1", "0", "0", "-"), FAIL_NONE},
+    {"group destroy deferred to the dispatch's end", SITE_GROUP_DESTROY, T_GROUP_RELEASE_SELF,
+     IDLE("1", "0", "0", "-"), FAIL_NONE},
+    {"observer destroy on replace", SITE_OBSERVER_DESTROY, T_OBSERVER_REPLACE,
+     IDLE("0", "1", "0", "0"), FAIL_NONE},
+    {"observer destroy deferred to the dispatch's end", SITE_OBSERVER_DESTROY,
+     T_OBSERVER_REPLACE_IN, IDLE("0", "1", "0", "0"), FAIL_NONE},
+    /* A failing create's destroy runs at once on the caller's thread: idle,
+     * or inside the caller's callback, where it acts as the callback does
+     * ("Ownership"); a refused enqueue's done likewise (flux_done_fn). */
+    {"destroy of a failed flux_register", SITE_FAILED_DESTROY, T_FAILED_CREATE,
+     IDLE("0", "1", "0", "0"), FAIL_REGISTER},
+    {"destroy of a failed flux_register in a callback", SITE_FAILED_DESTROY, T_FAILED_CREATE_IN,
+     IN_CALLBACK, FAIL_REGISTER},
+    {"destroy of a failed flux_store_create", SITE_FAILED_DESTROY, T_FAILED_CREATE,
+     IDLE("0", "1", "0", "0"), FAIL_STORE_CREATE},
+    {"destroy of a failed flux_store_create in a callback", SITE_FAILED_DESTROY,
+     T_FAILED_CREATE_IN, IN_CALLBACK, FAIL_STORE_CREATE},
+    {"destroy of a failed flux_store_group_create", SITE_FAILED_DESTROY, T_FAILED_CREATE,
+     IDLE("0", "1", "0", "0"), FAIL_GROUP_CREATE},
+    {"destroy of a failed flux_store_group_create in a callback", SITE_FAILED_DESTROY,
+     T_FAILED_CREATE_IN, IN_CALLBACK, FAIL_GROUP_CREATE},
+    {"destroy of a failed flux_store_add_listener", SITE_FAILED_DESTROY, T_FAILED_CREATE,
+     IDLE("0", "1", "0", "0"), FAIL_ADD_LISTENER},
+    {"destroy of a failed flux_store_add_listener in a callback", SITE_FAILED_DESTROY,
+     T_FAILED_CREATE_IN, IN_CALLBACK, FAIL_ADD_LISTENER},
+    {"destroy of a refused observer", SITE_FAILED_DESTROY, T_FAILED_CREATE,
+     IDLE("0", "1", "0", "0"), FAIL_SET_OBSERVER},
+    {"destroy of a refused observer in a callback", SITE_FAILED_DESTROY, T_FAILED_CREATE_IN,
+     IN_CALLBACK, FAIL_SET_OBSERVER},
+    {"destroy of a clearing's context", SITE_FAILED_DESTROY, T_FAILED_CREATE,
+     IDLE("0", "1", "0", "0"), FAIL_CLEAR_OBSERVER},
+    {"destroy of a clearing's context in a callback", SITE_FAILED_DESTROY, T_FAILED_CREATE_IN,
+     IN_CALLBACK, FAIL_CLEAR_OBSERVER},
+    {"destroy of a failed flux_closure_create", SITE_FAILED_DESTROY, T_FAILED_CREATE,
+     IDLE("0", "1", "0", "0"), FAIL_CLOSURE_CREATE},
+    {"destroy of a failed flux_closure_create in a callback", SITE_FAILED_DESTROY,
+     T_FAILED_CREATE_IN, IN_CALLBACK, FAIL_CLOSURE_CREATE},
+    {"done of a refused flux_enqueue", SITE_DONE, T_FAILED_CREATE, IDLE("0", "1", "0", "0"),
+     FAIL_ENQUEUE},
+    /* Refused for a NULL dispatcher, it has no dispatcher to refuse a wait
+     * for: it waits as the callback that enqueued it does (flux_done_fn). */
+    {"done of a refused flux_enqueue in a callback", SITE_DONE, T_FAILED_CREATE_IN, IN_CALLBACK,
+     FAIL_ENQUEUE},
+};
+
+enum { ROWS = sizeof rows / sizeof rows[0] };
+
+/* ---- the world -------------------------------------------------------- */
+
+static struct world {
+    const struct row *row;
+    enum fn fn;
+    int fired;               /* the probe ran (exactly once) */
+    long got;                /* what the probed call returned */
+    flux_dispatcher *d;
+    flux_store *s;
+    flux_store_group *g;
+    flux_closure *closure;
+    flux_token callback_token, closure_token, store_token;
+    flux_listener_id listener;
+    /* Made by the probed call, let go of after the trigger. */
+    flux_store *extra_store;
+    flux_store_group *extra_group;
+    int probe_done_runs;     /* the probed enqueue's done */
+    flux_status probe_done_status;
+    int trigger_done_runs;
+} W;
+
+static const char payload[] = "payload";
+static const char payload2[] = "payload2";
+
+static void *block(void)
+{
+    int *p = malloc(sizeof *p);
+    REQUIRE(p != NULL);
+    *p = 1;
+    return p;
+}
+
+static void free_context(void *context) { free(context); }
+static void free_state(void *context, void *state) { (void)context; free(state); }
+static void quiet_listener(void *context) { (void)context; }
+static int quiet_callback(void *context, const void *p) { (void)context; (void)p; return 0; }
+static int quiet_reduce(void *context, void *state, const void *p, void **next)
+{
+    (void)context; (void)state; (void)p; (void)next;
+    return 0;
+}
+static void quiet_handler(void *userdata, void *ret, void **args)
+{
+    (void)userdata; (void)args; (void)ret;
+}
+static void probe_done(void *context, void *p, flux_status status)
+{
+    (void)context; (void)p;
+    W.probe_done_runs++;
+    W.probe_done_status = status;
+}
+
+static flux_token own_token(enum site site)
+{
+    switch (site) {
+    case SITE_CLOSURE: return W.closure_token;
+    case SITE_REDUCE: case SITE_EQUAL: case SITE_RELEASE: case SITE_LISTENER:
+    case SITE_GROUP: case SITE_LISTENER_DESTROY: case SITE_STORE_DESTROY:
+    case SITE_GROUP_DESTROY:
+        return W.store_token;
+    default: return W.callback_token;
+    }
+}
+
+static const flux_observer quiet_hooks = {FLUX_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL};
+
+/* Calls W.fn as the site's user code would, returning its result. */
+static long call_fn(enum site site)
+{
+    flux_token own = own_token(site);
+    flux_token token = 0;
+    flux_listener_id id = 0;
+    int changed = -1;
+    flux_status st;
+    switch (W.fn) {
+    case F_DISPATCH: return flux_dispatch(W.d, payload2);
+    case F_TRY_DISPATCH: return flux_try_dispatch(W.d, payload2);
+    case F_ENQUEUE: return flux_enqueue(W.d, (void *)payload2, probe_done, NULL);
+    case F_REGISTER:
+        st = flux_register(W.d, quiet_callback, block(), free_context, &token);
+        if ((st == FLUX_OK) != (token != 0))
+            return 99;
+        return st;
+    case F_UNREGISTER_SELF: return flux_unregister(W.d, own);
+    case F_WAIT_FOR_SELF: return flux_wait_for(W.d, &own, 1);
+    case F_IS_DISPATCHING: return flux_is_dispatching(W.d);
+    case F_DISPATCHER_DESTROY:
+        st = flux_dispatcher_destroy(W.d);
+        if (st == FLUX_OK)
+            W.d = NULL;   /* gone: the teardown must not touch it */
+        return st;
+    case F_SET_OBSERVER: return flux_dispatcher_set_observer(W.d, &quiet_hooks, block(), free_context);
+    case F_CLEAR_OBSERVER: return flux_dispatcher_set_observer(W.d, NULL, NULL, NULL);
+    case F_STORE_CREATE: {
+        flux_store *s = NULL;
+        st = flux_store_create(W.d, block(), quiet_reduce, NULL, free_state, block(),
+                               free_context, &s);
+        if ((st == FLUX_OK) != (s != NULL))
+            return 99;
+        W.extra_store = s;
+        return st;
+    }
+    case F_STORE_DESTROY:
+        st = flux_store_destroy(W.s);
+        if (st == FLUX_OK)
+            W.s = NULL;
+        return st;
+    case F_ADD_LISTENER:
+        st = flux_store_add_listener(W.s, quiet_listener, block(), free_context, &id);
+        if ((st == FLUX_OK) != (id != 0))
+            return 99;
+        return st;
+    case F_REMOVE_LISTENER: return flux_store_remove_listener(W.s, W.listener);
+    case F_EMIT_CHANGE: return flux_store_emit_change(W.s);
+    case F_HAS_CHANGED:
+        st = flux_store_has_changed(W.s, &changed);
+        if (changed != 0 && changed != 1)
+            return 99;
+        return st;
+    case F_LISTENER_FAIL: return flux_store_listener_fail(W.d, 7);
+    case F_GROUP_CREATE: {
+        flux_store_group *g = NULL;
+        st = flux_store_group_create(&W.s, 1, quiet_listener, block(), free_context, &g);
+        if ((st == FLUX_OK) != (g != NULL))
+            return 99;
+        W.extra_group = g;
+        return st;
+    }
+    case F_GROUP_RELEASE:
+        st = flux_store_group_release(W.g);
+        if (st == FLUX_OK)
+            W.g = NULL;
+        return st;
+    case F_IS_EMITTING: return flux_store_is_emitting(W.s);
+    case F_STORE_READERS:
+        (void)flux_store_state(W.s);
+        return flux_store_token(W.s) == W.store_token && flux_store_dispatcher(W.s) == W.d;
+    case F_CLOSURE: {
+        flux_closure *c = NULL;
+        st = flux_closure_create("v(p)", quiet_handler, block(), free_context, &c);
+        if (st != FLUX_OK)
+            return st;
+        void *arg = NULL;
+        void *args[] = {&arg};
+        st = flux_call(flux_closure_code(c), "v(p)", NULL, args);
+        flux_status st2 = flux_closure_destroy(c);
+        return st != FLUX_OK ? st : st2;
+    }
+    case F_DISPATCHER_CREATE: {
+        flux_dispatcher *d = flux_dispatcher_create();
+        if (d == NULL)
+            return FLUX_ERR_NO_MEMORY;
+        return flux_dispatcher_destroy(d);
+    }
+    case F_ERRORS_VERSION:
+        return flux_version() == FLUX_VERSION_NUMBER
+            && strcmp(flux_version_string(), FLUX_VERSION_STRING) == 0
+            && strcmp(flux_status_name(FLUX_ERR_CIRCULAR), "FLUX_ERR_CIRCULAR") == 0
+            && flux_last_error() != NULL && flux_last_error_cycle(NULL, 0) < 1000
+            && flux_last_error_token() < 1000000;
+    case F_COUNT: break;
+    }
+    return 99;
+}
+
+static void probe(enum site site)
+{
+    if (W.row == NULL || W.row->site != site || W.fired)
+        return;
+    W.fired = 1;
+    W.got = call_fn(site);
+}
+
+/* ---- the user code ------------------------------------------------------ */
+
+static void trigger_done(void *context, void *p, flux_status status);
+
+static void failed_destroy(void *context)
+{
+    probe(SITE_FAILED_DESTROY);
+    free(context);
+}
+
+/* Makes the row's create fail on an argument it refuses; its destroy (or
+ * done) has run by the time it returns. */
+static void fail_a_create(void)
+{
+    flux_status st = FLUX_OK;
+    flux_token token = 1;
+    flux_store *s = W.s;
+    flux_store_group *g = W.g;
+    flux_listener_id id = 1;
+    flux_closure *c = W.closure;
+    const flux_observer bad = {0, NULL, NULL, NULL, NULL, NULL};
+    switch (W.row->failing) {
+    case FAIL_REGISTER:
+        st = flux_register(W.d, NULL, block(), failed_destroy, &token);
+        REQUIRE(token == 0);
+        break;
+    case FAIL_STORE_CREATE:
+        st = flux_store_create(W.d, block(), NULL, NULL, free_state, block(), failed_destroy, &s);
+        REQUIRE(s == NULL);
+        break;
+    case FAIL_GROUP_CREATE:
+        st = flux_store_group_create(&W.s, 0, quiet_listener, block(), failed_destroy, &g);
+        REQUIRE(g == NULL);
+        break;
+    case FAIL_ADD_LISTENER:
+        st = flux_store_add_listener(W.s, NULL, block(), failed_destroy, &id);
+        REQUIRE(id == 0);
+        break;
+    case FAIL_SET_OBSERVER:
+        st = flux_dispatcher_set_observer(W.d, &bad, block(), failed_destroy);
+        break;
+    case FAIL_CLEAR_OBSERVER:
+        /* Succeeds, but takes no context: destroyed at once all the same. */
+        REQUIRE(flux_dispatcher_set_observer(W.d, NULL, block(), failed_destroy) == FLUX_OK);
+        return;
+    case FAIL_CLOSURE_CREATE:
+        st = flux_closure_create("i(pq)", quiet_handler, block(), failed_destroy, &c);
+        REQUIRE(c == NULL);
+        break;
+    case FAIL_ENQUEUE:
+        st = flux_enqueue(NULL, (void *)payload, trigger_done, NULL);
+        REQUIRE(W.trigger_done_runs == 1);
+        break;
+    case FAIL_NONE:
+        break;
+    }
+    REQUIRE(st == FLUX_ERR_INVALID_ARGUMENT);
+}
+
+static int world_callback(void *context, const void *p)
+{
+    (void)context; (void)p;
+    probe(SITE_CALLBACK);
+    if (W.row->trigger == T_UNREGISTER_SELF)
+        REQUIRE(flux_unregister(W.d, W.callback_token) == FLUX_OK);
+    if (W.row->trigger == T_OBSERVER_REPLACE_IN)
+        REQUIRE(flux_dispatcher_set_observer(W.d, &quiet_hooks, block(), free_context) == FLUX_OK);
+    if (W.row->trigger == T_FAILED_CREATE_IN && !W.fired)
+        fail_a_create();
+    return 0;
+}
+
+static void world_callback_destroy(void *context)
+{
+    probe(SITE_REG_DESTROY);
+    free(context);
+}
+
+static void world_handler(void *userdata, void *ret, void **args)
+{
+    (void)userdata; (void)args;
+    probe(SITE_CLOSURE);
+    *(int32_t *)ret = 0;
+}
+
+static int world_reduce(void *context, void *state, const void *p, void **next)
+{
+    (void)context; (void)p;
+    probe(SITE_REDUCE);
+    int *n = malloc(sizeof *n);
+    if (n == NULL)
+        return 1;
+    *n = *(int *)state + 1;
+    *next = n;
+    return 0;
+}
+
+static int world_equal(void *context, const void *a, const void *b)
+{
+    (void)context;
+    probe(SITE_EQUAL);
+    return *(const int *)a == *(const int *)b;
+}
+
+static void world_release(void *context, void *state)
+{
+    (void)context;
+    probe(SITE_RELEASE);
+    free(state);
+}
+
+static void world_store_destroy(void *context)
+{
+    probe(SITE_STORE_DESTROY);
+    free(context);
+}
+
+static void world_listener(void *context)
+{
+    (void)context;
+    probe(SITE_LISTENER);
+    if (W.row->trigger == T_REMOVE_LISTENER_SELF)
+        REQUIRE(flux_store_remove_listener(W.s, W.listener) == FLUX_OK);
+}
+
+static void world_listener_destroy(void *context)
+{
+    probe(SITE_LISTENER_DESTROY);
+    free(context);
+}
+
+static void world_group(void *context)
+{
+    (void)context;
+    probe(SITE_GROUP);
+    if (W.row->trigger == T_GROUP_RELEASE_SELF && W.g != NULL) {
+        REQUIRE(flux_store_group_release(W.g) == FLUX_OK);
+        W.g = NULL;
+    }
+}
+
+static void world_group_destroy(void *context)
+{
+    probe(SITE_GROUP_DESTROY);
+    free(context);
+}
+
+static void hook_dispatch_begin(void *context, const void *p)
+{
+    (void)context; (void)p;
+    probe(SITE_DISPATCH_BEGIN);
+}
+static void hook_dispatch_end(void *context, const void *p, flux_status status)
+{
+    (void)context; (void)p; (void)status;
+    probe(SITE_DISPATCH_END);
+}
+static void hook_callback_begin(void *context, flux_token token)
+{
+    (void)context; (void)token;
+    probe(SITE_CALLBACK_BEGIN);
+}
+static void hook_callback_end(void *context, flux_token token, int result)
+{
+    (void)context; (void)token; (void)result;
+    probe(SITE_CALLBACK_END);
+}
+static void hook_wait_for(void *context, flux_token waiter, const flux_token *tokens, size_t count)
+{
+    (void)context; (void)waiter; (void)tokens; (void)count;
+    probe(SITE_WAIT_FOR);
+}
+static void world_observer_destroy(void *context)
+{
+    probe(SITE_OBSERVER_DESTROY);
+    free(context);
+}
+
+static void trigger_done(void *context, void *p, flux_status status)
+{
+    (void)context; (void)p; (void)status;
+    probe(SITE_DONE);
+    W.trigger_done_runs++;
+}
+
+static const flux_observer world_hooks = {
+    FLUX_OBSERVER_VERSION, hook_dispatch_begin, hook_dispatch_end, hook_callback_begin,
+    hook_callback_end, hook_wait_for,
+};
+
+/* Builds the world, in this registration order: callback, store (and its
+ * listener), group, closure; so one dispatch runs every site. */
+static void world_setup(const struct row *row, enum fn fn)
+{
+    memset(&W, 0, sizeof W);
+    W.fn = fn;
+    W.d = flux_dispatcher_create();
+    REQUIRE(W.d != NULL);
+    REQUIRE(flux_dispatcher_set_observer(W.d, &world_hooks, block(), world_observer_destroy) == FLUX_OK);
+    REQUIRE(flux_register(W.d, world_callback, block(), world_callback_destroy, &W.callback_token) == FLUX_OK);
+    REQUIRE(flux_store_create(W.d, block(), world_reduce, world_equal, world_release, block(),
+                              world_store_destroy, &W.s) == FLUX_OK);
+    W.store_token = flux_store_token(W.s);
+    REQUIRE(flux_store_add_listener(W.s, world_listener, block(), world_listener_destroy,
+                                    &W.listener) == FLUX_OK);
+    REQUIRE(flux_store_group_create(&W.s, 1, world_group, block(), world_group_destroy, &W.g) == FLUX_OK);
+    REQUIRE(flux_closure_create("i(pp)", world_handler, NULL, NULL, &W.closure) == FLUX_OK);
+    REQUIRE(flux_register(W.d, (flux_callback)flux_closure_code(W.closure), NULL, NULL,
+                          &W.closure_token) == FLUX_OK);
+    W.row = row;   /* from here on, the probe may fire */
+}
+
+static void run_trigger(void)
+{
+    switch (W.row->trigger) {
+    case T_DISPATCH: case T_UNREGISTER_SELF: case T_REMOVE_LISTENER_SELF:
+    case T_GROUP_RELEASE_SELF: case T_OBSERVER_REPLACE_IN: case T_FAILED_CREATE_IN:
+        (void)flux_dispatch(W.d, payload);   /* a listener_fail may fail it */
+        break;
+    case T_ENQUEUE:
+        (void)flux_enqueue(W.d, (void *)payload, trigger_done, NULL);
+        REQUIRE(W.trigger_done_runs == 1);
+        break;
+    case T_UNREGISTER:
+        REQUIRE(flux_unregister(W.d, W.callback_token) == FLUX_OK);
+        break;
+    case T_DISPATCHER_DESTROY:
+        REQUIRE(flux_store_group_release(W.g) == FLUX_OK);
+        W.g = NULL;
+        REQUIRE(flux_store_destroy(W.s) == FLUX_OK);
+        W.s = NULL;
+        REQUIRE(flux_dispatcher_destroy(W.d) == FLUX_OK);
+        W.d = NULL;
+        break;
+    case T_REMOVE_LISTENER:
+        REQUIRE(flux_store_remove_listener(W.s, W.listener) == FLUX_OK);
+        break;
+    case T_STORE_DESTROY:
+        REQUIRE(flux_store_group_release(W.g) == FLUX_OK);
+        W.g = NULL;
+        REQUIRE(flux_store_destroy(W.s) == FLUX_OK);
+        W.s = NULL;
+        break;
+    case T_GROUP_RELEASE:
+        REQUIRE(flux_store_group_release(W.g) == FLUX_OK);
+        W.g = NULL;
+        break;
+    case T_OBSERVER_REPLACE:
+        REQUIRE(flux_dispatcher_set_observer(W.d, &quiet_hooks, block(), free_context) == FLUX_OK);
+        break;
+    case T_FAILED_CREATE:
+        fail_a_create();
+        break;
+    }
+}
+
+/* Lets go of everything, each step with the status flux.h promises once no
+ * dispatch runs; ASan and valgrind see what is left over. */
+static void world_teardown(void)
+{
+    W.row = NULL;
+    if (W.extra_group != NULL)
+        EXPECT_OK(flux_store_group_release(W.extra_group));
+    if (W.extra_store != NULL)
+        EXPECT_OK(flux_store_destroy(W.extra_store));
+    if (W.g != NULL)
+        EXPECT_OK(flux_store_group_release(W.g));
+    if (W.s != NULL)
+        EXPECT_OK(flux_store_destroy(W.s));
+    if (W.d != NULL) {
+        is_int(flux_is_dispatching(W.d), 0, "the dispatcher is idle afterwards");
+        EXPECT_OK(flux_dispatcher_destroy(W.d));
+    }
+    EXPECT_OK(flux_closure_destroy(W.closure));
+}
+
+static void run_cell(const struct row *row, enum fn fn, long want)
+{
+    world_setup(row, fn);
+    run_trigger();
+    int fired = W.fired;
+    long got = W.got;
+    int enqueued = fn == F_ENQUEUE && got == FLUX_OK;
+    int done_runs = W.probe_done_runs;
+    flux_status done_status = W.probe_done_status;
+    world_teardown();
+    if (!ok(fired, "%s: the probe ran", row->name))
+        return;
+    if (got != want)
+        diag("flux_last_error(): \"%s\"", flux_last_error());
+    is_int(got, want, "%s: %s -> %ld", row->name, fn_names[fn], want);
+    if (fn == F_ENQUEUE)
+        ok(done_runs == 1 && (!enqueued || done_status == FLUX_OK),
+           "%s: the enqueued payload's done ran once (%d times, %s)", row->name, done_runs,
+           flux_status_name(done_status));
+}
+
+static void test_matrix(void)
+{
+    int cells = 0;
+    for (size_t r = 0; r < ROWS; r++) {
+        const char *e = rows[r].expect;
+        int column = 0;
+        for (; *e != '\0'; e++) {
+            if (*e == ' ')
+                continue;
+            REQUIRE(column < F_COUNT);
+            if (*e != '-') {
+                REQUIRE(*e >= '0' && *e <= '9');
+                run_cell(&rows[r], (enum fn)column, *e - '0');
+                cells++;
+            }
+            column++;
+        }
+        REQUIRE(column == F_COUNT);   /* a row of the wrong length is a typo */
+    }
+    diag("%d kinds x %d functions: %d cells run", (int)ROWS, (int)F_COUNT, cells);
+}
+
+int main(void)
+{
+    tap_init();
+    tap_watchdog_seconds *= 4;   /* one case runs the whole matrix */
+    RUN(test_matrix);
+    return tap_done();
+}
