@@ -37,8 +37,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import dis
+import functools
 import glob
 import itertools
+import operator
 import os
 import sys
 import weakref
@@ -333,12 +335,6 @@ def argument_error(exc: BaseException) -> BaseException:
     return exc
 
 
-#: Whether a call into libflux first checks for Python frames to spare
-#: (see :func:`headroom`). Before 3.12 ctypes' argument conversion, counted
-#: against the same limit, fails first, inside the caller's frame.
-CHECKS_HEADROOM = sys.version_info >= (3, 12)
-
-
 def _room_2() -> None:
     pass
 
@@ -347,15 +343,40 @@ def _room_1() -> None:
     _room_2()
 
 
-def headroom() -> None:
-    """Raises RecursionError unless three more Python frames fit. Since
-    3.12 the recursion limit counts Python frames alone: a trampoline that
-    libflux enters at the limit fails before its ``try``, and so does the
-    unraisable hook ctypes then calls, which loses the exception (the
-    callback returns garbage to C). A call into libflux checks first, so
-    the limit is hit in its caller's frame, and the trampoline and what it
-    runs on failure (park_exception, the hook: two frames below it) fit."""
+def _three_frames() -> None:
+    """Raises RecursionError unless three more Python frames fit (this one
+    included): a chain of functions of no argument, the cheapest calls."""
     _room_1()
+
+
+def _nested(depth: int) -> list[Any]:
+    return [0] if depth <= 1 else [_nested(depth - 1)]
+
+
+def _compares(depth: int) -> Callable[[], object]:
+    """A function that raises RecursionError unless ``depth`` more levels
+    of recursion fit. Before 3.12 one limit counts Python frames and C
+    recursion alike, and two equal lists nested ``depth`` deep, compared,
+    recurse that deep in C, for about the cost of one Python call."""
+    return functools.partial(operator.eq, _nested(depth), _nested(depth))
+
+
+# A trampoline that libflux enters at the recursion limit fails before its
+# ``try``, and so does the unraisable hook ctypes then calls, which loses the
+# exception: the callback returns garbage to C (it is skipped, or its
+# failure lost). So a call into libflux first checks there is room for them,
+# and the limit is hit in its caller's frame: ``headroom()``, and for an
+# enqueue, whose failure goes through its done trampoline too,
+# ``enqueue_headroom()``. How much room: test_depth calls at every depth
+# near the limit, and these are one level above what it needs. Since 3.12
+# the limit counts Python frames alone; before, calls from C too (ctypes
+# calling a trampoline, the hook).
+headroom: Callable[[], object]
+enqueue_headroom: Callable[[], object]
+if sys.version_info >= (3, 12):
+    headroom = enqueue_headroom = _three_frames
+else:
+    headroom, enqueue_headroom = _compares(4), _compares(8)
 
 
 #: The code of the outermost calls a note belongs to: Dispatcher.dispatch

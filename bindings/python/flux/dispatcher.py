@@ -16,9 +16,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
 from . import _native
 from ._native import (
-    CHECKS_HEADROOM as _CHECKS_HEADROOM,
-)
-from ._native import (
     DONE as _DONE_TYPE,
 )
 from ._native import (
@@ -35,6 +32,9 @@ from ._native import (
 )
 from ._native import (
     destroy_trampoline as _DESTROY,
+)
+from ._native import (
+    enqueue_headroom as _enqueue_headroom,
 )
 from ._native import (
     escaped as _escaped,
@@ -1007,8 +1007,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         # meanwhile, and the trampoline turns the pointer back into the very
         # same object.
         handle = self._handle
-        if _CHECKS_HEADROOM:
-            _headroom()  # the limit hit here, not in a trampoline (see headroom)
+        _headroom()  # the limit hit here, not in a trampoline (see headroom)
         try:
             try:
                 # Keeping the GIL, so the callbacks it runs take no GIL handoff:
@@ -1137,8 +1136,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         handle = self._handle
         if handle is None:
             raise _closed("enqueue")
-        if _CHECKS_HEADROOM:
-            _headroom()  # before the record: nothing to undo
+        _enqueue_headroom()  # before the record: nothing to undo
         record = _Enqueued(
             payload, on_error, self._pending, self._queued_errors, self._located, self._erring, self._serial
         )
@@ -1254,8 +1252,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             handle = self._handle
             if handle is None:
                 raise _closed("wait_for")
-            if _CHECKS_HEADROOM:
-                _headroom()  # the limit hit here, not in a trampoline (see headroom)
+            _headroom()  # the limit hit here, not in a trampoline (see headroom)
             try:
                 status = _flux_wait_for(handle, token._address, 1)
             except ArgumentError as exc:
@@ -1271,8 +1268,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
             if handle is None:
                 raise _closed("wait_for")
             array = (c_uint64 * count)(*values) if count else None
-            if _CHECKS_HEADROOM:
-                _headroom()
+            _headroom()
             try:
                 status = _flux_wait_for(handle, addressof(array) if array is not None else None, count)
             except ArgumentError as exc:
