@@ -379,58 +379,18 @@ else:
     headroom, enqueue_headroom = _compares(4), _compares(8)
 
 
-#: The code of the outermost calls a note belongs to: Dispatcher.dispatch
-#: and enqueue (flux/dispatcher.py adds them), whose failure reports notes
-#: describe. See :func:`add_note`.
-note_calls: set[Any] = set()
-
-
-class Note(str):
-    """A note this package put on an exception, with the frame of the call
-    whose report it is part of (``during``): see :func:`add_note`. Pickled
-    and copied as a plain str (the frame stays in this process)."""
-
-    during: FrameType
-
-    def __reduce__(self) -> Any:
-        return (str, (str(self),))
-
-
 def add_note(exc: BaseException, note: str) -> None:
-    """``exc.add_note(note)``, first dropping the notes this package put on
-    ``exc`` for a report that is over: one exception object raised again
-    and again (a module-level instance an ``on_error`` or a callback
-    raises) would otherwise carry every earlier call's notes, without
-    bound, and report those calls' failures again. A note belongs to the
-    outermost dispatch or enqueue running as it is added (else to its
-    adder's frame, a trampoline's); it is stale once that frame has left
-    the stack, so one report's notes all stay while it propagates, through
-    nested dispatches too. Python 3.10, which the package supports, has no
-    ``add_note``: there the note goes on the same list, ``__notes__``, so a
-    caller finds it where 3.11 would put it."""
-    during = here = sys._getframe(1)
-    running: set[int] = set()
-    frame: FrameType | None = here
-    while frame is not None:
-        running.add(id(frame))  # live frames: no two share an id
-        if frame.f_code in note_calls:
-            during = frame
-        frame = frame.f_back
-    notes = getattr(exc, "__notes__", None)
-    if type(notes) is list and any(type(n) is Note and id(n.during) not in running for n in notes):
-        # In place, by identity: the list is the exception's, and a note
-        # of the caller's may be equal to one of ours.
-        notes[:] = [n for n in notes if type(n) is not Note or id(n.during) in running]
-    text = Note(note)
-    text.during = during
-    del here, frame, during  # no frame kept by this one beyond the note
+    """``exc.add_note(note)``. Python 3.10, which the package supports,
+    has no ``add_note``: there the note goes on the same list,
+    ``__notes__``, so a caller finds it where 3.11 would put it."""
     add = getattr(exc, "add_note", None)
     if add is not None:
-        add(text)
+        add(note)
         return
+    notes = getattr(exc, "__notes__", None)
     if notes is None:
         exc.__notes__ = notes = []
-    notes.append(text)
+    notes.append(note)
 
 
 def raise_outcome(error: BaseException | None) -> None:

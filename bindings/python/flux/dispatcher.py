@@ -1565,8 +1565,6 @@ class Dispatcher(_native.Unshareable, Generic[P]):
 
 #: The code of the calls that raise what their dispatches left (see _mine).
 _CALL_CODES = frozenset({Dispatcher.dispatch.__code__, Dispatcher.enqueue.__code__})
-# The notes their reports add belong to the outermost of them (see _native.add_note).
-_native.note_calls.update(_CALL_CODES)
 
 
 def live_callbacks(dispatcher: Dispatcher[Any]) -> int:

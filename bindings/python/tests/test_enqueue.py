@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import pickle
 import threading
 from collections.abc import Callable
 from ctypes import ArgumentError
@@ -799,92 +797,3 @@ def test_enqueue_in_a_forked_child_on_an_orphaned_dispatch_raises() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
-
-
-# -- one exception object raised again and again ----------------------------
-#
-# A report's notes belong to the outermost dispatch or enqueue that made it:
-# once that call is over they are dropped when the same object is noted
-# again, so a module-level exception an on_error or a callback raises on
-# every call carries one report's notes, not every earlier call's.
-
-
-def test_an_on_error_raising_one_object_again_and_again_keeps_one_note(d: flux.Dispatcher[Any]) -> None:
-    shared = KeyError("the handler's")
-
-    def fails(p: object) -> None:
-        raise Boom(p)
-
-    def handler(exc: BaseException) -> None:
-        raise shared
-
-    d.register(fails)
-    for n in range(50):
-        with pytest.raises(KeyError) as info:
-            d.enqueue(n, on_error=handler)
-        assert info.value is shared
-        # What the note is for: which failure the handler was given, this call's.
-        assert shared.__notes__ == [f"raised by on_error, given: Boom: {n}"]
-    assert d._pending == {} and d._queued_errors == {}
-
-
-def test_queued_dispatches_raising_one_object_note_only_their_own_call(d: flux.Dispatcher[Any]) -> None:
-    shared = Boom("shared")
-
-    def queues(p: object) -> None:
-        if p == "outer":
-            d.enqueue("first")
-            d.enqueue("second")
-
-    def fails(p: object) -> None:
-        if p != "outer":
-            raise shared
-
-    d.register(queues)
-    d.register(fails)
-    for _ in range(50):
-        with pytest.raises(Boom) as info:
-            d.dispatch("outer")
-        assert info.value is shared
-        assert shared.__notes__ == ["a later queued dispatch also failed: Boom: shared"]
-
-
-def test_a_note_of_an_inner_dispatch_stays_as_its_failure_propagates_through_an_outer_one(
-    d: flux.Dispatcher[Any],
-) -> None:
-    # One report: the inner call's notes are not stale while the outer
-    # dispatch, which the failure propagates through, still runs.
-    shared = Boom("shared")
-    with flux.Dispatcher[Any]() as inner:
-
-        def queues(p: object) -> None:
-            if p == "go":
-                inner.enqueue("queued")
-            raise shared
-
-        inner.register(queues)
-
-        def outer_callback(p: object) -> None:
-            inner.dispatch("go")
-
-        d.register(outer_callback)
-        for _ in range(3):
-            with pytest.raises(Boom) as info:
-                d.dispatch("x")
-            assert info.value is shared
-            assert shared.__notes__ == ["a later queued dispatch also failed: Boom: shared"]
-
-
-def test_a_noted_exception_still_pickles_and_copies_with_plain_notes(d: flux.Dispatcher[Any]) -> None:
-    def fails(p: object) -> None:
-        raise Boom(p)
-
-    def handler(exc: BaseException) -> None:
-        raise ValueError("handler")
-
-    d.register(fails)
-    with pytest.raises(ValueError) as info:
-        d.enqueue(1, on_error=handler)
-    for twin in (pickle.loads(pickle.dumps(info.value)), copy.deepcopy(info.value)):
-        assert twin.__notes__ == ["raised by on_error, given: Boom: 1"]
-        assert all(type(note) is str for note in twin.__notes__)

@@ -521,20 +521,3 @@ def test_any_signature_bytes_are_accepted_exactly_when_well_formed(signature: by
         assert status == flux.Status.ERR_INVALID_ARGUMENT, signature
         assert not out.value
         assert flux._native.last_error().startswith("flux_closure_create: ")
-
-
-def test_a_handler_raising_one_object_again_and_again_keeps_one_note(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Each call's note is reported with that call; the next call that
-    # raises the same object drops it rather than piling one up per call.
-    shared = ValueError("the handler's")
-    reported: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", reported.append)
-
-    def handler() -> int:
-        raise shared
-
-    with flux.Trampoline("i()", handler) as t:
-        for _ in range(50):
-            assert flux.call(t.address, "i()") == 0
-            assert shared.__notes__ == [f"in the handler of a flux.Trampoline: {handler!r}"]
-    assert len(reported) == 50
