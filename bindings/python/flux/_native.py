@@ -40,7 +40,6 @@ import dis
 import functools
 import glob
 import itertools
-import operator
 import os
 import sys
 import weakref
@@ -335,30 +334,34 @@ def argument_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def _room_2() -> None:
+def _room_3() -> None:
     pass
+
+
+def _room_2() -> None:
+    _room_3()
 
 
 def _room_1() -> None:
     _room_2()
 
 
-def _three_frames() -> None:
-    """Raises RecursionError unless three more Python frames fit (this one
+def _four_frames() -> None:
+    """Raises RecursionError unless four more Python frames fit (this one
     included): a chain of functions of no argument, the cheapest calls."""
     _room_1()
 
 
-def _nested(depth: int) -> list[Any]:
-    return [0] if depth <= 1 else [_nested(depth - 1)]
+def _nested(depth: int) -> tuple[Any, ...]:
+    return (int,) if depth <= 1 else (_nested(depth - 1),)
 
 
-def _compares(depth: int) -> Callable[[], object]:
-    """A function that raises RecursionError unless ``depth`` more levels
-    of recursion fit. Before 3.12 one limit counts Python frames and C
-    recursion alike, and two equal lists nested ``depth`` deep, compared,
-    recurse that deep in C, for about the cost of one Python call."""
-    return functools.partial(operator.eq, _nested(depth), _nested(depth))
+def _recurses(depth: int) -> Callable[[], object]:
+    """A function that raises RecursionError unless ``depth`` more levels of
+    recursion fit. Before 3.12 one limit counts Python frames and C
+    recursion alike, and ``isinstance`` recurses in C once per level of a
+    nested tuple of classes, each level cheaper than a Python call."""
+    return functools.partial(isinstance, None, _nested(depth))
 
 
 # A trampoline that libflux enters at the recursion limit fails before its
@@ -368,15 +371,16 @@ def _compares(depth: int) -> Callable[[], object]:
 # and the limit is hit in its caller's frame: ``headroom()``, and for an
 # enqueue, whose failure goes through its done trampoline too,
 # ``enqueue_headroom()``. How much room: test_depth calls at every depth
-# near the limit, and these are one level above what it needs. Since 3.12
-# the limit counts Python frames alone; before, calls from C too (ctypes
-# calling a trampoline, the hook).
+# near the limit (callbacks, stores, listeners, groups, a trace), and these
+# are one level above what it needs. Since 3.12 the limit counts Python
+# frames alone; before, calls from C too (ctypes calling a trampoline, the
+# hook, a group's or listener's failure reported through libflux).
 headroom: Callable[[], object]
 enqueue_headroom: Callable[[], object]
 if sys.version_info >= (3, 12):
-    headroom = enqueue_headroom = _three_frames
+    headroom = enqueue_headroom = _four_frames
 else:
-    headroom, enqueue_headroom = _compares(4), _compares(8)
+    headroom, enqueue_headroom = _recurses(6), _recurses(8)
 
 
 def add_note(exc: BaseException, note: str) -> None:

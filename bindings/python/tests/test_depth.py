@@ -331,7 +331,7 @@ class Failure(Exception):
 
 @pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
 @pytest.mark.parametrize("how", ["dispatch", "enqueue"])
-@pytest.mark.parametrize("kind", ["callback", "store"])
+@pytest.mark.parametrize("kind", ["callback", "store", "listener", "group", "traced"])
 def test_what_runs_at_the_recursion_limit_runs_or_the_call_raises_recursion_error(
     d: flux.Dispatcher[Any], capfd: pytest.CaptureFixture[str], kind: str, how: str, fails: bool
 ) -> None:
@@ -348,8 +348,27 @@ def test_what_runs_at_the_recursion_limit_runs_or_the_call_raises_recursion_erro
         if fails:
             raise failure
 
-    if kind == "callback":
+    if kind in ("callback", "traced"):
         d.register(handle)
+        if kind == "traced":  # every observer hook a trampoline too
+            flux.Trace(d).start()
+    elif kind == "listener":
+
+        class Changing(flux.Store):
+            def on_dispatch(self, payload: Any) -> None:
+                self.payload = payload
+                self.emit_change()
+
+        changing = Changing(d)
+        changing.add_listener(lambda: handle(changing.payload))
+    elif kind == "group":
+
+        class Quiet(flux.Store):
+            def on_dispatch(self, payload: Any) -> None:
+                self.payload = payload
+
+        quiet = Quiet(d)
+        flux.StoreGroup([quiet], lambda: handle(quiet.payload))
     else:
 
         class Handled(flux.ReduceStore[int]):
