@@ -82,17 +82,9 @@ private func forkWhileAnotherThreadCreatesAStore() -> Int32 {
         _exit(0)
     }
     guard pid > 0 else { return 101 }
-    var status: Int32 = 0
-    var waited: pid_t = 0
-    for _ in 0..<1000 {
-        waited = waitpid(pid, &status, WNOHANG)
-        if waited != 0 { break }
-        pause(milliseconds: 10)
-    }
+    let (ended, status) = reap(pid)
     var failed: Int32 = 0
-    if waited == 0 {
-        kill(pid, SIGKILL)
-        _ = waitpid(pid, &status, 0)
+    if !ended {
         failed |= 1
     } else if status & 0x7f == 0 {
         failed |= 2  // exited: registerStore returned
@@ -150,22 +142,25 @@ private func forkWhileAnotherThreadDispatches() -> Int32 {
         _exit(failed)
     }
     guard pid > 0 else { return 101 }
-    var status: Int32 = 0
-    var waited: pid_t = 0
-    for _ in 0..<1000 {
-        waited = waitpid(pid, &status, WNOHANG)
-        if waited != 0 { break }
-        pause(milliseconds: 10)
-    }
-    if waited == 0 {
-        kill(pid, SIGKILL)
-        _ = waitpid(pid, &status, 0)
-    }
+    let (ended, status) = reap(pid)
     release.open()
     holder.join()
-    var failed: Int32 = waited == pid ? 0 : 64
+    var failed: Int32 = ended ? 0 : 64
     if status & 0x7f != 0 { failed |= 32 } else { failed |= (status >> 8) & 0x1f }
     // The parent's dispatcher is unharmed.
     if fluxCode({ try d.dispatch(2) }) != nil || fluxCode({ try d.unregister(token) }) != nil { failed |= 128 }
     return failed
+}
+
+/// Waits up to 10 s for child `pid`, killing it then: whether it ended by
+/// itself, and its wait status.
+private func reap(_ pid: pid_t) -> (ended: Bool, status: Int32) {
+    var status: Int32 = 0
+    for _ in 0..<1000 {
+        if waitpid(pid, &status, WNOHANG) == pid { return (true, status) }
+        pause(milliseconds: 10)
+    }
+    kill(pid, SIGKILL)
+    _ = waitpid(pid, &status, 0)
+    return (false, status)
 }
