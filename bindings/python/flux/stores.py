@@ -755,9 +755,11 @@ class Store(_ClosesOnExit):
             # the dispatches queued behind a failed one run before its call
             # returns to end it. Under the lock, whatever ends it waits.
             shown, handle = self._error_shown, self._handle
-            if handle is None or not _flux_store_is_emitting(handle):
-                return None
-            return shown
+            try:
+                emitting = handle is not None and _flux_store_is_emitting(handle)
+            except ArgumentError as exc:
+                raise _argument_error(exc) from None
+            return shown if emitting else None
 
     def _end_error(self, ident: int | None) -> None:
         """Ends the error emitted by thread ``ident`` (None: whichever), and
