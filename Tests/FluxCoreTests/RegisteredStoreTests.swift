@@ -360,6 +360,16 @@ import Testing
     }
 }
 
+/// In an exit test's child: ends it with `code` once `milliseconds` have
+/// passed, so that a child still waiting then fails the expectation
+/// instead of hanging the test.
+private func exitIfStillRunning(after milliseconds: UInt32, with code: Int32) {
+    _ = Thread {
+        pause(milliseconds: milliseconds)
+        exit(code)
+    }
+}
+
 /// Two store classes whose inits register each other, each first waiting
 /// (at most 2 s) until both inits are running, so that two threads
 /// registering one each meet in the middle.
@@ -455,10 +465,7 @@ final class CrossCycleB: RegisteredStore {
     @Test("a cycle of store classes across two dispatchers and two threads traps, not waits for good")
     func aCycleAcrossTwoDispatchersTraps() async {
         await #expect(processExitsWith: .failure) {
-            _ = Thread {
-                pause(milliseconds: 10_000)
-                exit(0)
-            }
+            exitIfStillRunning(after: 10_000, with: 0)
             let other = Thread { _ = crossCycle.strings.registerStore(CrossCycleB.self) }
             _ = crossCycle.ints.registerStore(CrossCycleA.self)
             other.join()
@@ -526,10 +533,7 @@ private func dispatchAndRegisterWhileAnotherThreadMakesIt(before: @escaping @Sen
     @Test("an init's dispatch that would wait for a thread waiting for its class is refused, not a hang")
     func anInitDispatchClosingACycleIsRefused() async {
         await #expect(processExitsWith: .success) {
-            _ = Thread {
-                pause(milliseconds: 10_000)
-                exit(1)
-            }
+            exitIfStillRunning(after: 10_000, with: 1)
             dispatchAndRegisterWhileAnotherThreadMakesIt(before: {})
             exit(waitCycle.refused.load(ordering: .acquiring) && waitCycle.d.store(DispatchingInit.self) != nil ? 0 : 2)
         }
@@ -541,10 +545,7 @@ private func dispatchAndRegisterWhileAnotherThreadMakesIt(before: @escaping @Sen
     @Test("registerStore that would wait for an init waiting for this thread's dispatch traps, not hangs")
     func aRegisterStoreClosingACycleTraps() async {
         await #expect(processExitsWith: .failure) {
-            _ = Thread {
-                pause(milliseconds: 10_000)
-                exit(0)
-            }
+            exitIfStillRunning(after: 10_000, with: 0)
             waitCycle.initDispatchesLast.store(false, ordering: .releasing)
             dispatchAndRegisterWhileAnotherThreadMakesIt(before: {
                 // Until the init waits for this thread's dispatch.

@@ -579,6 +579,16 @@ static void world_setup(const struct row *row, enum fn fn)
     W.row = row;   /* from here on, the probe may fire */
 }
 
+/* Releases the group, then destroys the store (a store in a live group
+ * cannot be destroyed, nor a dispatcher that has stores). */
+static void destroy_group_and_store(void)
+{
+    REQUIRE(flux_store_group_release(W.g) == FLUX_OK);
+    W.g = NULL;
+    REQUIRE(flux_store_destroy(W.s) == FLUX_OK);
+    W.s = NULL;
+}
+
 static void run_trigger(void)
 {
     switch (W.row->trigger) {
@@ -594,10 +604,7 @@ static void run_trigger(void)
         REQUIRE(flux_unregister(W.d, W.callback_token) == FLUX_OK);
         break;
     case T_DISPATCHER_DESTROY:
-        REQUIRE(flux_store_group_release(W.g) == FLUX_OK);
-        W.g = NULL;
-        REQUIRE(flux_store_destroy(W.s) == FLUX_OK);
-        W.s = NULL;
+        destroy_group_and_store();
         REQUIRE(flux_dispatcher_destroy(W.d) == FLUX_OK);
         W.d = NULL;
         break;
@@ -605,10 +612,7 @@ static void run_trigger(void)
         REQUIRE(flux_store_remove_listener(W.s, W.listener) == FLUX_OK);
         break;
     case T_STORE_DESTROY:
-        REQUIRE(flux_store_group_release(W.g) == FLUX_OK);
-        W.g = NULL;
-        REQUIRE(flux_store_destroy(W.s) == FLUX_OK);
-        W.s = NULL;
+        destroy_group_and_store();
         break;
     case T_GROUP_RELEASE:
         REQUIRE(flux_store_group_release(W.g) == FLUX_OK);

@@ -747,26 +747,29 @@ def test_an_action_with_no_type_is_not_routed_to_handles_none(d: flux.Dispatcher
     assert fallback.state[2:] == (("fallback", "plain"), ("fallback", {"kind": "x"})), "unrouted: reduce"
 
 
+class RoutedCount(flux.ReduceStore[int]):
+    """Counts the "inc" actions it routes with @handles."""
+
+    def get_initial_state(self) -> int:
+        return 0
+
+    @flux.handles("inc")
+    def inc(self, state: int, action: Any) -> int:
+        return state + 1
+
+
 def test_a_routed_stores_reduce_routes_too(d: flux.Dispatcher[Any]) -> None:
     # reduce is "the state after action" for a store that routes with
     # @handles, too: called directly, or by a subclass's override through
     # super() for the actions it does not handle itself. It raised
     # NotImplementedError ("must override reduce() or route with @handles").
-    class Count(flux.ReduceStore[int]):
-        def get_initial_state(self) -> int:
-            return 0
-
-        @flux.handles("inc")
-        def inc(self, state: int, action: Any) -> int:
-            return state + 1
-
-    class CountWithReset(Count):
+    class CountWithReset(RoutedCount):
         def reduce(self, state: int, action: Any) -> int:
             if action == "reset":
                 return 0
             return super().reduce(state, action)
 
-    count, resettable = Count(d), CountWithReset(d)
+    count, resettable = RoutedCount(d), CountWithReset(d)
     assert count.reduce(5, flux.Action("inc")) == 6
     assert count.reduce(5, flux.Action("other")) == 5
     d.dispatch(flux.Action("inc"))
@@ -792,15 +795,7 @@ def test_any_mapping_with_a_type_key_routes(d: flux.Dispatcher[Any]) -> None:
         def __len__(self) -> int:
             return len(self.items_)
 
-    class Count(flux.ReduceStore[int]):
-        def get_initial_state(self) -> int:
-            return 0
-
-        @flux.handles("inc")
-        def inc(self, state: int, action: Any) -> int:
-            return state + 1
-
-    count = Count(d)
+    count = RoutedCount(d)
     d.dispatch({"type": "inc"})
     d.dispatch(types.MappingProxyType({"type": "inc"}))
     d.dispatch(Items(type="inc"))
