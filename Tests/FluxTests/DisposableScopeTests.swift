@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import Flux
 
@@ -69,6 +70,53 @@ final class DisposableScopeTests: XCTestCase {
         order.removeAll()
         scope.dispose()
         XCTAssertEqual(order, Array(stride(from: 1, to: 100, by: 2)))
+    }
+
+    // A second dispose() returned while the first, on another thread, was
+    // still on an earlier disposal: the observer added after it was still
+    // called once the second had returned.
+    func testDisposeReturnsWithObserversCanceledWhileAnotherThreadDisposes() {
+        let scope = DisposableScope()
+        let sink = Sink<Int>()
+        let entered = DispatchSemaphore(value: 0)
+        let proceed = DispatchSemaphore(value: 0)
+        let received = Mutex(0)
+        scope += AnyDisposable {
+            entered.signal()
+            proceed.wait()
+        }
+        scope += sink.signal.observe { _ in received.withLock { $0 += 1 } }
+        let done = DispatchSemaphore(value: 0)
+        let first = Thread {
+            scope.dispose()
+            done.signal()
+        }
+        first.start()
+        entered.wait()
+        scope.dispose()
+        sink.send(value: 1)
+        proceed.signal()
+        done.wait()
+        XCTAssertEqual(received.withLock { $0 }, 0)
+    }
+
+    // Disposing the scope again from inside one of its disposals disposes
+    // the rest before that call returns, still in order.
+    func testDisposeFromInsideADisposalDisposesTheRestInOrder() {
+        let scope = DisposableScope()
+        var order: [Int] = []
+        var seenInside: [Int] = []
+        scope += AnyDisposable { order.append(0) }
+        scope += AnyDisposable {
+            order.append(1)
+            scope.dispose()
+            seenInside = order
+        }
+        scope += AnyDisposable { order.append(2) }
+        scope += AnyDisposable { order.append(3) }
+        scope.dispose()
+        XCTAssertEqual(seenInside, [0, 1, 2, 3])
+        XCTAssertEqual(order, [0, 1, 2, 3])
     }
 
     func testDisposeOnDeinit() {

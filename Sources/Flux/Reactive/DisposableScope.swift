@@ -11,6 +11,8 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
     private let disposed = Atomic<Bool>(false)
     private let lock = PosixLock()
     private var disposables: ContiguousArray<any Disposable>?  // nil once disposed
+    // What the first dispose() took, while it disposes it (see there).
+    private var disposing: ContiguousArray<any Disposable>?
     // When `disposables` reaches it, `add` lets go of those disposed since
     // (see there); then twice what is left, so that each add costs O(1).
     private var pruneAt = 32
@@ -68,22 +70,36 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
     }
 
     /// Disposes what was added, in order, once; any thread, also from
-    /// inside one of the disposals.
+    /// inside one of the disposals. When it returns, this module's
+    /// disposables it holds are disposed, even if another call (on another
+    /// thread, or further up this one) is still disposing them.
     public func dispose() {
         // Taken out under the lock, disposed outside it: a disposal may add
         // to or dispose this scope again.
-        let taken: ContiguousArray<any Disposable>? = lock.withLock {
-            let taken = disposables
+        let (taken, first): (ContiguousArray<any Disposable>?, Bool) = lock.withLock {
+            guard let taken = disposables else { return (disposing, false) }
             disposables = nil
-            if taken != nil {
-                disposed.store(true, ordering: .releasing)
-            }
-            return taken
+            disposing = taken
+            disposed.store(true, ordering: .releasing)
+            return (taken, true)
         }
         guard let taken else { return }
+        guard first else {
+            // Another call is disposing it and may not have reached them
+            // all: this module's disposables (every dispose() of which
+            // cancels, on any thread) are disposed here too, so that an
+            // observer of the scope is never called once this returns
+            // (Signal.observe's promise). Anyone else's are left to that
+            // call: they need not bear a second thread's dispose().
+            for disposable in taken where disposable is any AtomicallyDisposed {
+                disposable.dispose()
+            }
+            return
+        }
         for disposable in taken {
             disposable.dispose()
         }
+        lock.withLock { disposing = nil }
     }
 
     /// `add(disposable:)`.
