@@ -4,6 +4,7 @@
 #   "Python"             = examples/readme.py
 #   "Swift"              = support/swift-client/Sources/FluxClient/main.swift
 #   bindings/python/README.md's first python block = examples/readme.py too
+#   "Trampolines for dynamic hosts": its C fragment compiles as C11 -pedantic
 # and the snippets of "JBFlux's store model" are excerpts of its examples:
 #   each python block is lines of examples/current_user.py as they stand,
 #   each swift block lines of examples/current-user/main.swift.
@@ -79,6 +80,26 @@ fi
 excerpts "JBFlux's store model" python examples/current_user.py
 excerpts "JBFlux's store model" swift examples/current-user/main.swift
 
+# "Trampolines for dynamic hosts": its C fragment, given the names it leaves
+# to the host, compiles as C11 -pedantic -Werror (the handler as it stands,
+# the statements inside a function).
+if ! block "Trampolines for dynamic hosts" c | awk '
+        BEGIN {
+            print "#include <flux.h>"
+            print "#include <stdint.h>"
+            print "int host_invoke(void *host, const void *payload);"
+            print "void release_host_object(void *host);"
+            print "extern char my_host_object[];"
+        }
+        !body && $0 == "" { body = 1; print "void readme_fragment(flux_dispatcher *d, flux_token token);"
+                             print "void readme_fragment(flux_dispatcher *d, flux_token token) {"; next }
+        { print }
+        END { print "}" }' \
+        | ${CC:-cc} -std=c11 -pedantic -Wall -Wextra -Werror -Iinclude -fsyntax-only -x c - >&2; then
+    echo "check-readme: README's C block under '## Trampolines for dynamic hosts' does not compile as C11 -pedantic -Werror" >&2
+    fail=1
+fi
+
 # Code lines: neither blank nor comment only.
 lines=$(grep -v '^[[:space:]]*$' examples/readme.c | grep -vc '^[[:space:]]*/\*.*\*/[[:space:]]*$' || true)
 if [ "$lines" -ne 20 ]; then
@@ -95,7 +116,7 @@ for target in $(sed -n '/^\.PHONY:/,/[^\\]$/p' Makefile | sed 's/^\.PHONY://; s/
 done
 
 [ $fail -eq 0 ] || exit 1
-echo "check-readme: make help lists every target;"
+echo "check-readme: make help lists every target; the trampoline fragment compiles as C11 -pedantic;"
 echo "check-readme: the README's C, Python and Swift examples are examples/readme.c (20 lines), examples/readme.py, support/swift-client;"
 echo "  bindings/python/README.md's example is examples/readme.py;"
 echo "  JBFlux's store model's snippets are lines of examples/current_user.py and examples/current-user/main.swift"
