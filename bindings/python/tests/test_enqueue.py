@@ -79,6 +79,33 @@ def test_dispatch_from_a_queued_dispatch_is_still_refused(d: flux.Dispatcher[Any
     assert len(errors) == 1
 
 
+def test_an_on_error_that_raises_fails_the_outermost_call_naming_what_it_was_given(d: flux.Dispatcher[Any]) -> None:
+    # The handler's own exception is not lost: the outermost call raises
+    # it in place of the failure, which a note names.
+    log: list[str] = []
+    handed: list[BaseException] = []
+
+    def on_error(exc: BaseException) -> None:
+        handed.append(exc)
+        raise KeyError("from on_error")
+
+    def cb(p: int) -> None:
+        log.append(f"cb{p}")
+        if p == 1:
+            d.enqueue(2, on_error=on_error)
+            d.enqueue(3)
+        if p == 2:
+            raise Boom(2)
+
+    d.register(cb)
+    with pytest.raises(KeyError, match="from on_error") as info:
+        d.dispatch(1)
+    assert log == ["cb1", "cb2", "cb3"]  # the queue went on
+    assert len(handed) == 1 and isinstance(handed[0], Boom)
+    assert info.value.__notes__ == [f"raised by on_error, given: Boom: {handed[0]}"]
+    d.dispatch(4)  # nothing left over for a later call
+
+
 def test_a_queued_failure_goes_to_on_error_and_the_queue_goes_on(d: flux.Dispatcher[Any]) -> None:
     log: list[str] = []
     failures: list[BaseException] = []

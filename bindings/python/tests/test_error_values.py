@@ -95,12 +95,13 @@ def test_an_unknown_token_is_the_token_rejected(d: flux.Dispatcher[Any]) -> None
 def test_a_foreign_token_is_recognised_by_the_binding(d: flux.Dispatcher[Any]) -> None:
     other = flux.Dispatcher[Any]()
     foreign = other.register(lambda p: None)
+    foreign_too = other.register(lambda p: None)
     gone = d.register(lambda p: None)
     d.unregister(gone)
     caught: list[flux.UnknownTokenError] = []
 
     def waits(p: Any) -> None:
-        for tokens in ([foreign], [gone, foreign], [foreign, gone]):
+        for tokens in ([foreign], [gone, foreign], [foreign, gone], [foreign, foreign_too]):
             try:
                 d.wait_for(tokens)
             except flux.UnknownTokenError as exc:
@@ -109,7 +110,7 @@ def test_a_foreign_token_is_recognised_by_the_binding(d: flux.Dispatcher[Any]) -
     d.register(waits)
     d.dispatch(None)
     # The first bad token of each list, foreign or not.
-    assert [e.token for e in caught] == [foreign, gone, foreign]
+    assert [e.token for e in caught] == [foreign, gone, foreign, foreign]
     assert "issued by dispatcher" in str(caught[0]) and "issued by dispatcher" in str(caught[2])
     other.close()
 

@@ -48,6 +48,12 @@ def test_an_unknown_status_is_a_plain_flux_error() -> None:
     assert error.status_name == "FLUX_ERR_UNKNOWN"
 
 
+def test_an_error_with_no_message_reads_as_its_status_name() -> None:
+    # str() is never empty, for an error a program raises with no message.
+    assert str(flux.TooDeepError()) == "FLUX_ERR_TOO_DEEP"
+    assert str(flux.FluxError("", 99)) == "FLUX_ERR_UNKNOWN"
+
+
 def test_builtin_bases() -> None:
     assert issubclass(flux.InvalidArgumentError, ValueError)
     assert issubclass(flux.UnknownTokenError, LookupError)

@@ -590,6 +590,48 @@ def test_a_function_listener_with_an_owner_is_removed_when_the_owner_goes(d: flu
     assert log == ["heard"]
 
 
+def test_an_owner_bound_listener_whose_owner_went_unnoticed_is_removed_when_next_called(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The owner's weakref callback not run yet (as in a collection still
+    # calling the callbacks): the listener's next call finds the owner gone
+    # and removes it.
+    monkeypatch.setattr("flux.stores._owner_collected", lambda watch: None)
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    owner = View(log)
+    before = live_objects()
+    subscription = users.add_listener(lambda: log.append("heard"), owner=owner)
+    del owner
+    assert live_objects() == before + 1  # unnoticed
+    d.dispatch(refreshed("ada"))
+    assert log == []
+    assert live_objects() == before
+    with pytest.raises(flux.UnknownTokenError):
+        subscription.remove()
+
+
+def test_a_removal_cut_short_when_the_owner_went_is_finished_by_the_next_add_listener(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The weakref callback noted the listener gone, then was cut short (an
+    # interrupt) before removing it: the store's next add_listener sweeps it.
+    monkeypatch.setattr("flux.stores._owner_collected", lambda watch: watch.gone.__setitem__(watch.cell.value, None))
+    users = d.register_store(CurrentUserStore)
+    log: list[str] = []
+    owner = View(log)
+    before = live_objects()
+    subscription = users.add_listener(lambda: log.append("heard"), owner=owner)
+    del owner
+    assert live_objects() == before + 1
+    users.add_listener(lambda: log.append("other"))
+    assert live_objects() == before + 1  # the other one only
+    with pytest.raises(flux.UnknownTokenError):
+        subscription.remove()
+    d.dispatch(refreshed("ada"))
+    assert log == ["other"]
+
+
 def test_the_owner_itself_as_the_listener(d: flux.Dispatcher[Any]) -> None:
     users = d.register_store(CurrentUserStore)
     log: list[str] = []
@@ -1023,6 +1065,76 @@ def test_a_reduce_failing_after_an_error_emit_leaves_no_error(d: flux.Dispatcher
     d.dispatch("late")
     assert seen == [("first", "late"), ("second", "late")]
     assert store.error is None
+
+
+def test_a_failed_dispatch_ends_only_its_own_threads_error(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Thread x's dispatch failed after an error emit; before x ends that
+    # error, the main thread's dispatch emits one of its own, which x must
+    # leave alone: the main thread's listeners still see it.
+    x_failed, main_emitted, x_ended = threading.Event(), threading.Event(), threading.Event()
+    real_end_errors = flux.dispatcher._end_errors
+
+    def end_errors_later(erring: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            x_failed.set()
+            main_emitted.wait(5)
+            real_end_errors(erring)
+            x_ended.set()
+        else:
+            real_end_errors(erring)
+
+    monkeypatch.setattr("flux.dispatcher._end_errors", end_errors_later)
+
+    class Failing(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.emit_change(error=payload)
+            if payload == "x":
+                raise Failure(payload)
+            main_emitted.set()
+            x_ended.wait(5)
+
+    store = Failing(d)
+    seen: list[Any] = []
+    store.add_listener(lambda: seen.append(store.error))
+    raised: list[BaseException] = []
+
+    def x() -> None:
+        try:
+            d.dispatch("x")
+        except Failure as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=x)
+    thread.start()
+    assert x_failed.wait(5)
+    d.dispatch("main")
+    thread.join(5)
+    assert x_ended.is_set() and len(raised) == 1
+    assert seen == ["main"]
+    assert store.error is None
+
+
+def test_a_failed_dispatch_lets_its_emitted_error_go(d: flux.Dispatcher[Any]) -> None:
+    # Over with the dispatch, not kept until the store's next handling.
+    class Error:
+        pass
+
+    errors: list[weakref.ref[Error]] = []
+
+    class Failing(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            error = Error()
+            errors.append(weakref.ref(error))
+            self.emit_change(error=error)
+            del error
+            raise Failure(payload)
+
+    Failing(d)
+    with pytest.raises(Failure):
+        d.dispatch("fail")
+    assert errors[0]() is None
 
 
 def test_a_listener_failing_in_an_error_emit_leaves_no_error(d: flux.Dispatcher[Any]) -> None:

@@ -1145,8 +1145,12 @@ def test_sigint_anywhere_in_a_failing_dispatch_that_drains_a_failing_one_reports
         def on_error(exc):  # a landing point as it is entered, unlike handed.append
             handed.append(exc)
 
+        def raising(exc):  # its exception replaces the failure: given once all the same
+            handed.append(exc)
+            raise KeyError("on_error")
+
         for outer in ["dispatch", "enqueue"]:
-            for handler in [None, "append", "function"]:
+            for handler in [None, "append", "function", "raising"]:
                 place = 0
                 while True:
                     place += 1
@@ -1159,6 +1163,8 @@ def test_sigint_anywhere_in_a_failing_dispatch_that_drains_a_failing_one_reports
                                 d.enqueue("queued", on_error=handed.append)
                             elif handler == "function":
                                 d.enqueue("queued", on_error=on_error)
+                            elif handler == "raising":
+                                d.enqueue("queued", on_error=raising)
                             else:
                                 d.enqueue("queued")
                             raise own

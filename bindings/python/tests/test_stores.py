@@ -316,6 +316,17 @@ def test_a_refused_group_release_leaves_the_group_live(
     store.close()  # which lets its store go
 
 
+def test_a_group_function_that_is_not_callable_is_refused_and_nothing_registered(d: flux.Dispatcher[Any]) -> None:
+    # Refused at once, not by every later dispatch failing.
+    store = SimpleStore(d)
+    before = live_objects()
+    with pytest.raises(TypeError, match="fn must be callable"):
+        flux.StoreGroup([store], 42)  # type: ignore[arg-type]
+    assert live_objects() == before
+    d.dispatch("x")
+    store.close()  # in no group
+
+
 def test_should_have_at_least_one_store() -> None:
     with pytest.raises(flux.InvalidArgumentError):
         flux.StoreGroup([], Spy())
@@ -850,6 +861,8 @@ def test_action_is_a_name_a_payload_and_an_error() -> None:
     a = flux.Action("failed", error=ValueError("x"))
     assert a.type == "failed" and a.payload is None and isinstance(a.error, ValueError)
     assert flux.Action("t", 1) == flux.Action("t", 1) != flux.Action("t", 2)
+    # The error is part of the value: a failed action is not the action.
+    assert flux.Action("t", 1, "e") == flux.Action("t", 1, "e") != flux.Action("t", 1)
     with pytest.raises(AttributeError):
         a.type = "other"
     assert "failed" in repr(a)

@@ -543,3 +543,48 @@ def test_chrome_trace_taken_during_a_dispatch_shows_what_is_still_running(d: flu
     a = next(e for e in events if e["name"] == "A")
     assert b["ph"] == "X" and a["ts"] <= b["ts"]
     assert [e["name"] for e in events].index("A") < [e["name"] for e in events].index("B")
+
+
+def test_start_again_while_observing_does_nothing(d: flux.Dispatcher[Any]) -> None:
+    # "Nothing when it is the observer already": no new observer (context),
+    # from inside a dispatch either.
+    trace = flux.Trace(d)
+    contexts: list[int] = []
+    d.register(lambda p: contexts.append(trace.start()._context), name="restarter")
+    with trace:
+        contexts.append(trace.start()._context)
+        d.dispatch(1)
+        d.dispatch(2)
+    assert len(set(contexts)) == 1
+    assert kinds(trace) == ["D", "b1", "e1", "E"] * 2
+
+
+def test_chrome_trace_lists_an_enclosing_slice_before_one_that_begins_with_it(d: flux.Dispatcher[Any]) -> None:
+    # Equal stamps (a coarse clock): the longer slice, the enclosing one,
+    # comes first, so a viewer nests the other in it.
+    trace = flux.Trace(d)
+    trace.events[:] = [
+        flux.TraceEvent("dispatch_begin", 1000, 7, payload="p"),
+        flux.TraceEvent("callback_begin", 1000, 7, token=1, name="cb"),
+        flux.TraceEvent("callback_end", 2000, 7, token=1, name="cb", result=0),
+        flux.TraceEvent("dispatch_end", 3000, 7, payload="p", status=flux.Status.OK),
+    ]
+    assert [e["name"] for e in trace.chrome_trace()["traceEvents"]] == ["dispatch 'p'", "cb"]
+
+
+def test_a_long_payload_is_shown_in_sixty_characters(d: flux.Dispatcher[Any]) -> None:
+    d.register(lambda p: None)
+    with flux.Trace(d) as trace:
+        d.dispatch("x" * 100)
+    label = trace.render().splitlines()[0].split("  ")[0]
+    assert label == "dispatch " + repr("x" * 100)[:57] + "..."
+
+
+def test_an_empty_name_leaves_a_registration_unnamed(d: flux.Dispatcher[Any]) -> None:
+    # name="" is a name given, not "use the default": the token names it.
+    token = d.register(lambda p: None, name="")
+    assert d.name_of(token) == ""
+    with flux.Trace(d) as trace:
+        d.dispatch(1)
+    assert trace.events[1].name == f"token {token.value}"
+    assert trace.render().splitlines()[1].startswith(f"└─ token {token.value}  ")

@@ -232,6 +232,20 @@ def test_the_first_error_is_named_when_a_nul_or_non_ascii_character_comes_after_
         assert str(info.value) == f'{function}: signature "{tr._shown(signature)}": {problem}'
 
 
+def test_a_character_beyond_the_64_shown_is_not_shown() -> None:
+    # libflux shows 64 characters of a signature: an error before a
+    # non-ASCII character at position 64 reads as libflux's own message.
+    signature = "v(" + "i" * 17 + "#" * 45 + "\u00e9"
+    assert len(signature) == 65
+    for make in (lambda s: flux.Trampoline(s, lambda *a: 0), lambda s: flux.call(1, s)):
+        with pytest.raises(flux.InvalidArgumentError) as info:
+            make(signature)
+        with pytest.raises(flux.InvalidArgumentError) as ascii_info:
+            make(signature[:64] + "#")
+        assert str(info.value) == str(ascii_info.value)
+        assert '#..."' in str(info.value)
+
+
 def test_bad_arguments_are_refused_before_reaching_c() -> None:
     with pytest.raises(TypeError):
         flux.Trampoline("i()", 42)  # type: ignore[arg-type]
@@ -240,6 +254,9 @@ def test_bad_arguments_are_refused_before_reaching_c() -> None:
     with flux.Trampoline("i(i)", lambda x: x) as t:
         with pytest.raises(TypeError, match="takes 1 arguments, got 2"):
             flux.call(t.address, "i(i)", 1, 2)
+        # Too few too: C would read an argument past the array.
+        with pytest.raises(TypeError, match="takes 1 arguments, got 0"):
+            flux.call(t.address, "i(i)")
         with pytest.raises(OverflowError):
             flux.call(t.address, "i(i)", 2**31)
         with pytest.raises(TypeError):
@@ -310,6 +327,17 @@ def test_a_result_that_does_not_fit_is_reported_and_c_gets_zero(monkeypatch: pyt
     with flux.Trampoline("i()", lambda: None) as t:
         assert flux.call(t.address, "i()") == 0
     assert [type(r.exc_value) for r in reported] == [OverflowError, TypeError]
+
+
+def test_none_is_a_null_pointer_as_argument_and_as_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As ctypes takes None for a c_void_p: NULL, and nothing reported.
+    reported: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    seen: list[int] = []
+    with flux.Trampoline("p(p)", lambda p: seen.append(p)) as t:
+        assert flux.call(t.address, "p(p)", None) == 0
+    assert seen == [0]
+    assert reported == []
 
 
 def test_a_float_too_large_for_f_is_refused_and_as_a_result_reported(monkeypatch: pytest.MonkeyPatch) -> None:
