@@ -31,7 +31,9 @@ def all_return(target: Callable[[Any], None], args: Iterable[Any], timeout: floa
 def run_python(args: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Runs a fresh interpreter with ``args`` (a script and its arguments,
     or ``-c`` and code) that imports this package; its output as text."""
-    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+    # Unbuffered whatever the caller's environment says: a body may print
+    # and then os._exit(), which flushes nothing.
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, PYTHONUNBUFFERED="1")
     return subprocess.run(
         [sys.executable, *args],
         check=False,

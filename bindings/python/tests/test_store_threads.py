@@ -253,7 +253,7 @@ def test_a_call_that_read_the_lock_before_a_close_and_a_new_init_excludes_the_ne
         Counter.__init__(store, d)
         go.set()
         thread.join(timeout=10)  # a read of the freed store may loop for good
-        print(seen, outcome, "stuck" if thread.is_alive() else "", flush=True)  # os._exit flushes nothing
+        print(seen, outcome, "stuck" if thread.is_alive() else "")
         os._exit(0)
         """
     )
