@@ -1356,9 +1356,13 @@ class StoreGroup(_ClosesOnExit):
                     # Refused (out of memory during a dispatch): nothing
                     # changed, the group is live and must still be released.
                     self._handle = handle
-                if self._handle is None:
+                elif self._handle != handle:
+                    # Released. Forgotten also when fn's destroy made the
+                    # group again meanwhile (a new handle): kept, the
+                    # dispatcher's finalizer would release the freed one.
                     self._dispatcher._natives.pop(handle, None)
-                    self._dispatcher._children.pop(self._ident, None)
+                    if self._handle is None:
+                        self._dispatcher._children.pop(self._ident, None)
         try:
             _native.raise_outcome(error)  # this call is the outermost one
         finally:

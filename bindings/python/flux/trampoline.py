@@ -353,8 +353,11 @@ class Trampoline(_native.Unshareable):
 
     def close(self) -> None:
         """Frees the native code; idempotent."""
+        # Taken first: the handler's release may make the trampoline again,
+        # with a finalizer of its own, which must stay attached.
+        finalizer = self._finalizer
         _destroy(self._handle)
-        self._finalizer.detach()  # only once the closure is gone (an interrupt)
+        finalizer.detach()  # only once the closure is gone (an interrupt)
 
     def __enter__(self) -> Trampoline:
         return self
