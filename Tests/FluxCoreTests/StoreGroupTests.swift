@@ -55,6 +55,28 @@ import Testing
         #expect(fluxCode { _ = try StoreGroup([a, c]) {} } == .invalidArgument)
     }
 
+    /// Tokens are public values, so a callback registered before the group
+    /// may wait for it: the group must still run after its stores.
+    @Test func aWaitForTheGroupRunsItsStoresFirst() throws {
+        let d = Dispatcher<Int>()
+        let groupToken = Box(DispatchToken(rawValue: 0))
+        let waited = Box<[Bool]>([])
+        let early = d.register { [unowned d] _ in
+            try d.waitFor([groupToken.value])
+            waited.value.append(true)
+        }
+        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+        let seen = Box<[Int]>([])
+        let group = try StoreGroup([store]) { seen.value.append(store.state) }
+        // Nothing registered in between: the group's token follows the store's.
+        groupToken.value = DispatchToken(rawValue: store.dispatchToken.rawValue + 1)
+        try d.dispatch(5)
+        #expect(waited.value == [true])
+        #expect(seen.value == [5], "the group saw its store's new state")
+        group.release()
+        try d.unregister(early)
+    }
+
     @Test func aGroupRunsOncePerDispatchAfterItsStoresEvenWhenNothingChanged() throws {
         let d = Dispatcher<Int>()
         let log = Log()

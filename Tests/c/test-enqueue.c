@@ -180,6 +180,35 @@ static void test_fifo_order_of_several(void)
     flux_dispatcher_destroy(rec.d);
 }
 
+/* The queue wraps, then grows while wrapped: payload 1 fills it (2-5), the
+ * dispatch of 2 pops one and enqueues two more (6, 7), the second of which
+ * grows a ring whose head is not at 0. Nothing may be lost or reordered. */
+static int wrap_then_grow_cb(void *ctx, const void *payload)
+{
+    (void)ctx;
+    const item *it = payload;
+    trace_push(&rec.log, 100 * it->id);
+    if (it->id == 1)
+        for (int i = 2; i <= 5; i++)
+            flux_enqueue(rec.d, &items[i], done_fn, CTX(i));
+    if (it->id == 2)
+        for (int i = 6; i <= 7; i++)
+            flux_enqueue(rec.d, &items[i], done_fn, CTX(i));
+    return 0;
+}
+
+static void test_fifo_when_the_queue_grows_while_wrapped(void)
+{
+    recorder_init();
+    flux_token t;
+    REQUIRE(flux_register(rec.d, wrap_then_grow_cb, NULL, NULL, &t) == FLUX_OK);
+    EXPECT_OK(flux_dispatch(rec.d, &items[1]));
+    is_trace(&rec.log,
+             INTS(100, 200, -1002, 300, -1003, 400, -1004, 500, -1005, 600, -1006, 700, -1007),
+             "every payload once, FIFO, across the queue's growth while wrapped");
+    flux_dispatcher_destroy(rec.d);
+}
+
 static void test_wait_for_works_in_queued_dispatches(void)
 {
     recorder_init();
@@ -649,6 +678,7 @@ int main(void)
     RUN(test_null_payload);
     RUN(test_enqueue_from_callback_is_fifo_after_the_dispatch);
     RUN(test_fifo_order_of_several);
+    RUN(test_fifo_when_the_queue_grows_while_wrapped);
     RUN(test_wait_for_works_in_queued_dispatches);
     RUN(test_callback_registered_meanwhile_takes_part);
     RUN(test_done_sees_a_dispatching_dispatcher);

@@ -1188,6 +1188,47 @@ static void listener_added_during_an_emit_runs_from_the_next(void)
     teardown(d, &t, 1);
 }
 
+/* During an emit, a listener removes another and adds one: whatever the
+ * table's size (one of them makes the add find it full with a removed entry),
+ * the emit must not move the entries under it -- the added listener waits
+ * for the next emit and no other is skipped or run twice. */
+static lis *added_during_emit;
+static void remove_then_add_hook(lis *l)
+{
+    if (added_during_emit != NULL)
+        return;
+    lis *victim = l->user;
+    l->status = flux_store_remove_listener(l->s, victim->token);
+    added_during_emit = lis_new(50, l->s);
+    REQUIRE(flux_store_add_listener(l->s, lis_fn, added_during_emit, lis_destroy, &added_during_emit->token) == FLUX_OK);
+}
+
+static void listener_added_after_a_removal_during_an_emit_runs_from_the_next(void)
+{
+    for (int n = 2; n <= 12; n++) {
+        ledger_reset();
+        flux_dispatcher *d = new_dispatcher();
+        tstore *t = make_store(d, 1, 1, false);
+        added_during_emit = NULL;
+        lis *l[12];
+        for (int i = 0; i < n; i++)
+            l[i] = listen(t->s, i + 1, NULL);
+        l[0]->hook = remove_then_add_hook;
+        l[0]->user = l[1];
+        EXPECT_OK(flux_dispatch(d, "inc"));
+        EXPECT_OK(l[0]->status);
+        REQUIRE(added_during_emit != NULL);
+        int others = 0;
+        for (int i = 2; i < n; i++)
+            others += l[i]->calls == 1;
+        is_int(others, n - 2, "%d listeners: each of the others ran once", n);
+        is_int(added_during_emit->calls, 0, "%d listeners: the added one was not called by that emit", n);
+        EXPECT_OK(flux_dispatch(d, "inc"));
+        is_int(added_during_emit->calls, 1, "%d listeners: it was called by the next", n);
+        teardown(d, &t, 1);
+    }
+}
+
 static void listener_removing_itself_is_destroyed_after_it_returns(void)
 {
     ledger_reset();
@@ -1724,6 +1765,136 @@ static void a_failing_group_function_fails_the_dispatch(void)
     EXPECT_OK(g.a_status);
     EXPECT_OK(flux_store_group_release(group));
     teardown(d, &t, 1);
+}
+
+/* reduce marks the store changed, then fails: the failure wins, so a wait
+ * for the store then reads has_changed 0 (flux.h), not the emit's 1. */
+static int emit_then_fail(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    t->emit_status = flux_store_emit_change(t->s);
+    return 7;
+}
+
+static void reduce_failing_after_emit_change_reports_no_change(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    watcher w = {.d = d, .wait = true, .changed = 9};
+    flux_token wt;
+    EXPECT_OK(flux_register(d, watcher_cb, &w, NULL, &wt));
+    tstore *t = make_store(d, 1, 3, false);
+    w.s = t->s;
+    t->hook = emit_then_fail;
+    lis *l = listen(t->s, 1, NULL);
+    EXPECT_STATUS(flux_dispatch(d, "x"), FLUX_ERR_CALLBACK_FAILED);
+    EXPECT_OK(t->emit_status);
+    is_int(w.wait_status, FLUX_ERR_CALLBACK_FAILED, "the wait for the store reports its failure");
+    EXPECT_OK(w.status);
+    is_int(w.changed, 0, "has_changed then reports 0, despite the emit_change before the failure");
+    is_int(l->calls, 0, "no listener ran");
+    EXPECT_OK(flux_unregister(d, wt));
+    teardown(d, &t, 1);
+}
+
+/* A store created during a dispatch joins when it ends; until then its token
+ * is still the store's own: flux_unregister() must refuse it, as it does
+ * for a store already in the table (it would free the store under its owner). */
+static flux_status joined_unregister_status;
+static int create_store_then_unregister_hook(node *self, const void *p)
+{
+    (void)p;
+    tstore **out = self->user;
+    *out = make_store(self->d, 2, 1, false);
+    joined_unregister_status = flux_unregister(self->d, flux_store_token((*out)->s));
+    return 0;
+}
+
+static void unregister_of_a_store_token_created_during_the_dispatch_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = NULL;
+    node n;
+    node_init(&n, 9, d, NULL);
+    n.hook = create_store_then_unregister_hook;
+    n.user = &t;
+    EXPECT_OK(node_register(&n));
+    joined_unregister_status = (flux_status)-1;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(flux_unregister(d, n.token));
+    is_int(joined_unregister_status, FLUX_ERR_INVALID_ARGUMENT,
+           "flux_unregister of a store's token that joined during the dispatch is refused");
+    is_int(count_events(EV_CONTEXT_DESTROY + 2), 0, "the store was not released");
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(st_value(flux_store_state(t->s)), 2, "the store handles the next dispatch");
+    teardown(d, &t, 1);
+}
+
+/* A store's reduce waits for its own group: the group's wait for the store
+ * closes a cycle, so the group fails (it must not skip its function and
+ * report success, which would hide the cycle). */
+static flux_token group_token_to_wait;
+static int wait_for_group(tstore *t, void *state, const char *action, void **next)
+{
+    (void)state;
+    (void)action;
+    (void)next;
+    t->emit_status = flux_wait_for(t->d, &group_token_to_wait, 1);
+    return 0;
+}
+
+static void a_store_waiting_for_its_own_group_fails_the_dispatch(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[1] = {t->s};
+    gctx g = {.magic = ALIVE, .d = d};
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, &g, NULL, &group));
+    /* Nothing else registered in between: the group's token is the store's + 1. */
+    group_token_to_wait = flux_store_token(t->s) + 1;
+    t->hook = wait_for_group;
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    has_number(flux_last_error(), group_token_to_wait, "the failure is the group's");
+    is_int(t->emit_status, FLUX_ERR_CALLBACK_FAILED, "the store's wait reports the group's failure");
+    is_int(g.calls, 0, "the group's function did not run");
+    is_int(st_value(flux_store_state(t->s)), 1, "the store kept its state");
+    t->hook = NULL;
+    EXPECT_OK(flux_store_group_release(group));
+    teardown(d, &t, 1);
+}
+
+/* A listener sets its failure, then its wait runs another store whose
+ * listener does not fail: the nested listener must not clear the outer one's
+ * failure. */
+static void fail_then_wait_for_b_hook(lis *l)
+{
+    l->status = flux_store_listener_fail(flux_store_dispatcher(l->s), 5);
+    tstore *b = l->user;
+    flux_token token = flux_store_token(b->s);
+    flux_status waited = flux_wait_for(flux_store_dispatcher(l->s), &token, 1);
+    if (l->status == FLUX_OK)
+        l->status = waited;
+}
+
+static void listener_fail_survives_a_nested_listener_that_does_not_fail(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t[2] = {make_store(d, 1, 1, false), make_store(d, 2, 1, false)};
+    lis *failing = listen(t[0]->s, 1, fail_then_wait_for_b_hook);
+    failing->user = t[1];
+    lis *nested = listen(t[1]->s, 2, NULL);
+    EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
+    EXPECT_OK(failing->status);
+    is_int(nested->calls, 1, "the other store's listener ran inside the wait");
+    has_number(flux_last_error(), flux_store_token(t[0]->s), "the failure is the first store's listener's");
+    has_number(flux_last_error(), 5, "with the value set before the wait");
+    teardown(d, t, 2);
 }
 
 /* ---- threads ------------------------------------------------------------- */
@@ -2431,6 +2602,7 @@ int main(void)
     RUN(listener_ids_count_from_1_and_are_never_reused);
     RUN(listener_removed_by_an_earlier_listener_is_not_called);
     RUN(listener_added_during_an_emit_runs_from_the_next);
+    RUN(listener_added_after_a_removal_during_an_emit_runs_from_the_next);
     RUN(listener_removing_itself_is_destroyed_after_it_returns);
     RUN(listener_dispatching_is_refused);
     RUN(store_destroyed_during_a_dispatch_is_refused);
@@ -2451,6 +2623,10 @@ int main(void)
     RUN(listener_fail_from_what_a_listener_waits_for_fails_that_listener);
     RUN(listener_fail_again_replaces_the_value);
     RUN(a_failing_group_function_fails_the_dispatch);
+    RUN(reduce_failing_after_emit_change_reports_no_change);
+    RUN(unregister_of_a_store_token_created_during_the_dispatch_is_refused);
+    RUN(a_store_waiting_for_its_own_group_fails_the_dispatch);
+    RUN(listener_fail_survives_a_nested_listener_that_does_not_fail);
     RUN(another_thread_during_a_dispatch);
     RUN(listener_removed_by_another_thread_while_running);
     RUN(unregister_of_a_store_or_group_token_is_refused);

@@ -508,6 +508,72 @@ static void test_wait_for_several_skips_a_token_one_of_them_unregisters(void)
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
 
+static flux_status self_unregister_status;
+static int unregister_self_hook(node *self, const void *p)
+{
+    (void)p;
+    self_unregister_status = flux_unregister(self->d, self->token);
+    return 0;
+}
+
+/* a's wait runs b, which unregisters itself: its return must not mark it
+ * handled, so a later wait finds it unregistered, as when the loop ran it. */
+static void test_wait_for_run_by_a_wait_that_unregistered_itself(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace log = {0};
+    node a, b, c;
+    node_init(&a, 1, d, &log);
+    node_init(&b, 2, d, &log);
+    node_init(&c, 3, d, &log);
+    EXPECT_OK(node_register(&a));
+    EXPECT_OK(node_register(&b));
+    EXPECT_OK(node_register(&c));
+    node_wait_on(&a, 1, &b.token);
+    node_wait_on(&c, 1, &b.token);
+    b.hook = unregister_self_hook;
+    self_unregister_status = (flux_status)-1;
+    EXPECT_OK(flux_dispatch(d, payload));
+    is_int(self_unregister_status, FLUX_OK, "b unregistered itself while a's wait ran it");
+    is_int(a.wait_status, FLUX_OK, "a's wait ran b");
+    is_int(c.wait_status, FLUX_ERR_UNKNOWN_TOKEN,
+           "a later wait on b in the same dispatch -> UNKNOWN_TOKEN (it is unregistered)");
+    is_trace(&log, INTS(1, 2, 3), "b ran once, from a's wait");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
+/* Facebook's "Cannot dispatch in the middle of a dispatch": the refusal of a
+ * dispatch from a callback of the same thread says so, rather than blaming
+ * another thread or a deadlock. */
+static char reentry_error[2][256];
+static flux_status reentry_status[2];
+static int dispatch_and_try_again(node *self, const void *p)
+{
+    reentry_status[0] = flux_dispatch(self->d, p);
+    snprintf(reentry_error[0], sizeof reentry_error[0], "%s", flux_last_error());
+    reentry_status[1] = flux_try_dispatch(self->d, p);
+    snprintf(reentry_error[1], sizeof reentry_error[1], "%s", flux_last_error());
+    return 0;
+}
+
+static void test_dispatch_from_a_callback_says_why(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    node a;
+    node_init(&a, 1, d, NULL);
+    a.hook = dispatch_and_try_again;
+    EXPECT_OK(node_register(&a));
+    EXPECT_OK(flux_dispatch(d, payload));
+    is_int(reentry_status[0], FLUX_ERR_ALREADY_DISPATCHING, "flux_dispatch from a callback");
+    has_substr(reentry_error[0], "in the middle of a dispatch", "its message says why");
+    is_int(reentry_status[1], FLUX_ERR_ALREADY_DISPATCHING, "flux_try_dispatch from a callback");
+    has_substr(reentry_error[1], "in the middle of a dispatch", "its message says why");
+    is_int(a.calls, 1, "the callback ran once");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 /* A callback of `inner` that waits on a token of the outer dispatcher, which
  * is dispatching further up the same thread. */
 struct nested_wait {
@@ -757,6 +823,8 @@ int main(void)
     RUN(test_wait_for_token_unregistered_during_dispatch);
     RUN(test_wait_for_handled_then_unregistered);
     RUN(test_wait_for_several_skips_a_token_one_of_them_unregisters);
+    RUN(test_wait_for_run_by_a_wait_that_unregistered_itself);
+    RUN(test_dispatch_from_a_callback_says_why);
     RUN(test_wait_for_token_registered_during_dispatch);
     RUN(test_wait_for_other_dispatcher);
     RUN(test_wait_for_outer_from_nested_dispatch);
