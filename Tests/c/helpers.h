@@ -7,7 +7,10 @@
 #define FLUX_TEST_HELPERS_H
 
 #include <stdatomic.h>
+#include <stdio.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tap.h"
 
@@ -221,6 +224,57 @@ static inline void sleep_ms(long ms)
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+/* The calling thread's kernel id, for wait_until_blocked(). */
+static inline pid_t thread_id(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+/* Waits, up to `seconds`, until the thread whose thread_id() is `*tid` (0
+ * until that thread stores it) is blocked in a futex wait -- where a thread
+ * waiting in libflux for another thread's dispatch sleeps -- seen twice 1 ms
+ * apart; true when it was. For where a fixed sleep said "it is waiting by
+ * now", which under load may end before the thread got there, so that the
+ * test checked less than it says. Where /proc cannot tell, it sleeps 200 ms
+ * and says true. */
+static inline bool wait_until_blocked(_Atomic pid_t *tid, double seconds)
+{
+    long waited = 0;
+    for (; atomic_load(tid) == 0; waited++) {
+        if (waited >= (long)(seconds * 1000))
+            return false;
+        sleep_ms(1);
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)atomic_load(tid));
+    int seen = 0;
+    for (; waited < (long)(seconds * 1000); waited++) {
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+            sleep_ms(200);
+            return true;
+        }
+        long number = -1;
+        unsigned long address = 0, op = 0;
+        int fields = fscanf(f, "%ld %lx %lx", &number, &address, &op);
+        fclose(f);
+        /* FUTEX_WAIT (0) or FUTEX_WAIT_BITSET (9), with or without the
+         * private (128) and clock (256) flags: not a wake. */
+        bool blocked = fields == 3 && number == SYS_futex && ((op & ~384UL) == 0 || (op & ~384UL) == 9);
+        seen = blocked ? seen + 1 : 0;
+        if (seen == 2) {
+            /* Valgrind's own lock (--fair-sched=yes) is a futex too: a
+             * thread waiting for it looks the same, so there the fixed
+             * sleep stays as well. */
+            if (tap_under_valgrind())
+                sleep_ms(200);
+            return true;
+        }
+        sleep_ms(1);
+    }
+    return false;
 }
 
 /* Seconds a call that must "return promptly" is given (generous, and more

@@ -42,6 +42,7 @@ typedef struct shared {
     int calls;
     flag entered, release;
     pthread_t dispatching; /* the parent thread inside blocking_cb */
+    _Atomic pid_t waiter;  /* waiting_thread's thread_id() */
     flux_token token;      /* blocking_cb's registration */
     int child_result;      /* child_thread_checks' */
 } shared;
@@ -232,6 +233,7 @@ static void test_child_refuses_enqueue_on_a_dispatch_another_thread_was_running(
 static void *waiting_thread(void *arg)
 {
     shared *s = arg;
+    atomic_store(&s->waiter, thread_id());
     REQUIRE(flux_dispatch(s->d, NULL) == FLUX_OK);
     return NULL;
 }
@@ -249,7 +251,7 @@ static void test_child_fails_fast_with_waiters_too(void)
     REQUIRE(pthread_create(&first, NULL, dispatching_thread, &s) == 0);
     REQUIRE(flag_wait(&s.entered, 10));
     REQUIRE(pthread_create(&second, NULL, waiting_thread, &s) == 0);
-    sleep_ms(100);  /* the second thread is waiting in flux_dispatch by now */
+    REQUIRE(wait_until_blocked(&s.waiter, prompt_seconds())); /* in flux_dispatch */
     is_int(in_child(child_fails_fast, &s), 0, "with a waiter in the parent too, the child fails fast");
     flag_set(&s.release);
     pthread_join(first, NULL);
@@ -402,6 +404,8 @@ static void test_fork_from_a_callback(void)
 typedef struct stale_wait {
     flux_dispatcher *d, *other;
     pthread_t waiter;   /* the parent thread asleep in flux_dispatch(d) */
+    _Atomic pid_t waiter_id; /* its thread_id() */
+    _Atomic pid_t forking_id; /* (child) the forking thread's thread_id() */
     int child_status;
     flag held;          /* (child) the new thread is dispatching other */
     int other_calls;
@@ -413,7 +417,9 @@ static int holding_cb(void *context, const void *payload)
     stale_wait *w = context;
     w->other_calls++;
     flag_set(&w->held);
-    sleep_ms(300); /* the forking thread waits for this dispatch meanwhile */
+    /* Held until the forking thread waits for this dispatch (the first). */
+    if (w->other_calls == 1 && !wait_until_blocked(&w->forking_id, prompt_seconds()))
+        return 1;
     return 0;
 }
 
@@ -438,6 +444,7 @@ enum { CHILD_THREADS = 32 };
 static int child_waits_for_a_thread_with_a_dead_waiters_id(void *arg)
 {
     stale_wait *w = arg;
+    atomic_store(&w->forking_id, thread_id());
     flag_init(&w->held);
     w->other = flux_dispatcher_create();
     flux_token t;
@@ -488,7 +495,8 @@ static int forking_after_waiter_cb(void *context, const void *payload)
     (void)payload;
     stale_wait *w = context;
     if (w->child_status < 0) {
-        sleep_ms(100); /* the waiter is asleep in flux_dispatch(d) by now */
+        if (!wait_until_blocked(&w->waiter_id, prompt_seconds())) /* asleep in flux_dispatch(d) */
+            return 1;
         w->child_status = in_child(child_waits_for_a_thread_with_a_dead_waiters_id, w);
     }
     return 0;
@@ -497,6 +505,7 @@ static int forking_after_waiter_cb(void *context, const void *payload)
 static void *stale_waiter_thread(void *arg)
 {
     stale_wait *w = arg;
+    atomic_store(&w->waiter_id, thread_id());
     REQUIRE(flux_dispatch(w->d, NULL) == FLUX_OK);
     return NULL;
 }

@@ -25,11 +25,13 @@ typedef struct dispatch_job {
     flux_status status;
     flag started, done;
     pthread_t thread;
+    _Atomic pid_t tid; /* its thread_id(), for wait_until_blocked() */
 } dispatch_job;
 
 static void *dispatch_job_main(void *arg)
 {
     dispatch_job *j = arg;
+    atomic_store(&j->tid, thread_id());
     flag_set(&j->started);
     j->status = flux_dispatch(j->d, j->payload);
     flag_set(&j->done);
@@ -43,6 +45,7 @@ static void dispatch_job_start(dispatch_job *j, flux_dispatcher *d, const void *
     j->status = (flux_status)-1;
     flag_init(&j->started);
     flag_init(&j->done);
+    atomic_store(&j->tid, 0);
     REQUIRE(pthread_create(&j->thread, NULL, dispatch_job_main, j) == 0);
 }
 
@@ -258,8 +261,7 @@ static void test_second_dispatch_waits(void)
     dispatch_job_start(&j1, d, &payload_ids[1]);
     ok(flag_wait(&a.entered, prompt_seconds()), "first dispatch is inside its first callback");
     dispatch_job_start(&j2, d, &payload_ids[2]);
-    flag_wait(&j2.started, prompt_seconds());
-    sleep_ms(tap_under_valgrind() ? 500 : 200);
+    ok(wait_until_blocked(&j2.tid, prompt_seconds()), "a second thread's flux_dispatch() blocks");
     ok(!flag_is_set(&j2.done), "a second thread's flux_dispatch() waits while the first runs");
     is_int(flux_is_dispatching(d), 1, "the dispatcher is dispatching meanwhile");
     flag_set(&a.release);
@@ -423,8 +425,7 @@ static void test_waiting_dispatch_runs_after_failed_one(void)
     dispatch_job_start(&j1, d, &payload_ids[1]);
     flag_wait(&a.entered, prompt_seconds());
     dispatch_job_start(&j2, d, &payload_ids[2]);
-    flag_wait(&j2.started, prompt_seconds());
-    sleep_ms(100);
+    ok(wait_until_blocked(&j2.tid, prompt_seconds()), "the second dispatch waits for the first");
     flag_set(&a.release);
     dispatch_job_join(&j1);
     dispatch_job_join(&j2);
@@ -471,8 +472,7 @@ static void test_signals_do_not_end_a_waiting_dispatch(void)
     dispatch_job_start(&j1, d, &payload_ids[1]);
     REQUIRE(flag_wait(&a.entered, prompt_seconds()));
     dispatch_job_start(&j2, d, &payload_ids[2]);
-    REQUIRE(flag_wait(&j2.started, prompt_seconds()));
-    sleep_ms(tap_under_valgrind() ? 300 : 50); /* into its wait */
+    REQUIRE(wait_until_blocked(&j2.tid, prompt_seconds())); /* into its wait */
     for (int i = 0; i < 20; i++) {
         pthread_kill(j2.thread, SIGUSR1);
         sleep_ms(5);
