@@ -1067,9 +1067,9 @@ FLUX_API flux_status flux_closure_create(const char *signature,
  * @return the trampoline's native function pointer: cast it to the function
  *         type its signature describes (e.g. flux_callback for "i(pp)") and
  *         call it; through uintptr_t, as ISO C has no direct conversion from
- *         an object pointer to a function pointer. Valid until flux_closure_destroy(closure). NULL when
- *         closure is NULL (and, best effort, when it was destroyed; see
- *         flux_closure_destroy()).
+ *         an object pointer to a function pointer. Valid until
+ *         flux_closure_destroy(closure). NULL when closure is NULL (and, best
+ *         effort, when it was destroyed; see flux_closure_destroy()).
  * Threads: any thread, any time the closure is alive; never fails otherwise.
  */
 FLUX_API void *flux_closure_code(const flux_closure *closure);
