@@ -14,7 +14,10 @@ import Synchronization
 ///
 /// Thread safety: every method may be called from any thread. Dispatches from
 /// different threads run one at a time; dispatching from inside a callback on
-/// the dispatching thread throws `FluxError.Code.alreadyDispatching` at once.
+/// the dispatching thread throws `FluxError.Code.alreadyDispatching` at once,
+/// and so does dispatching from anything else a dispatch runs on that thread
+/// until its queue has drained (an `Observer`'s closures, an `enqueue`'s
+/// `onError`).
 /// Dispatching another dispatcher from a callback is fine; but when its
 /// dispatching thread is itself waiting, directly or through others, to
 /// dispatch this one (two dispatchers dispatching each other from callbacks
@@ -96,7 +99,8 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
 
     /// Removes a callback. It is not called after this returns by a dispatch
     /// on this thread, nor by any dispatch that starts later. A callback may
-    /// unregister itself.
+    /// unregister itself. What it captured is let go of at once, or, during a
+    /// dispatch, once that dispatch has ended (the dispatcher is idle then).
     /// - Throws: `FluxError` with `.unknownToken` when the token is not
     ///   registered; `.invalidArgument` when it is a store's or a
     ///   `StoreGroup`'s (they end it themselves: a store when it is
@@ -128,8 +132,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///   dispatch), `FluxError` with `.tooDeep` when a `waitFor` chain went
     ///   too deep for the stack (aborted the same way), or `FluxError` with
     ///   `.alreadyDispatching` when called from inside a callback on the
-    ///   dispatching thread, or when waiting for another thread's dispatch
-    ///   would deadlock (see the class's "Thread safety"), or in a child
+    ///   dispatching thread (or an `Observer`'s closure, or an `onError`,
+    ///   which also run while it dispatches), or when waiting for another
+    ///   thread's dispatch would deadlock (see the class's "Thread safety"), or in a child
     ///   process forked while another thread dispatched this dispatcher (that
     ///   dispatch can never end there), or `.noMemory`
     ///   when it must wait and there is no memory to note the wait. Payloads
@@ -159,8 +164,9 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     ///
     /// The payload's error -- a callback's, or `FluxError` `.tooDeep` when
     /// a `waitFor` chain went too deep -- goes to `onError` when given (on
-    /// the thread that dispatched it), and nowhere else. Otherwise the
-    /// outermost `dispatch`/`enqueue` call of that thread throws it once the
+    /// the thread that dispatched it, which is still dispatching: `dispatch`
+    /// from it throws `.alreadyDispatching`, `enqueue` queues), and nowhere
+    /// else. Otherwise the outermost `dispatch`/`enqueue` call of that thread throws it once the
     /// queue has drained (this very call when the dispatcher was idle): the
     /// first failure unchanged when it is the only one, else
     /// `QueuedDispatchFailures` with all of them in order. Never a later
@@ -187,10 +193,12 @@ public final class Dispatcher<Payload>: @unchecked Sendable {
     }
 
     /// Watches every dispatch: see `Observer`. nil removes it. Set during a
-    /// dispatch, it takes effect from the next one. Never waits. Running out
-    /// of memory to note it during a dispatch traps, as `register` does, and
-    /// so does a child process forked while another thread dispatched this
-    /// dispatcher (the change would wait for that dispatch's end: never).
+    /// dispatch, it takes effect from the next one; the observer it replaces
+    /// (what its closures captured) is let go of at once, or once that
+    /// dispatch has ended. Never waits. Running out of memory to note it
+    /// during a dispatch traps, as `register` does, and so does a child
+    /// process forked while another thread dispatched this dispatcher (the
+    /// change would wait for that dispatch's end: never).
     public func setObserver(_ observer: Observer?) {
         do {
             try core.setObserver(observer.map { $0.engineObserver })

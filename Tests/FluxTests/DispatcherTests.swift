@@ -23,6 +23,22 @@ final class DispatcherTests: XCTestCase {
         XCTAssertEqual(value, 2)
     }
 
+    // Beyond VueFlux's suite: subscribers are called in subscription order,
+    // so a shared dispatch commits to stores in the order they were made.
+    func testSharedDispatchCommitsInSubscriptionOrder() {
+        var log = [String]()
+
+        let first = callbackStore { log.append("first") }
+        let second = callbackStore { log.append("second") }
+        let third = callbackStore { log.append("third") }
+
+        Store<CallbackState>.actions.dispatch(action: ())
+
+        withExtendedLifetime((first, second, third)) {
+            XCTAssertEqual(log, ["first", "second", "third"])
+        }
+    }
+
     func testUnsubscribeAndDispatch() {
         var value = 0
 

@@ -33,4 +33,20 @@ final class DisposableTests: XCTestCase {
         XCTAssertEqual(disposable.isDisposed, true)
 
     }
+
+    // Beyond VueFlux's suite: the closure is let go of once it has run, so
+    // what it captures does not live on with a kept disposable.
+    func testAnyDisposableLetsGoOfItsClosureWhenDisposed() {
+        final class Captured {}
+        var captured: Captured? = Captured()
+        weak let weakCaptured = captured
+        let disposable = AnyDisposable { [captured] in _ = captured }
+        captured = nil
+
+        XCTAssertNotNil(weakCaptured)
+
+        disposable.dispose()
+
+        XCTAssertNil(weakCaptured)
+    }
 }

@@ -68,6 +68,32 @@ final class ExecutorTests: XCTestCase {
         }
     }
 
+    // Beyond VueFlux's suite: a function queued on the main queue is still
+    // pending while it runs, so a call it makes on the same executor value
+    // is queued behind it rather than run inline inside it.
+    func testMainThreadExecutorQueuesACallMadeInsideAQueuedFunction() {
+        let excutor = Executor.mainThread
+
+        let expectation = self.expectation(description: "testMainThreadExecutorQueuesACallMadeInsideAQueuedFunction")
+
+        nonisolated(unsafe) var log = [String]()
+
+        DispatchQueue.globalDefault().async {
+            excutor.execute {
+                log.append("outer begins")
+                excutor.execute {
+                    log.append("inner")
+                    expectation.fulfill()
+                }
+                log.append("outer ends")
+            }
+        }
+
+        waitForExpectations(timeout: 1) { _ in
+            XCTAssertEqual(log, ["outer begins", "outer ends", "inner"])
+        }
+    }
+
     func testDispatchQueueExcutor() {
         let excutor = Executor.queue(.globalDefault())
 

@@ -271,4 +271,37 @@ final class ScopeRegistryTests: XCTestCase {
         XCTAssertEqual(tally.underLock.load(ordering: .relaxed), 0, "a deinit ran under the registry's lock")
         XCTAssertGreaterThan(tally.bySweeper.load(ordering: .relaxed), 0, "the sweeper let go of a victim")
     }
+
+    // A dead object's scope, found when a new object takes its address, is
+    // disposed outside the registry's lock: disposing it lets go of its
+    // observers, whose deinit may register (which would deadlock under it).
+    func testADeadObjectsScopeFoundAtAReusedAddressIsDisposedWithTheLockReleased() {
+        final class Object {}
+        final class Witness {
+            let onDeinit: (Bool) -> Void
+            init(_ onDeinit: @escaping (Bool) -> Void) { self.onDeinit = onDeinit }
+            deinit {
+                // One thread: a trylock that fails means this thread holds it.
+                let free = pthread_mutex_trylock(ScopeRegistry.shared.lock.mutex) == 0
+                if free { pthread_mutex_unlock(ScopeRegistry.shared.lock.mutex) }
+                onDeinit(free)
+            }
+        }
+        let sink = Sink<Int>()
+        var released = 0
+        var underLock = 0
+
+        // No send: only the registry finds the dead objects, each when a
+        // new one reuses its address (or at a sweep).
+        for _ in 1...200 {
+            let witness = Witness { free in
+                released += 1
+                if !free { underLock += 1 }
+            }
+            sink.signal.observe(duringScopeOf: Object()) { _ in _ = witness }
+        }
+
+        XCTAssertGreaterThan(released, 0)
+        XCTAssertEqual(underLock, 0, "a scope was disposed under the registry's lock")
+    }
 }

@@ -85,6 +85,42 @@ final class LifetimeTests: XCTestCase {
         XCTAssertEqual(store.computed.state.count, 40_000)
     }
 
+    // The dispatch lock is recursive: a commit's own nested dispatch must
+    // not let it go, or another thread's commit runs before the outer
+    // commit ends.
+    func testRecursiveDispatchKeepsOtherThreadsWaitingUntilTheOuterCommitEnds() {
+        let log = AtomicReference([String]())
+        let calls = AtomicReference(0)
+        let other = DispatchGroup()
+
+        let store = callbackStore {
+            let call = calls.modify { calls -> Int in
+                calls += 1
+                return calls
+            }
+            switch call {
+            case 1:
+                log.modify { $0.append("outer begins") }
+                Store<CallbackState>.actions.dispatch(action: ())
+                DispatchQueue.global().async(group: other) {
+                    Store<CallbackState>.actions.dispatch(action: ())
+                }
+                // Time for the other thread to reach the lock.
+                Thread.sleep(forTimeInterval: 0.2)
+                log.modify { $0.append("outer ends") }
+            case 2:
+                log.modify { $0.append("inner") }
+            default:
+                log.modify { $0.append("other") }
+            }
+        }
+
+        store.actions.dispatch(action: ())
+        other.wait()
+
+        XCTAssertEqual(log.value, ["outer begins", "inner", "outer ends", "other"])
+    }
+
     func testStoreCreatedDuringSharedDispatchMissesThatAction() {
         var created = [Store<CallbackState>]()
         var lateCommits = 0

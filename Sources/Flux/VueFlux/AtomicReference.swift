@@ -1,7 +1,10 @@
 /// A value behind a lock. `recursive: true` lets the thread that holds the
-/// lock enter `synchronized` or `modify` again. Its lock runs the caller's
-/// code, so fork() does not wait for it: a child forked while another thread
-/// held it must not use it.
+/// lock enter `synchronized`, `modify`, `swap` or `value` again from inside
+/// `synchronized`; never from inside `modify`, which lends the value out in
+/// place: any access to this reference there traps (Swift's exclusivity
+/// rule: the nested access would alias the `inout` value). Its lock runs
+/// the caller's code, so fork() does not wait for it: a child forked while
+/// another thread held it must not use it.
 public final class AtomicReference<Value>: @unchecked Sendable {
     /// Reads or replaces the value under the lock. The value replaced is
     /// let go of after the lock is released: its deinit may use this reference.
@@ -12,9 +15,13 @@ public final class AtomicReference<Value>: @unchecked Sendable {
 
     private var storage: Value
     private let lock: PosixLock
+    /// True while `modify`'s function runs (under the lock: only the thread
+    /// holding it reads it, so it is true there only for a re-entry).
+    private var modifying = false
 
     /// Without `recursive`, entering `synchronized` or `modify` again from
-    /// inside one (or reading `value` there) deadlocks, as in VueFlux.
+    /// inside one (or reading `value` there) deadlocks, as in VueFlux. With
+    /// it, see above: from inside `modify` it traps.
     public init(_ value: Value, recursive: Bool = false) {
         storage = value
         lock = PosixLock(recursive: recursive)
@@ -25,14 +32,21 @@ public final class AtomicReference<Value>: @unchecked Sendable {
     public func synchronized<Result>(_ function: (Value) throws -> Result) rethrows -> Result {
         lock.lock()
         defer { lock.unlock() }
+        precondition(!modifying, "AtomicReference: used from inside its own modify")
         return try function(storage)
     }
 
-    /// Lets `function` change the value in place, holding the lock.
+    /// Lets `function` change the value in place, holding the lock. Using
+    /// this reference from inside `function` traps (see above).
     @discardableResult
     public func modify<Result>(_ function: (inout Value) throws -> Result) rethrows -> Result {
         lock.lock()
         defer { lock.unlock() }
+        // Named here rather than left to the runtime's exclusivity check,
+        // whose "simultaneous accesses" names no culprit.
+        precondition(!modifying, "AtomicReference: used from inside its own modify")
+        modifying = true
+        defer { modifying = false }
         return try function(&storage)
     }
 

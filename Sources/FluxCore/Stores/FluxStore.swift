@@ -151,7 +151,8 @@ public class StoreBase<Payload>: DispatchingStore, SweepsGoneOwners, @unchecked 
     }
 
     /// Adds `listener`, run once per dispatch that changed the store (from
-    /// the next change on, when added during one).
+    /// the next change on, when added during one: by a listener of its emit;
+    /// added earlier in a dispatch, it runs for that dispatch's change).
     @discardableResult
     public func addListener(_ listener: @escaping @Sendable () -> Void) -> Subscription {
         sweepGoneOwners()

@@ -229,7 +229,8 @@ extension Dispatcher {
 
     /// The registered store of class `type`, or nil: also while another
     /// thread's `registerStore` is still creating it (a lookup never waits;
-    /// `registerStore` does, and returns that instance).
+    /// `registerStore` does, and returns that instance), and from inside its
+    /// own init (it is registered once that returns).
     public func store<Registered: RegisteredStore>(_ type: Registered.Type) -> Registered?
     where Registered.Payload == Payload {
         registry.store(ObjectIdentifier(type)).map { unsafeDowncast($0, to: type) }
