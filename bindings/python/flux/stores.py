@@ -1319,6 +1319,7 @@ class StoreGroup(_ClosesOnExit):
                 native = out.value
                 if native and native != _native.UNTOUCHED:
                     self._handle = native
+                    self._fn: Callable[[], object] | None = fn  # for release() to keep (see there)
                     dispatcher._natives[native] = True
                     dispatcher._children[self._ident] = self
                 elif added[0]:
@@ -1331,10 +1332,15 @@ class StoreGroup(_ClosesOnExit):
             the removal; nothing changed: the group is live, keeps its
             stores, and must still be released.
         """
+        # fn, kept until the lock is let go: idle, libflux lets go of it
+        # inside the call, and its finalizer (user code) must not run holding
+        # the lock (Dispatcher.close on another thread waits on it), as for
+        # a store's listeners (see Store.close).
         with self._lock:  # two threads releasing at once: one releases
             handle = self._handle
             if handle is None:
                 return
+            kept = self.__dict__.get("_fn")
             # Nothing between this and the call where an interrupt could be
             # raised (no call): once cleared, the group is released -- unless
             # libflux says it refused.
@@ -1363,6 +1369,8 @@ class StoreGroup(_ClosesOnExit):
                     self._dispatcher._natives.pop(handle, None)
                     if self._handle is None:
                         self._dispatcher._children.pop(self._ident, None)
+                        self._fn = None
+        del kept  # fn goes here, with no lock held
         try:
             _native.raise_outcome(error)  # this call is the outermost one
         finally:

@@ -208,6 +208,17 @@ class Trace(_native.Unshareable):
         :raises InvalidArgumentError: the dispatcher is closed.
         """
         dispatcher = self.dispatcher
+        # The trace this replaces, kept until the locks are let go: idle,
+        # libflux lets go of it inside the call, and its finalizer (user
+        # code) must not run holding them (other threads' calls wait on them).
+        replaced: list[object] = []
+        try:
+            self._start(dispatcher, replaced)
+        finally:
+            replaced.clear()  # with the locks let go, also when it raised
+        return self
+
+    def _start(self, dispatcher: Dispatcher[Any], replaced: list[object]) -> None:
         # Under the lock Dispatcher.close() clears its handle with (as a
         # store's creation): either this sets the observer before, and
         # close() clears it, or this finds the dispatcher closed -- never an
@@ -220,9 +231,11 @@ class Trace(_native.Unshareable):
                 raise InvalidArgumentError("Trace: the dispatcher is closed")
             cell = _observing.get(dispatcher)
             if self._observes(cell):
-                return self
+                return
             if cell is None:
                 cell = _observing[dispatcher] = [0]
+            elif cell[0]:
+                replaced.append(_native.objects[cell[0]])
             hooks = byref(_HOOKS)
             error: BaseException | None = None
             # No out-parameter says whether libflux ran: `context` does, still
@@ -255,7 +268,6 @@ class Trace(_native.Unshareable):
                 _native.raise_outcome(error)  # what escaped first, then the failure
             finally:
                 error = None  # no exception -> traceback -> frame cycle
-        return self
 
     def stop(self) -> None:
         """Clears the dispatcher's observer if it is still this trace; a

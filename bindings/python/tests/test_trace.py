@@ -391,7 +391,7 @@ def test_a_trace_started_as_another_thread_closes_the_dispatcher_is_let_go(nativ
     def pause_before_the_observer_is_set(frame: Any, event: str, arg: Any) -> None:
         # As start() makes the context it hands libflux: past its check.
         caller = frame.f_back
-        if frame.f_code is _native.add.__code__ and caller is not None and caller.f_code is flux.Trace.start.__code__:
+        if frame.f_code is _native.add.__code__ and caller is not None and caller.f_code is flux.Trace._start.__code__:
             sys.settrace(None)
             closer.start()
             closed.wait(0.5)  # a close() that waits for start() waits no longer than this
