@@ -14,17 +14,15 @@
  * ASan (make check-address) and valgrind (make check-memory) report a leak,
  * a double release or a use after release in any cell.
  */
-#include "helpers.h"
-
-/* Where user code runs: each site calls probe() when it is entered. */
-enum site {
-    SITE_CALLBACK, SITE_CLOSURE, SITE_REDUCE, SITE_EQUAL, SITE_RELEASE,
-    SITE_LISTENER, SITE_GROUP, SITE_DISPATCH_BEGIN, SITE_CALLBACK_BEGIN,
-    SITE_CALLBACK_END, SITE_WAIT_FOR, SITE_DISPATCH_END, SITE_DONE,
-    SITE_REG_DESTROY, SITE_LISTENER_DESTROY, SITE_STORE_DESTROY,
-    SITE_GROUP_DESTROY, SITE_OBSERVER_DESTROY,
-    SITE_FAILED_DESTROY,    /* the destroy a failing create runs at once */
-};
+/* This test's own fields of the world (world.h has the rest). */
+#define WORLD_FIELDS \
+    int fired;               /* the probe ran (exactly once) */ \
+    long got;                /* what the probed call returned */ \
+    int probe_done_runs;     /* the probed enqueue's done */ \
+    flux_status probe_done_status; \
+    int trigger_done_runs;
+#define WORLD_OWN "own"
+#include "world.h"
 
 /* How the world is driven to run that site. */
 enum trigger {
@@ -48,30 +46,6 @@ enum trigger {
 enum failing {
     FAIL_NONE, FAIL_REGISTER, FAIL_STORE_CREATE, FAIL_GROUP_CREATE, FAIL_ADD_LISTENER,
     FAIL_SET_OBSERVER, FAIL_CLEAR_OBSERVER, FAIL_CLOSURE_CREATE, FAIL_ENQUEUE,
-};
-
-/* The functions called from the site, one column each. */
-enum fn {
-    F_DISPATCH, F_TRY_DISPATCH, F_ENQUEUE, F_REGISTER, F_UNREGISTER_SELF,
-    F_WAIT_FOR_SELF, F_IS_DISPATCHING, F_DISPATCHER_DESTROY, F_SET_OBSERVER,
-    F_CLEAR_OBSERVER, F_STORE_CREATE, F_STORE_DESTROY, F_ADD_LISTENER,
-    F_REMOVE_LISTENER, F_EMIT_CHANGE, F_HAS_CHANGED, F_LISTENER_FAIL,
-    F_GROUP_CREATE, F_GROUP_RELEASE, F_IS_EMITTING, F_STORE_READERS,
-    F_CLOSURE, F_DISPATCHER_CREATE, F_ERRORS_VERSION,
-    F_COUNT
-};
-
-static const char *const fn_names[F_COUNT] = {
-    "flux_dispatch", "flux_try_dispatch", "flux_enqueue", "flux_register",
-    "flux_unregister(own token)", "flux_wait_for(own token)", "flux_is_dispatching",
-    "flux_dispatcher_destroy", "flux_dispatcher_set_observer",
-    "flux_dispatcher_set_observer(NULL)", "flux_store_create",
-    "flux_store_destroy(own store)", "flux_store_add_listener",
-    "flux_store_remove_listener(the listener)", "flux_store_emit_change",
-    "flux_store_has_changed", "flux_store_listener_fail", "flux_store_group_create",
-    "flux_store_group_release(own group)", "flux_store_is_emitting",
-    "flux_store_state/token/dispatcher", "flux_closure_create/code/call/destroy",
-    "flux_dispatcher_create/destroy", "flux_status_name/last_error*/version*",
 };
 
 /*
@@ -196,49 +170,6 @@ enum { ROWS = sizeof rows / sizeof rows[0] };
 
 /* ---- the world -------------------------------------------------------- */
 
-static struct world {
-    const struct row *row;
-    enum fn fn;
-    int fired;               /* the probe ran (exactly once) */
-    long got;                /* what the probed call returned */
-    flux_dispatcher *d;
-    flux_store *s;
-    flux_store_group *g;
-    flux_closure *closure;
-    flux_token callback_token, closure_token, store_token;
-    flux_listener_id listener;
-    /* Made by the probed call, let go of after the trigger. */
-    flux_store *extra_store;
-    flux_store_group *extra_group;
-    int probe_done_runs;     /* the probed enqueue's done */
-    flux_status probe_done_status;
-    int trigger_done_runs;
-} W;
-
-static const char payload[] = "payload";
-static const char payload2[] = "payload2";
-
-static void *block(void)
-{
-    int *p = malloc(sizeof *p);
-    REQUIRE(p != NULL);
-    *p = 1;
-    return p;
-}
-
-static void free_context(void *context) { free(context); }
-static void free_state(void *context, void *state) { (void)context; free(state); }
-static void quiet_listener(void *context) { (void)context; }
-static int quiet_callback(void *context, const void *p) { (void)context; (void)p; return 0; }
-static int quiet_reduce(void *context, void *state, const void *p, void **next)
-{
-    (void)context; (void)state; (void)p; (void)next;
-    return 0;
-}
-static void quiet_handler(void *userdata, void *ret, void **args)
-{
-    (void)userdata; (void)args; (void)ret;
-}
 static void probe_done(void *context, void *p, flux_status status)
 {
     (void)context; (void)p;
@@ -258,113 +189,12 @@ static flux_token own_token(enum site site)
     }
 }
 
-static const flux_observer quiet_hooks = {FLUX_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL};
-
-/* Calls W.fn as the site's user code would, returning its result. */
-static long call_fn(enum site site)
-{
-    flux_token own = own_token(site);
-    flux_token token = 0;
-    flux_listener_id id = 0;
-    int changed = -1;
-    flux_status st;
-    switch (W.fn) {
-    case F_DISPATCH: return flux_dispatch(W.d, payload2);
-    case F_TRY_DISPATCH: return flux_try_dispatch(W.d, payload2);
-    case F_ENQUEUE: return flux_enqueue(W.d, (void *)payload2, probe_done, NULL);
-    case F_REGISTER:
-        st = flux_register(W.d, quiet_callback, block(), free_context, &token);
-        if ((st == FLUX_OK) != (token != 0))
-            return 99;
-        return st;
-    case F_UNREGISTER_SELF: return flux_unregister(W.d, own);
-    case F_WAIT_FOR_SELF: return flux_wait_for(W.d, &own, 1);
-    case F_IS_DISPATCHING: return flux_is_dispatching(W.d);
-    case F_DISPATCHER_DESTROY:
-        st = flux_dispatcher_destroy(W.d);
-        if (st == FLUX_OK)
-            W.d = NULL;   /* gone: the teardown must not touch it */
-        return st;
-    case F_SET_OBSERVER: return flux_dispatcher_set_observer(W.d, &quiet_hooks, block(), free_context);
-    case F_CLEAR_OBSERVER: return flux_dispatcher_set_observer(W.d, NULL, NULL, NULL);
-    case F_STORE_CREATE: {
-        flux_store *s = NULL;
-        st = flux_store_create(W.d, block(), quiet_reduce, NULL, free_state, block(),
-                               free_context, &s);
-        if ((st == FLUX_OK) != (s != NULL))
-            return 99;
-        W.extra_store = s;
-        return st;
-    }
-    case F_STORE_DESTROY:
-        st = flux_store_destroy(W.s);
-        if (st == FLUX_OK)
-            W.s = NULL;
-        return st;
-    case F_ADD_LISTENER:
-        st = flux_store_add_listener(W.s, quiet_listener, block(), free_context, &id);
-        if ((st == FLUX_OK) != (id != 0))
-            return 99;
-        return st;
-    case F_REMOVE_LISTENER: return flux_store_remove_listener(W.s, W.listener);
-    case F_EMIT_CHANGE: return flux_store_emit_change(W.s);
-    case F_HAS_CHANGED:
-        st = flux_store_has_changed(W.s, &changed);
-        if (changed != 0 && changed != 1)
-            return 99;
-        return st;
-    case F_LISTENER_FAIL: return flux_store_listener_fail(W.d, 7);
-    case F_GROUP_CREATE: {
-        flux_store_group *g = NULL;
-        st = flux_store_group_create(&W.s, 1, quiet_listener, block(), free_context, &g);
-        if ((st == FLUX_OK) != (g != NULL))
-            return 99;
-        W.extra_group = g;
-        return st;
-    }
-    case F_GROUP_RELEASE:
-        st = flux_store_group_release(W.g);
-        if (st == FLUX_OK)
-            W.g = NULL;
-        return st;
-    case F_IS_EMITTING: return flux_store_is_emitting(W.s);
-    case F_STORE_READERS:
-        (void)flux_store_state(W.s);
-        return flux_store_token(W.s) == W.store_token && flux_store_dispatcher(W.s) == W.d;
-    case F_CLOSURE: {
-        flux_closure *c = NULL;
-        st = flux_closure_create("v(p)", quiet_handler, block(), free_context, &c);
-        if (st != FLUX_OK)
-            return st;
-        void *arg = NULL;
-        void *args[] = {&arg};
-        st = flux_call(flux_closure_code(c), "v(p)", NULL, args);
-        flux_status st2 = flux_closure_destroy(c);
-        return st != FLUX_OK ? st : st2;
-    }
-    case F_DISPATCHER_CREATE: {
-        flux_dispatcher *d = flux_dispatcher_create();
-        if (d == NULL)
-            return FLUX_ERR_NO_MEMORY;
-        return flux_dispatcher_destroy(d);
-    }
-    case F_ERRORS_VERSION:
-        return flux_version() == FLUX_VERSION_NUMBER
-            && strcmp(flux_version_string(), FLUX_VERSION_STRING) == 0
-            && strcmp(flux_status_name(FLUX_ERR_CIRCULAR), "FLUX_ERR_CIRCULAR") == 0
-            && flux_last_error() != NULL && flux_last_error_cycle(NULL, 0) < 1000
-            && flux_last_error_token() < 1000000;
-    case F_COUNT: break;
-    }
-    return 99;
-}
-
 static void probe(enum site site)
 {
     if (W.row == NULL || W.row->site != site || W.fired)
         return;
     W.fired = 1;
-    W.got = call_fn(site);
+    W.got = call_fn(site, true);
 }
 
 /* ---- the user code ------------------------------------------------------ */
@@ -445,39 +275,6 @@ static void world_callback_destroy(void *context)
     free(context);
 }
 
-static void world_handler(void *userdata, void *ret, void **args)
-{
-    (void)userdata; (void)args;
-    probe(SITE_CLOSURE);
-    *(int32_t *)ret = 0;
-}
-
-static int world_reduce(void *context, void *state, const void *p, void **next)
-{
-    (void)context; (void)p;
-    probe(SITE_REDUCE);
-    int *n = malloc(sizeof *n);
-    if (n == NULL)
-        return 1;
-    *n = *(int *)state + 1;
-    *next = n;
-    return 0;
-}
-
-static int world_equal(void *context, const void *a, const void *b)
-{
-    (void)context;
-    probe(SITE_EQUAL);
-    return *(const int *)a == *(const int *)b;
-}
-
-static void world_release(void *context, void *state)
-{
-    (void)context;
-    probe(SITE_RELEASE);
-    free(state);
-}
-
 static void world_store_destroy(void *context)
 {
     probe(SITE_STORE_DESTROY);
@@ -514,31 +311,6 @@ static void world_group_destroy(void *context)
     free(context);
 }
 
-static void hook_dispatch_begin(void *context, const void *p)
-{
-    (void)context; (void)p;
-    probe(SITE_DISPATCH_BEGIN);
-}
-static void hook_dispatch_end(void *context, const void *p, flux_status status)
-{
-    (void)context; (void)p; (void)status;
-    probe(SITE_DISPATCH_END);
-}
-static void hook_callback_begin(void *context, flux_token token)
-{
-    (void)context; (void)token;
-    probe(SITE_CALLBACK_BEGIN);
-}
-static void hook_callback_end(void *context, flux_token token, int result)
-{
-    (void)context; (void)token; (void)result;
-    probe(SITE_CALLBACK_END);
-}
-static void hook_wait_for(void *context, flux_token waiter, const flux_token *tokens, size_t count)
-{
-    (void)context; (void)waiter; (void)tokens; (void)count;
-    probe(SITE_WAIT_FOR);
-}
 static void world_observer_destroy(void *context)
 {
     probe(SITE_OBSERVER_DESTROY);
@@ -552,30 +324,11 @@ static void trigger_done(void *context, void *p, flux_status status)
     W.trigger_done_runs++;
 }
 
-static const flux_observer world_hooks = {
-    FLUX_OBSERVER_VERSION, hook_dispatch_begin, hook_dispatch_end, hook_callback_begin,
-    hook_callback_end, hook_wait_for,
-};
-
-/* Builds the world, in this registration order: callback, store (and its
- * listener), group, closure; so one dispatch runs every site. */
 static void world_setup(const struct row *row, enum fn fn)
 {
     memset(&W, 0, sizeof W);
     W.fn = fn;
-    W.d = flux_dispatcher_create();
-    REQUIRE(W.d != NULL);
-    REQUIRE(flux_dispatcher_set_observer(W.d, &world_hooks, block(), world_observer_destroy) == FLUX_OK);
-    REQUIRE(flux_register(W.d, world_callback, block(), world_callback_destroy, &W.callback_token) == FLUX_OK);
-    REQUIRE(flux_store_create(W.d, block(), world_reduce, world_equal, world_release, block(),
-                              world_store_destroy, &W.s) == FLUX_OK);
-    W.store_token = flux_store_token(W.s);
-    REQUIRE(flux_store_add_listener(W.s, world_listener, block(), world_listener_destroy,
-                                    &W.listener) == FLUX_OK);
-    REQUIRE(flux_store_group_create(&W.s, 1, world_group, block(), world_group_destroy, &W.g) == FLUX_OK);
-    REQUIRE(flux_closure_create("i(pp)", world_handler, NULL, NULL, &W.closure) == FLUX_OK);
-    REQUIRE(flux_register(W.d, (flux_callback)flux_closure_code(W.closure), NULL, NULL,
-                          &W.closure_token) == FLUX_OK);
+    world_create(NULL, NULL, world_store_destroy);
     W.row = row;   /* from here on, the probe may fire */
 }
 
@@ -631,15 +384,7 @@ static void run_trigger(void)
  * dispatch runs; ASan and valgrind see what is left over. */
 static void world_teardown(void)
 {
-    W.row = NULL;
-    if (W.extra_group != NULL)
-        EXPECT_OK(flux_store_group_release(W.extra_group));
-    if (W.extra_store != NULL)
-        EXPECT_OK(flux_store_destroy(W.extra_store));
-    if (W.g != NULL)
-        EXPECT_OK(flux_store_group_release(W.g));
-    if (W.s != NULL)
-        EXPECT_OK(flux_store_destroy(W.s));
+    world_release_stores();
     if (W.d != NULL) {
         is_int(flux_is_dispatching(W.d), 0, "the dispatcher is idle afterwards");
         EXPECT_OK(flux_dispatcher_destroy(W.d));
@@ -672,20 +417,14 @@ static void test_matrix(void)
 {
     int cells = 0;
     for (size_t r = 0; r < ROWS; r++) {
-        const char *e = rows[r].expect;
-        int column = 0;
-        for (; *e != '\0'; e++) {
-            if (*e == ' ')
-                continue;
-            REQUIRE(column < F_COUNT);
-            if (*e != '-') {
-                REQUIRE(*e >= '0' && *e <= '9');
-                run_cell(&rows[r], (enum fn)column, *e - '0');
+        int want[F_COUNT];
+        parse_expect(rows[r].expect, want);
+        for (int fn = 0; fn < F_COUNT; fn++) {
+            if (want[fn] >= 0) {
+                run_cell(&rows[r], (enum fn)fn, want[fn]);
                 cells++;
             }
-            column++;
         }
-        REQUIRE(column == F_COUNT);   /* a row of the wrong length is a typo */
     }
     diag("%d kinds x %d functions: %d cells run", (int)ROWS, (int)F_COUNT, cells);
 }
