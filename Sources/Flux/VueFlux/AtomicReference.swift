@@ -30,9 +30,8 @@ public final class AtomicReference<Value>: @unchecked Sendable {
     /// Calls `function` with the value, holding the lock.
     @discardableResult
     public func synchronized<Result>(_ function: (Value) throws -> Result) rethrows -> Result {
-        lock.lock()
+        lockOutsideModify()
         defer { lock.unlock() }
-        precondition(!modifying, "AtomicReference: used from inside its own modify")
         return try function(storage)
     }
 
@@ -40,14 +39,18 @@ public final class AtomicReference<Value>: @unchecked Sendable {
     /// this reference from inside `function` traps (see above).
     @discardableResult
     public func modify<Result>(_ function: (inout Value) throws -> Result) rethrows -> Result {
-        lock.lock()
+        lockOutsideModify()
         defer { lock.unlock() }
-        // Named here rather than left to the runtime's exclusivity check,
-        // whose "simultaneous accesses" names no culprit.
-        precondition(!modifying, "AtomicReference: used from inside its own modify")
         modifying = true
         defer { modifying = false }
         return try function(&storage)
+    }
+
+    /// Takes the lock. A re-entry from inside `modify` traps here, by name,
+    /// rather than in the runtime's exclusivity check, which names no culprit.
+    private func lockOutsideModify() {
+        lock.lock()
+        precondition(!modifying, "AtomicReference: used from inside its own modify")
     }
 
     /// Stores `newValue` and returns the value it replaced, in one step.
