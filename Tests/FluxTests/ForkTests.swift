@@ -125,18 +125,8 @@ private func forkWhileAnotherThreadHoldsTheRegistries() -> Int32 {
 
 /// The child's exit status, or 64 when it hung (killed after 10 s).
 private func waitForChild(_ pid: pid_t) -> Int32 {
-    var status: Int32 = 0
-    var waited: pid_t = 0
-    for _ in 0..<1000 {
-        waited = waitpid(pid, &status, WNOHANG)
-        if waited != 0 { break }
-        usleep(10_000)
-    }
-    if waited == 0 {
-        kill(pid, SIGKILL)
-        _ = waitpid(pid, &status, 0)
-    }
-    var failed: Int32 = waited == pid ? 0 : 64
+    let (ended, status) = reap(pid, seconds: 10)
+    var failed: Int32 = ended ? 0 : 64
     if status & 0x7f != 0 { failed |= 32 } else { failed |= (status >> 8) & 0x1f }
     return failed
 }

@@ -997,33 +997,22 @@ private func runInChild(seconds: Double, stderr: Bool = false, _ body: () -> [St
     var output: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 4096)
     _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
-    var status: Int32 = 0
-    var exited = false
-    for _ in 0..<Int(seconds * 500) {
+    // Drained while waiting too: a child blocked on a full pipe would hang.
+    func drain() {
         while true {
             let n = read(fds[0], &buffer, buffer.count)
             if n <= 0 { break }
             output += buffer[0..<n]
         }
-        if waitpid(pid, &status, WNOHANG) == pid {
-            exited = true
-            break
-        }
-        usleep(2_000)
     }
+    let (ended, status) = reap(pid, seconds: seconds, meanwhile: drain)
     var signal: String?
-    if !exited {
-        kill(pid, SIGKILL)
-        _ = waitpid(pid, &status, 0)
+    if !ended {
         signal = "hung (killed after \(seconds) s)"
     } else if status & 0x7f != 0 {
         signal = "trapped (signal \(status & 0x7f))"
     }
-    while true {
-        let n = read(fds[0], &buffer, buffer.count)
-        if n <= 0 { break }
-        output += buffer[0..<n]
-    }
+    drain()
     close(fds[0])
     let text = String(decoding: output, as: UTF8.self)
     return (text.isEmpty ? [] : text.split(separator: "\n").map(String.init), signal)

@@ -2,6 +2,27 @@ import Dispatch
 import Foundation
 import Flux
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Waits up to `seconds` for child `pid`, calling `meanwhile` before each
+/// look (to drain its output, say), then kills it: whether it ended by
+/// itself, and its wait status.
+func reap(_ pid: pid_t, seconds: Double, meanwhile: () -> Void = {}) -> (ended: Bool, status: Int32) {
+    var status: Int32 = 0
+    for _ in 0..<Int(seconds * 500) {
+        meanwhile()
+        if waitpid(pid, &status, WNOHANG) == pid { return (true, status) }
+        usleep(2_000)
+    }
+    kill(pid, SIGKILL)
+    _ = waitpid(pid, &status, 0)
+    return (false, status)
+}
+
 // VueFlux's test fixtures (VueFluxTests.swift), ported.
 
 final class TestState: State {
