@@ -405,7 +405,9 @@ FLUX_API flux_status flux_try_dispatch(flux_dispatcher *d, const void *payload);
  * is checked -- registered, and not running further up the stack -- before
  * any callback is invoked, so on FLUX_ERR_UNKNOWN_TOKEN or FLUX_ERR_CIRCULAR
  * no callback has run; a token whose callback is unregistered by one this
- * call runs is then skipped, not an error.
+ * call runs is then skipped, not an error. A callback of another dispatcher
+ * that one of d's callbacks dispatched counts as inside that callback of d:
+ * waiting for it is FLUX_ERR_CIRCULAR, and the others run as from it.
  *
  * @param tokens  an array of count tokens; may be NULL only when count is 0.
  * @return FLUX_OK.

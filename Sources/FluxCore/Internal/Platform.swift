@@ -114,6 +114,15 @@ public func currentThreadID() -> UInt {
         while true {
             let (won, state) = forkGuardState.compareExchange(expected: 0, desired: 1, ordering: .acquiring)
             if won {
+                // DispatchWaits.shared is a lazy global, made under
+                // swift_once, whose synchronization ThreadSanitizer cannot
+                // see: made lazily by the first contended dispatch, another
+                // thread's contended dispatch read it as a race (two threads'
+                // first contended dispatches at once, Tests/c/test-three.c's
+                // ring). Made here, before the release below, every thread
+                // that finds the guard installed (every dispatcher's creator,
+                // through FluxC's registry) is ordered after it.
+                _ = DispatchWaits.shared
                 _ = pthread_atfork(forkGuardPrepare, forkGuardParent, forkGuardChild)
                 forkGuardState.store(2, ordering: .releasing)
                 return
