@@ -7,7 +7,13 @@ Each BIN runs (prefixed by the wrap command, split with shlex, e.g. valgrind)
 with a timeout. Its TAP goes to stdout as it arrives. A program fails when any
 "not ok" line appears, or it exits non-zero, is killed by a signal, times out,
 prints "Bail out!", or its plan ("1..N", exactly once, first or last) does not
-match the tests it printed. The last line is "N passed, N failed": the ok and
+match the tests it printed.
+
+Every program starts from a parent that left it hostile signals: SIGCHLD,
+SIGALRM, SIGINT, SIGUSR1, SIGUSR2 and SIGHUP ignored and blocked (both
+survive exec, as from `nohup`, a background job or a daemon). A program sets
+up the signals it relies on (tap_init() does) instead of inheriting them, and
+this keeps every run proving it. The last line is "N passed, N failed": the ok and
 not ok lines of every program, plus one failure for each program that failed
 in any of the other ways without a "not ok" line to show for it (a crash or
 timeout always counts). Exits 0 only when nothing failed.
@@ -70,9 +76,20 @@ def parse_line(line, state, result):
         result.passed += 1
 
 
+# Run between the fork and the test (or its wrapper): see the module docstring.
+HOSTILE_PARENT = """
+import os, signal, sys
+hostile = (signal.SIGCHLD, signal.SIGALRM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+for sig in hostile:
+    signal.signal(sig, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, hostile)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
 def run_one(binary, wrap, timeout):
     result = Result(binary)
-    argv = wrap + [binary]
+    argv = [sys.executable, "-c", HOSTILE_PARENT] + wrap + [binary]
     state = {"tests": 0, "plans": [], "misnumbered": 0}
     try:
         proc = subprocess.Popen(

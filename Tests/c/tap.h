@@ -30,6 +30,9 @@
  * "Bail out!" naming the case and exits 3, so a deadlock fails instead of
  * hanging.
  *
+ * tap_init() also resets the signal mask and every ignored signal to its
+ * default (tap_reset_signals), so no test inherits its parent's.
+ *
  * Under valgrind (env FLUX_TEST_UNDER_VALGRIND set and not "0"), tap_scale(n)
  * divides iteration counts by 25 (at least 1).
  */
@@ -320,9 +323,27 @@ static inline void tap_on_alarm(int sig)
     _exit(3);
 }
 
+/* Undoes what a parent may have left that the tests rely on not being
+ * there: an ignored disposition and the signal mask survive exec, and with
+ * SIGCHLD ignored waitpid() finds no child, with SIGALRM blocked the
+ * watchdog never fires, with SIGUSR1 blocked a signal test sees nothing.
+ * Handlers already installed (a sanitizer's, valgrind's) stay. */
+static inline void tap_reset_signals(void)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction old;
+        if (sigaction(sig, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
+            signal(sig, SIG_DFL);
+    }
+}
+
 static inline void tap_init(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    tap_reset_signals();
     const char *w = getenv("FLUX_TEST_WATCHDOG");
     if (w != NULL && atoi(w) > 0)
         tap_watchdog_seconds = (unsigned)atoi(w);

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,6 +10,20 @@ import pytest
 import flux
 from flux import _native
 from flux.dispatcher import live_callbacks
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Undoes what the parent may have left that the tests rely on not being
+    there (an ignored disposition and the signal mask survive exec): with
+    SIGCHLD ignored every child "exits 0" (subprocess reads a child it
+    cannot wait for as a success), with SIGALRM or SIGINT blocked or ignored
+    the signal tests see nothing. Children the tests start inherit this.
+    SIGPIPE and SIGXFSZ stay ignored, as Python itself leaves them."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGPIPE, signal.SIGXFSZ) or signal.getsignal(sig) != signal.SIG_IGN:
+            continue
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
 
 
 @pytest.fixture
