@@ -28,13 +28,6 @@ private enum Reaction {
     case read
 }
 
-private func mix(_ value: UInt64) -> UInt64 {
-    var z = value &+ 0x9E37_79B9_7F4A_7C15
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-}
-
 /// The decisions and the log shared by the model and the real runs.
 private struct Script {
     let seed: UInt64

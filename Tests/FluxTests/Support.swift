@@ -113,3 +113,12 @@ func onThreads(_ bodies: [() -> Void], seconds: Double = 120) -> Bool {
     }
     return done.wait(timeout: .now() + seconds) == .success
 }
+
+/// SplitMix64's output for `value`: the seeded randomness of the model and
+/// stress tests, the same on every run and platform.
+func mix(_ value: UInt64) -> UInt64 {
+    var z = value &+ 0x9E37_79B9_7F4A_7C15
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+}
