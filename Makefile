@@ -89,6 +89,10 @@ ABI      := $(if $(filter 0,$(MAJOR)),0.$(MINOR),$(MAJOR))
 SONAME   := libflux.so.$(ABI)
 REALNAME := libflux.so.$(VERSION)
 LIB      := $(B)/lib/libflux.so
+# What make runs -- the tests, demos and benches in Python -- loads this
+# checkout's library whatever FLUX_LIBRARY the caller's shell names (an
+# installed copy, say), which the binding would otherwise try first.
+export FLUX_LIBRARY := $(abspath $(LIB))
 SWIFT_SOURCES := $(shell find Sources -type f) Package.swift support/flux.map
 
 CFLAGS   ?= -O2 -g

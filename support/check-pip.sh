@@ -10,6 +10,9 @@
 #   3. FLUX_NO_BUNDLE=1 (see 3. below).
 # Run from the repository root (make check-pip). Work in build/pip-check.
 set -euo pipefail
+# What is checked is where the installed package finds its library: not
+# where FLUX_LIBRARY (which the binding tries first; make sets it) says.
+unset FLUX_LIBRARY
 work=$PWD/build/pip-check
 rm -rf "$work"
 mkdir -p "$work/src"
