@@ -55,11 +55,17 @@ final class Thread: @unchecked Sendable {
     private var handle = pthread_t()
     private let body: @Sendable () -> Void
 
-    init(_ body: @escaping @Sendable () -> Void) {
+    /// `stackSize`: for a test that needs that much stack, which a thread's
+    /// default (the parent's `ulimit -s`) may not give.
+    init(stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) {
         self.body = body
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        if let stackSize { precondition(pthread_attr_setstacksize(&attributes, stackSize) == 0) }
         let context = Unmanaged.passRetained(self).toOpaque()
         let result = pthread_create(
-            &handle, nil,
+            &handle, &attributes,
             { context in
                 let thread = Unmanaged<Thread>.fromOpaque(context!).takeRetainedValue()
                 thread.body()

@@ -432,22 +432,72 @@ static void test_too_deep_through_enqueue(void)
     EXPECT_OK(flux_dispatcher_destroy(chain_d));
 }
 
+/* "The default stack": 8 MiB, whatever the parent's `ulimit -s`. Under
+ * `unlimited` the main thread's stack has no bound a million links could
+ * reach; under a smaller limit the chains flux.h says fit do not. The soft
+ * limit set now bounds the main thread's stack as it grows (the kernel
+ * checks it then; libflux reads it at the first wait), and the children
+ * this program starts inherit it. False when the hard limit is below. */
+static bool use_an_8_mib_main_stack(void)
+{
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_STACK, &limit) != 0)
+        return false;
+    if (limit.rlim_cur == 8u << 20)
+        return true;
+    if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < 8u << 20)
+        return false;
+    limit.rlim_cur = 8u << 20;
+    return setrlimit(RLIMIT_STACK, &limit) == 0;
+}
+
+/* This program run again with "--fits-main-thread": exits 0 when, set up as
+ * main() does, a FITS-link chain runs on the main thread. */
+static int fits_main_thread(void)
+{
+    if (!use_an_8_mib_main_stack())
+        return 2;
+    build_chain(FITS);
+    depth = FITS;
+    return flux_dispatch(chain_d, NULL) == FLUX_OK ? 0 : 1;
+}
+
+/* The set-up holds whatever stack limit the parent left: run again with a
+ * 1 MiB soft limit, this program still fits FITS links on its main thread
+ * (it did not: `ulimit -S -s 1024` failed eight of its tests). */
+static void test_a_smaller_stack_limit_left_by_the_parent_is_raised(void)
+{
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        struct rlimit limit;
+        if (getrlimit(RLIMIT_STACK, &limit) != 0)
+            _exit(3);
+        limit.rlim_cur = 1u << 20;
+        if (setrlimit(RLIMIT_STACK, &limit) != 0)
+            _exit(3);
+        char *args[] = {(char *)self_path, "--fits-main-thread", NULL};
+        execv(self_path, args);
+        _exit(4);
+    }
+    int status = -1;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+       "run with a 1 MiB stack limit, a %d-link chain still fits on the main thread (%s %d)", FITS,
+       WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--cold-chain") == 0)
         return cold_chain((size_t)strtoul(argv[2], NULL, 10));
     if (argc == 2 && strcmp(argv[1], "--fiber-chain") == 0)
         return fiber_chain();
+    if (argc == 2 && strcmp(argv[1], "--fits-main-thread") == 0)
+        return fits_main_thread();
     self_path = argv[0];
     tap_init();
-    /* "The default stack": 8 MiB. Under `ulimit -s unlimited` the main
-     * thread's stack has no bound a million links could reach; lowering the
-     * soft limit now still bounds it (the kernel checks it as it grows). */
-    struct rlimit limit;
-    if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur > 8u << 20) {
-        limit.rlim_cur = 8u << 20;
-        REQUIRE(setrlimit(RLIMIT_STACK, &limit) == 0);
-    }
+    REQUIRE(use_an_8_mib_main_stack()); /* else the hard limit is below 8 MiB */
     RUN(test_ten_thousand_links);
     RUN(test_million_links_main_thread);
     RUN(test_thread_default_stack);
@@ -456,5 +506,6 @@ int main(int argc, char **argv)
     RUN(test_wait_on_a_fiber_keeps_the_check);
     RUN(test_wait_on_a_fiber_below_the_threads_stack);
     RUN(test_too_deep_through_enqueue);
+    RUN(test_a_smaller_stack_limit_left_by_the_parent_is_raised);
     return tap_done();
 }
