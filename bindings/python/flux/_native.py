@@ -1013,25 +1013,34 @@ def _on_destroy(context: int | None) -> None:
     # listener on its removal, and so on -- or at once when the call that
     # was handed the context fails. No call until the slot is free (see
     # free_contexts; an interrupt before the body makes this run again).
-    obj = None  # not `try` first: see _ENTERED_UNCHECKED
+    obj = extra = None  # not `try` first: see _ENTERED_UNCHECKED
     try:
         obj = objects[context]  # type: ignore[index]
+        extra = extras[context]  # type: ignore[index]
     except (IndexError, TypeError):  # not a context of ours (NULL: None)
         pass
+    # Every branch comes before the first effect (the stray count's store):
+    # 3.10 also handles a pending signal at a conditional jump taken, and
+    # one taken between emptying the slot and freeing it lost the slot's
+    # number for good (interrupted after its first effect, this is not run
+    # again). Before it, an interrupt makes this run again.
+    registration = extra.__class__ is Registration
+    # Not a registration: a dict of its own, not one shared (another thread's
+    # destroy may set and delete the same key between these two of ours).
+    names: dict[int, str] = extra.names if registration else {}  # type: ignore[union-attr]
+    value: int = extra.value if registration else 0  # type: ignore[union-attr]
     if obj is None:
         stray["destroy"] += 1
         return
-    extra = extras[context]  # type: ignore[index]
+    # From here to the freeing call: neither a call nor a jump.
     objects[context] = None  # type: ignore[index]
     extras[context] = None  # type: ignore[index]
-    if extra.__class__ is Registration:
-        # A registration ends here, not at flux_unregister (during a
-        # dispatch, it ends with the dispatch): the name goes with it, after
-        # that dispatch's trace events for the callback were named. No call
-        # (an int-keyed dict's `in` and `del` make none), as for the slot.
-        names = extra.names
-        if extra.value in names:
-            del names[extra.value]
+    # A registration ends here, not at flux_unregister (during a dispatch,
+    # it ends with the dispatch): the name goes with it, after that
+    # dispatch's trace events for the callback were named. Set first so the
+    # `del` finds it whether the name was ever set (no `if`: see above).
+    names[value] = ""
+    del names[value]
     free_contexts.append(context)  # type: ignore[arg-type]
     # The last references may go here: their finalizers may call back into flux.
     del obj, extra
