@@ -284,6 +284,30 @@ FLUX_API flux_dispatcher *flux_dispatcher_create(void);
 FLUX_API flux_status flux_dispatcher_destroy(flux_dispatcher *d);
 
 /**
+ * Closes a dispatcher for good without freeing it: what
+ * flux_dispatcher_destroy() does but the freeing, for a host whose other
+ * threads may still hold d. It unregisters every remaining callback, running
+ * each one's destroy(context) once, in registration order, and clears the
+ * observer. In one step, as to dispatches: one that starts first makes this
+ * call fail, and any call after it (a dispatch that was waiting for another
+ * thread's included) fails with FLUX_ERR_INVALID_ARGUMENT, never running
+ * part of the callbacks. Every later call on d fails so, but
+ * flux_is_dispatching() (0), flux_dispatcher_close() (FLUX_OK: closed
+ * already, though another thread's close may still be releasing) and
+ * flux_dispatcher_destroy(), which then frees it and nothing more.
+ *
+ * Allocates nothing, so it cannot run out of memory.
+ *
+ * @return FLUX_OK, and d is closed.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or d still has stores or
+ *         groups (see "Stores"): destroy them first. Nothing is changed.
+ *         FLUX_ERR_ALREADY_DISPATCHING when a dispatch is running (from inside
+ *         a callback, or on another thread): nothing is changed.
+ * Threads: any thread; other calls on d may be in flight.
+ */
+FLUX_API flux_status flux_dispatcher_close(flux_dispatcher *d);
+
+/**
  * Registers callback(context, payload) to be called for every dispatch.
  * Callbacks run in registration order. A callback registered while a dispatch
  * is running is first called by the next dispatch.

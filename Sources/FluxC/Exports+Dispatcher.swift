@@ -15,9 +15,37 @@ public func flux_dispatcher_create() -> OpaquePointer? {
     return OpaquePointer(handle)
 }
 
+@_cdecl("flux_dispatcher_close")
+public func flux_dispatcher_close(_ handle: OpaquePointer?) -> Int32 {
+    guard let handle else { return fail("flux_dispatcher_close", .invalidArgument, "the dispatcher is NULL") }
+    // Closed already (by this function, or being so by another call): done.
+    if handle.dispatcher.pointee.isClosed { return 0 }
+    return close(handle, "flux_dispatcher_close", alreadyClosed: 0)
+}
+
 @_cdecl("flux_dispatcher_destroy")
 public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     guard let handle else { return 0 }
+    let dispatcher = handle.dispatcher
+    // Closed by flux_dispatcher_close(), which finished: only the freeing is
+    // left. Closed otherwise, this is called from a destroy function that an
+    // outer close runs (refused below), and that call frees it.
+    let status =
+        handle.storeSide.pointee.closedByCall.load(ordering: .acquiring)
+        ? 0 : close(handle, "flux_dispatcher_destroy", alreadyClosed: nil)
+    if status != 0 { return status }
+    unregisterForFork(dispatcher)
+    dispatcher.deinitialize(count: 1)
+    freeDispatcher(dispatcher)
+    return 0
+}
+
+/// Closes the engine behind `handle` for good, releasing its registrations
+/// and observer, unless it has stores or groups (which point into it), or a
+/// dispatch runs. `alreadyClosed`: the status when another call closed it
+/// first (nil: that call's error). On success from flux_dispatcher_close,
+/// records that the close finished, so that destroy only frees.
+private func close(_ handle: OpaquePointer, _ function: StaticString, alreadyClosed: Int32?) -> Int32 {
     let dispatcher = handle.dispatcher
     // Stores and groups point into the dispatcher: it outlives them. A
     // dispatch running is reported first, as the close below would -- but
@@ -26,10 +54,10 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     let stores = handle.storeSide.pointee.count.load(ordering: .acquiring)
     if stores > 0 {
         if dispatcher.pointee.isDispatching {
-            return fail("flux_dispatcher_destroy", FluxError.closingWhileDispatching)
+            return fail(function, FluxError.closingWhileDispatching)
         }
         return fail(
-            "flux_dispatcher_destroy",
+            function,
             FluxError(
                 .invalidArgument, template: "the dispatcher still has \u{1} store(s) or group(s); destroy them first",
                 number: UInt64(stores)))
@@ -37,11 +65,10 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     do {
         try dispatcher.pointee.close()
     } catch {
-        return fail("flux_dispatcher_destroy", error)
+        if let alreadyClosed, dispatcher.pointee.isClosed, error.code == .invalidArgument { return alreadyClosed }
+        return fail(function, error)
     }
-    unregisterForFork(dispatcher)
-    dispatcher.deinitialize(count: 1)
-    freeDispatcher(dispatcher)
+    if alreadyClosed != nil { handle.storeSide.pointee.closedByCall.store(true, ordering: .releasing) }
     return 0
 }
 

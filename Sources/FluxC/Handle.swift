@@ -29,10 +29,13 @@ import Synchronization
 typealias CDispatcher = DispatchCore<CCallback>
 
 /// What the store exports count per dispatcher, off the engine's paths;
-/// any thread changes it.
+/// any thread changes it. With the close state flux_dispatcher_destroy reads.
 struct StoreSide: ~Copyable {
     /// Live stores and groups: flux_dispatcher_destroy refuses while any.
     let count = Atomic<Int>(0)
+    /// flux_dispatcher_close() closed the engine and finished releasing:
+    /// flux_dispatcher_destroy() has only to free.
+    let closedByCall = Atomic<Bool>(false)
 }
 
 /// The listeners and group functions running on the dispatching thread

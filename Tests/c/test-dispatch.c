@@ -620,6 +620,179 @@ static void test_status_names(void)
        "status names are static storage (same pointer every time)");
 }
 
+/* flux_dispatcher_close(): destroy's work but the freeing. */
+static int close_done_calls;
+static flux_status close_done_status;
+static void close_done(void *context, void *payload, flux_status status)
+{
+    (void)context;
+    (void)payload;
+    close_done_calls++;
+    close_done_status = status;
+}
+
+static int close_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)context;
+    (void)state;
+    (void)payload;
+    (void)next;
+    return 0;
+}
+
+static void test_close_releases_everything_and_refuses_later_calls(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    trace released = {0};
+    node a, b, late;
+    node_init(&a, 1, d, NULL);
+    node_init(&b, 2, d, NULL);
+    node_init(&late, 3, d, NULL);
+    a.destroy_log = b.destroy_log = late.destroy_log = &released;
+    EXPECT_OK(node_register(&a));
+    EXPECT_OK(node_register(&b));
+    EXPECT_OK(flux_dispatcher_close(d));
+    is_trace(&released, INTS(1, 2), "every destroy ran once, in registration order");
+    /* Every later call is refused, and changes nothing. */
+    EXPECT_STATUS(flux_dispatch(d, payload_a), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "closed", "the message says the dispatcher is closed");
+    EXPECT_STATUS(flux_try_dispatch(d, payload_a), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(a.calls + b.calls, 0, "no callback ran");
+    EXPECT_STATUS(node_register(&late), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(late.destroyed, 1, "a refused registration's context is still destroyed once");
+    is_uint(late.token, 0, "and gets no token");
+    EXPECT_STATUS(flux_unregister(d, a.token), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(flux_wait_for(d, &a.token, 1), FLUX_ERR_INVALID_ARGUMENT);
+    close_done_calls = 0;
+    EXPECT_STATUS(flux_enqueue(d, NULL, close_done, NULL), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(close_done_calls, 1, "a refused enqueue's done ran, as always");
+    is_int(close_done_status, FLUX_ERR_INVALID_ARGUMENT, "with the refusal");
+    EXPECT_STATUS(flux_dispatcher_set_observer(d, NULL, NULL, NULL), FLUX_ERR_INVALID_ARGUMENT);
+    flux_store *s = (flux_store *)&s;
+    EXPECT_STATUS(flux_store_create(d, NULL, close_reduce, NULL, NULL, NULL, NULL, &s), FLUX_ERR_INVALID_ARGUMENT);
+    is_ptr(s, NULL, "no store is made");
+    is_int(flux_is_dispatching(d), 0, "flux_is_dispatching() answers 0");
+    EXPECT_OK(flux_dispatcher_close(d)); /* closed already */
+    is_trace(&released, INTS(1, 2, 3), "nothing was destroyed again");
+    EXPECT_OK(flux_dispatcher_destroy(d)); /* frees it; valgrind and ASan see the rest */
+    is_trace(&released, INTS(1, 2, 3), "nor by the destroy that freed it");
+    EXPECT_STATUS(flux_dispatcher_close(NULL), FLUX_ERR_INVALID_ARGUMENT);
+}
+
+static int close_from_inside(node *self, const void *p)
+{
+    (void)p;
+    self->user = (void *)(intptr_t)flux_dispatcher_close(self->d);
+    return 0;
+}
+
+static void test_close_refused_while_dispatching_or_with_stores(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    node a, b;
+    node_init(&a, 1, d, NULL);
+    node_init(&b, 2, d, NULL);
+    a.hook = close_from_inside;
+    EXPECT_OK(node_register(&a));
+    EXPECT_OK(node_register(&b));
+    EXPECT_OK(flux_dispatch(d, payload_a));
+    is_int((int)(intptr_t)a.user, FLUX_ERR_ALREADY_DISPATCHING, "close from inside a callback is refused");
+    is_int(b.calls, 1, "and the dispatch went on");
+    is_int(a.destroyed + b.destroyed, 0, "nothing was released");
+    a.hook = NULL;
+    flux_store *s = NULL;
+    EXPECT_OK(flux_store_create(d, NULL, close_reduce, NULL, NULL, NULL, NULL, &s));
+    EXPECT_STATUS(flux_dispatcher_close(d), FLUX_ERR_INVALID_ARGUMENT);
+    has_substr(flux_last_error(), "store", "the message says why");
+    EXPECT_OK(flux_dispatch(d, payload_a));
+    is_int(a.calls, 2, "the dispatcher still works");
+    EXPECT_OK(flux_store_destroy(s));
+    EXPECT_OK(flux_dispatcher_close(d));
+    is_int(a.destroyed + b.destroyed, 2, "then it closes");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
+/* A dispatch waiting for another thread's as close runs: it runs whole
+ * before the close (which is refused meanwhile) or is refused -- never with
+ * some callbacks released. Both orders happen; each round checks which. */
+struct close_race {
+    flux_dispatcher *d;
+    node first, second;
+    flag holding, release;
+    flux_status waiter_status;
+    int holder_calls;
+    _Atomic pid_t waiter_tid;
+};
+
+static int close_race_hold(void *context, const void *p)
+{
+    struct close_race *r = context;
+    if (p == payload_a) { /* the holder's own dispatch */
+        r->holder_calls++;
+        flag_set(&r->holding);
+        flag_wait(&r->release, 10);
+    }
+    return 0;
+}
+
+static void *close_race_holder(void *arg)
+{
+    struct close_race *r = arg;
+    flux_dispatch(r->d, payload_a);
+    return NULL;
+}
+
+static void *close_race_waiter(void *arg)
+{
+    struct close_race *r = arg;
+    r->waiter_tid = thread_id();
+    r->waiter_status = flux_dispatch(r->d, &r->waiter_status);
+    return NULL;
+}
+
+static void test_close_as_a_dispatch_waits_never_runs_part_of_it(void)
+{
+    int ran_whole = 0, refused = 0, partial = 0;
+    for (int round = 0; round < 20; round++) {
+        struct close_race r;
+        memset(&r, 0, sizeof r);
+        r.d = flux_dispatcher_create();
+        REQUIRE(r.d != NULL);
+        flag_init(&r.holding);
+        flag_init(&r.release);
+        flux_token t;
+        REQUIRE(flux_register(r.d, close_race_hold, &r, NULL, &t) == FLUX_OK);
+        node_init(&r.first, 1, r.d, NULL);
+        node_init(&r.second, 2, r.d, NULL);
+        REQUIRE(node_register(&r.first) == FLUX_OK && node_register(&r.second) == FLUX_OK);
+        pthread_t holder, waiter;
+        REQUIRE(pthread_create(&holder, NULL, close_race_holder, &r) == 0);
+        REQUIRE(flag_wait(&r.holding, 10));
+        REQUIRE(pthread_create(&waiter, NULL, close_race_waiter, &r) == 0);
+        wait_until_blocked(&r.waiter_tid, 10);
+        flag_set(&r.release);
+        flux_status closed;
+        while ((closed = flux_dispatcher_close(r.d)) == FLUX_ERR_ALREADY_DISPATCHING)
+            sched_yield();
+        pthread_join(holder, NULL);
+        pthread_join(waiter, NULL);
+        if (closed != FLUX_OK)
+            partial++;
+        else if (r.waiter_status == FLUX_OK && r.first.calls == 2 && r.second.calls == 2)
+            ran_whole++;
+        else if (r.waiter_status == FLUX_ERR_INVALID_ARGUMENT && r.first.calls == 1 && r.second.calls == 1)
+            refused++;
+        else
+            partial++;
+        REQUIRE(flux_dispatcher_destroy(r.d) == FLUX_OK);
+        flag_fini(&r.holding);
+        flag_fini(&r.release);
+    }
+    is_int(partial, 0, "the waiting dispatch ran whole (%d) or was refused (%d), never in part", ran_whole, refused);
+}
+
 int main(void)
 {
     tap_init();
@@ -638,6 +811,9 @@ int main(void)
     RUN(test_dispatch_inside_dispatch);
     RUN(test_dispatch_other_dispatcher_inside);
     RUN(test_try_dispatch);
+    RUN(test_close_releases_everything_and_refuses_later_calls);
+    RUN(test_close_refused_while_dispatching_or_with_stores);
+    RUN(test_close_as_a_dispatch_waits_never_runs_part_of_it);
     RUN(test_version);
     RUN(test_status_names);
     return tap_done();

@@ -118,6 +118,7 @@ SYMBOLS = (
     "flux_last_error_token",
     "flux_last_error_cycle",
     "flux_dispatcher_create",
+    "flux_dispatcher_close",
     "flux_dispatcher_destroy",
     "flux_dispatcher_set_observer",
     "flux_register",
@@ -461,6 +462,7 @@ def declare_holding(name: str, restype: Any, argtypes: tuple[Any, ...]) -> Any:
 
 flux_dispatcher_create = declare("flux_dispatcher_create", c_void_p, ())
 flux_dispatcher_destroy = declare("flux_dispatcher_destroy", c_int, (c_void_p,), True)
+flux_dispatcher_close = declare("flux_dispatcher_close", c_int, (c_void_p,), True)
 #: The same function with no errcheck, for the Dispatcher's finalizer: it must
 #: not raise what escaped on this thread, which the outermost call raises.
 flux_dispatcher_destroy_raw = declare_raw("flux_dispatcher_destroy", c_int, (c_void_p,))

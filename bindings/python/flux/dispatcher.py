@@ -43,6 +43,9 @@ from ._native import (
     flux_dispatch as _flux_dispatch,
 )
 from ._native import (
+    flux_dispatcher_close as _flux_dispatcher_close,
+)
+from ._native import (
     flux_dispatcher_create as _flux_dispatcher_create,
 )
 from ._native import (
@@ -1401,9 +1404,12 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         them, and the hot path needs no bookkeeping of calls in flight.
 
         A store or group made on another thread meanwhile is closed with it,
-        or refused with :class:`~flux.InvalidArgumentError`; a dispatch whose
-        call was already entering libflux on another thread as this began is
-        waited for.
+        or refused with :class:`~flux.InvalidArgumentError`. A dispatch on
+        another thread racing this runs whole before the callbacks are
+        unregistered (waited for), or raises
+        :class:`~flux.InvalidArgumentError`: never with part of them (but
+        for a dispatcher a store made outside this package keeps open, whose
+        callbacks are unregistered one by one).
 
         :raises AlreadyDispatchingError: a dispatch is running (from inside a
             callback, or on another thread); nothing is changed.
@@ -1490,13 +1496,23 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                 # waited for, and close() stays all or nothing.
                 while _flux_is_dispatching(handle):
                     time.sleep(0.0002)
-        # With no store to close the loop above waited for nothing: a
-        # dispatch whose call read the handle before it was cleared is
-        # waited for here too, so close() returns only once it is over.
-        while _flux_is_dispatching(handle):
-            time.sleep(0.0002)
-        # Should another thread start a dispatch right now, unregistering
-        # during it is legal too; libflux then releases these at its end.
+        # Closed in one step: a dispatch whose call read the handle before it
+        # was cleared either started first, and is waited for (the close is
+        # refused while it runs), or is refused -- never run with part of the
+        # callbacks unregistered, as one could start between unregistrations.
+        while True:
+            try:
+                _flux_dispatcher_close(handle)
+            except AlreadyDispatchingError:
+                time.sleep(0.0002)
+                continue
+            except InvalidArgumentError:
+                break  # a store made outside this package keeps it open: below
+            except BaseException as exc:  # noqa: BLE001 -- raised by close()
+                escaped = escaped or _argument_error(exc)
+            self._tokens.clear()
+            return escaped
+        # Unregistered one by one instead, and the observer cleared.
         for value in list(self._tokens):
             try:
                 _flux_unregister(handle, value)
