@@ -4,6 +4,7 @@ the suite when what they test deadlocks."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -50,6 +51,33 @@ def run_in_own_process(body: str, timeout: float = 120.0) -> subprocess.Complete
     the test's watchdog too -- fails the test (TimeoutExpired) instead of
     hanging the run, and a crash cannot end it."""
     return run_python(["-c", textwrap.dedent(body)], timeout)
+
+
+# Python installs its KeyboardInterrupt handler only when SIGINT is not
+# ignored at start-up, and a shell starts background jobs with SIGINT ignored
+# (`make check &`): each script sets the disposition it relies on.
+SIGINT_RAISES = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
+def run_interruptible(
+    body: str, python: str = sys.executable, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``body`` (dedented) in a fresh interpreter ``python`` that imports
+    this package, for a test of signals: a process of its own, which the
+    signal goes to, and whose stderr shows whatever would be printed as
+    unraisable. Started with SIGINT ignored, as from `make check &`, whatever
+    this process inherited, and setting SIGINT to raise KeyboardInterrupt
+    itself: the script depends on no parent."""
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+    return subprocess.run(
+        [python, "-c", SIGINT_RAISES + textwrap.dedent(body)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
 
 
 def fork_during_a_dispatch(child: str, setup: str = "", after: str = "") -> subprocess.CompletedProcess[str]:

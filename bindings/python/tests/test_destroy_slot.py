@@ -18,16 +18,11 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
-
-import flux
-
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
+from on_threads import run_interruptible
 
 SCRIPT = """
 import dis, gc, signal, sys
@@ -162,16 +157,7 @@ def _interpreters() -> list[str]:
 
 @pytest.mark.parametrize("python", _interpreters())
 def test_an_interrupt_anywhere_in_a_destroy_loses_no_slot_number(python: str) -> None:
-    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
-    result = subprocess.run(
-        [python, "-c", textwrap.dedent(SCRIPT)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
+    result = run_interruptible(SCRIPT, python)
     if result.returncode != 0 and "No module named" in result.stderr and python != sys.executable:
         pytest.skip(f"{python} cannot import what flux needs: {result.stderr[-200:]}")
     assert result.returncode == 0, result.stderr

@@ -5,31 +5,14 @@ first leaves a dispatcher that can never be closed."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
-import textwrap
 
 import pytest
-
-import flux
-
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
+from on_threads import run_interruptible
 
 
 def run(body: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
-    script = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + textwrap.dedent(body)
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
+    return run_interruptible(body)
 
 
 @pytest.mark.xfail(

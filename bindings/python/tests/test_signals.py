@@ -7,8 +7,6 @@ printed as unraisable, and the dispatcher is idle and usable after."""
 from __future__ import annotations
 
 import ctypes
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -16,18 +14,11 @@ import threading
 from typing import Any
 
 import pytest
+from on_threads import run_interruptible
 
-import flux
 from flux import _native
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(flux.__file__)))
 ROUNDS = 20
-
-
-# Python installs its KeyboardInterrupt handler only when SIGINT is not
-# ignored at start-up, and a shell starts background jobs with SIGINT ignored
-# (`make check &`): each script sets the disposition it relies on.
-SIGINT_RAISES = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
 
 
 # Newer CPython's ctypes reports an exception escaping a callback with no
@@ -46,21 +37,7 @@ REPORTS = {"naming the callback": "", "with no object": REPORTED_WITHOUT_OBJECT}
 
 
 def run_script(body: str) -> subprocess.CompletedProcess[str]:
-    # A process of its own: the signal goes to it, and its stderr shows
-    # whatever would be printed as unraisable.
-    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
-    # Started with SIGINT ignored, as from `make check &`, whatever this
-    # process inherited: the script must not depend on its parent.
-    script = SIGINT_RAISES + textwrap.dedent(body)
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
+    return run_interruptible(body)
 
 
 def test_sigint_while_dispatch_blocks_raises_keyboard_interrupt_from_dispatch() -> None:
