@@ -51,19 +51,21 @@ private func close(_ handle: OpaquePointer, _ function: StaticString, alreadyClo
     // dispatch running is reported first, as the close below would -- but
     // not left to close to report: one on another thread may end before
     // close looks, which would then close the dispatcher under its stores.
-    let stores = handle.storeSide.pointee.count.load(ordering: .acquiring)
-    if stores > 0 {
-        if dispatcher.pointee.isDispatching {
-            return fail(function, FluxError.closingWhileDispatching)
-        }
-        return fail(
-            function,
-            FluxError(
-                .invalidArgument, template: "the dispatcher still has \u{1} store(s) or group(s); destroy them first",
-                number: UInt64(stores)))
+    // Counted again under the engine's lock: a store created on another
+    // thread meanwhile (counted before it registers) either is seen there
+    // or finds the dispatcher closed.
+    func stillHasStores() -> FluxError? {
+        let stores = handle.storeSide.pointee.count.load(ordering: .acquiring)
+        guard stores > 0 else { return nil }
+        return FluxError(
+            .invalidArgument, template: "the dispatcher still has \u{1} store(s) or group(s); destroy them first",
+            number: UInt64(stores))
+    }
+    if let error = stillHasStores() {
+        return fail(function, dispatcher.pointee.isDispatching ? FluxError.closingWhileDispatching : error)
     }
     do {
-        try dispatcher.pointee.close()
+        try dispatcher.pointee.close(refusal: stillHasStores)
     } catch {
         if let alreadyClosed, dispatcher.pointee.isClosed, error.code == .invalidArgument { return alreadyClosed }
         return fail(function, error)

@@ -460,11 +460,15 @@ import Synchronization
     /// `invalidArgument` (release functions may still call in). Fails while a
     /// dispatch runs.
     ///
+    /// `refusal`, asked under the lock once no dispatch runs (it must not
+    /// call in), may refuse the close with its error: a host's own reason,
+    /// checked where no registration can join meanwhile.
+    ///
     /// - Throws: `alreadyDispatching` when a dispatch is running;
     ///   `invalidArgument` when already closed -- say, by a release function
-    ///   run by this very close, which must not free the engine under it.
-    ///   Either way nothing changes.
-    @_spi(Engine) public func close() throws(FluxError) {
+    ///   run by this very close, which must not free the engine under it;
+    ///   what `refusal` returned. Either way nothing changes.
+    @_spi(Engine) public func close(refusal: () -> FluxError? = { nil }) throws(FluxError) {
         lock.lock()
         if isClosed {
             lock.unlock()
@@ -473,6 +477,11 @@ import Synchronization
         guard claimTable(orSet: 0) else {
             lock.unlock()
             throw .closingWhileDispatching
+        }
+        if let error = refusal() {
+            releaseTable()
+            lock.unlock()
+            throw error
         }
         // Taken out by value, not copied into an array (which would
         // allocate, and Swift's allocator traps when memory runs out): the

@@ -49,6 +49,7 @@ HEADER_ASSERT(version_string_is_a_literal, sizeof(FLUX_VERSION_STRING) >= 6);
 struct header_api {
     flux_dispatcher *(*dispatcher_create)(void);
     flux_status (*dispatcher_destroy)(flux_dispatcher *);
+    flux_status (*dispatcher_close)(flux_dispatcher *);
     flux_status (*register_)(flux_dispatcher *, flux_callback, void *, flux_destroy, flux_token *);
     flux_status (*unregister)(flux_dispatcher *, flux_token);
     flux_status (*dispatch)(flux_dispatcher *, const void *);
@@ -127,6 +128,7 @@ struct header_api header_test_api(void)
     flux_destroy destroy = 0;
     api.dispatcher_create = flux_dispatcher_create;
     api.dispatcher_destroy = flux_dispatcher_destroy;
+    api.dispatcher_close = flux_dispatcher_close;
     api.register_ = flux_register;
     api.unregister = flux_unregister;
     api.dispatch = flux_dispatch;

@@ -793,6 +793,63 @@ static void test_close_as_a_dispatch_waits_never_runs_part_of_it(void)
     is_int(partial, 0, "the waiting dispatch ran whole (%d) or was refused (%d), never in part", ran_whole, refused);
 }
 
+/* A store created on another thread as close runs: counted before it
+ * registers, it either keeps the close refused while it lives or finds the
+ * dispatcher closed -- never released by the close under its creator (it
+ * was: the count was read before the engine's lock, so a store registered
+ * in between was freed by the close, and ASan saw its creator use it). */
+struct store_race {
+    flux_dispatcher *d;
+    atomic_int made, refused_closed, bad;
+};
+
+static void *store_race_creator(void *arg)
+{
+    struct store_race *r = arg;
+    static int initial = 7;
+    /* Bounded, and a pause between stores: the close gets its windows. */
+    for (int i = 0; i < 100; i++) {
+        flux_store *s = NULL;
+        flux_status st = flux_store_create(r->d, &initial, close_reduce, NULL, NULL, NULL, NULL, &s);
+        if (st == FLUX_ERR_INVALID_ARGUMENT) {
+            atomic_fetch_add(&r->refused_closed, 1);
+            return NULL;
+        }
+        if (st != FLUX_OK) {
+            atomic_fetch_add(&r->bad, 1);
+            return NULL;
+        }
+        atomic_fetch_add(&r->made, 1);
+        sched_yield();
+        if (flux_store_state(s) != &initial || flux_store_destroy(s) != FLUX_OK)
+            atomic_fetch_add(&r->bad, 1);
+        usleep(20);
+    }
+    return NULL;
+}
+
+static void test_close_racing_a_store_creation_never_frees_it_under_its_creator(void)
+{
+    int bad = 0, rounds = (int)tap_scale(100), closed_first = 0;
+    for (int round = 0; round < rounds; round++) {
+        struct store_race r = {.d = flux_dispatcher_create()};
+        REQUIRE(r.d != NULL);
+        pthread_t creator;
+        REQUIRE(pthread_create(&creator, NULL, store_race_creator, &r) == 0);
+        for (int spin = 0; spin < round % 50; spin++)
+            sched_yield();
+        flux_status st;
+        while ((st = flux_dispatcher_close(r.d)) == FLUX_ERR_INVALID_ARGUMENT)
+            sched_yield(); /* a store is live: its creator destroys it */
+        pthread_join(creator, NULL);
+        closed_first += atomic_load(&r.made) == 0;
+        bad += st != FLUX_OK || atomic_load(&r.bad) != 0 || atomic_load(&r.refused_closed) > 1;
+        REQUIRE(flux_dispatcher_destroy(r.d) == FLUX_OK);
+    }
+    is_int(bad, 0, "every store made before the close lived until its creator destroyed it (%d of %d rounds "
+                   "closed before any store)", closed_first, rounds);
+}
+
 int main(void)
 {
     tap_init();
@@ -814,6 +871,7 @@ int main(void)
     RUN(test_close_releases_everything_and_refuses_later_calls);
     RUN(test_close_refused_while_dispatching_or_with_stores);
     RUN(test_close_as_a_dispatch_waits_never_runs_part_of_it);
+    RUN(test_close_racing_a_store_creation_never_frees_it_under_its_creator);
     RUN(test_version);
     RUN(test_status_names);
     return tap_done();
