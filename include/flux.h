@@ -59,8 +59,9 @@
  * waiting unnoted. That wait is no cancellation point: a thread cancelled
  * (pthread_cancel()) while it waits acts on it once flux_dispatch() has
  * returned. flux_wait_for() works only on the
- * thread that runs the dispatch. flux_register(), flux_unregister() and
- * flux_is_dispatching() never wait for a running dispatch. destroy functions
+ * thread that runs the dispatch. flux_register(), flux_unregister(),
+ * flux_is_dispatching() and flux_dispatcher_close() (refused while one runs)
+ * never wait for a running dispatch. destroy functions
  * run on the thread that removed the registration, except when it was removed
  * while a dispatch was running: then destroy runs on the dispatching thread
  * when that dispatch finishes. flux_last_error() is per thread.
