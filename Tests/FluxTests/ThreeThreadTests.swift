@@ -131,9 +131,11 @@ private final class DeadBox: Sendable {
 private final class StressState: State {
     typealias Action = Int
     typealias Mutations = StressMutations
-    // Touched only by commits, which one State type's dispatch lock (or the
-    // store's serial queue) serializes.
-    nonisolated(unsafe) var commits = 0
+    // Changed only by commits, which one State type's dispatch lock (or the
+    // store's serial queue) serializes; atomic, for the test reads it on a
+    // thread whose store another thread's dispatch to the State type may
+    // be committing to right then (ThreadSanitizer saw that race).
+    let commits = Atomic<Int>(0)
 }
 
 private struct StressMutations: Mutations {
@@ -141,7 +143,7 @@ private struct StressMutations: Mutations {
     let sink: Sink<Message>
 
     func commit(action: Int, state: StressState) {
-        state.commits += 1
+        state.commits.wrappingAdd(1, ordering: .relaxed)
         // A mutation sending to a sink another thread may be delivering
         // (whose observer may be dispatching to this State type).
         if action >= 0 && action % 5 == 0 {
@@ -414,7 +416,7 @@ private final class World: @unchecked Sendable {
                             state: StressState(), mutations: StressMutations(sink: world.sinks[2]), executor: .immediate
                         )
                         store.actions.dispatch(action: 1)
-                        #expect(store.computed.state.commits >= 1)
+                        #expect(store.computed.state.commits.load(ordering: .relaxed) >= 1)
                     }
                 }
                 owners.removeAll()
@@ -434,7 +436,7 @@ private final class World: @unchecked Sendable {
         // Every dispatch committed once (shared ones reach both stores).
         let shared = world.dispatchedShared.value
         for index in 0..<2 {
-            let committed = world.stores[index].computed.state.commits
+            let committed = world.stores[index].computed.state.commits.load(ordering: .relaxed)
             let expected = world.dispatchedTo[index].value + shared
             #expect(committed == expected, "store \(index): \(committed) commits for \(expected) dispatches")
         }
