@@ -7,16 +7,16 @@ Each BIN runs (prefixed by the wrap command, split with shlex, e.g. valgrind)
 with a timeout. Its TAP goes to stdout as it arrives. A program fails when any
 "not ok" line appears, or it exits non-zero, is killed by a signal, times out,
 prints "Bail out!", or its plan ("1..N", exactly once, first or last) does not
-match the tests it printed.
+match the tests it printed. The last line is "N passed, N failed": the ok and
+not ok lines of every program, plus one failure for each program that failed
+in any of the other ways without a "not ok" line to show for it (a crash or
+timeout always counts). Exits 0 only when nothing failed.
 
 Every program starts from a parent that left it hostile signals: SIGCHLD,
 SIGALRM, SIGINT, SIGUSR1, SIGUSR2 and SIGHUP ignored and blocked (both
 survive exec, as from `nohup`, a background job or a daemon). A program sets
 up the signals it relies on (tap_init() does) instead of inheriting them, and
-this keeps every run proving it. The last line is "N passed, N failed": the ok and
-not ok lines of every program, plus one failure for each program that failed
-in any of the other ways without a "not ok" line to show for it (a crash or
-timeout always counts). Exits 0 only when nothing failed.
+this keeps every run proving it.
 
 Python 3 standard library only.
 """

@@ -669,6 +669,7 @@ static void test_close_releases_everything_and_refuses_later_calls(void)
     is_int(close_done_calls, 1, "a refused enqueue's done ran, as always");
     is_int(close_done_status, FLUX_ERR_INVALID_ARGUMENT, "with the refusal");
     EXPECT_STATUS(flux_dispatcher_set_observer(d, NULL, NULL, NULL), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(flux_store_listener_fail(d, 1), FLUX_ERR_INVALID_ARGUMENT);
     flux_store *s = (flux_store *)&s;
     EXPECT_STATUS(flux_store_create(d, NULL, close_reduce, NULL, NULL, NULL, NULL, &s), FLUX_ERR_INVALID_ARGUMENT);
     is_ptr(s, NULL, "no store is made");
