@@ -222,6 +222,10 @@ final class ScopeRegistryTests: XCTestCase {
         final class Kept {}
         let tally = Tally()
         let sink = Sink<Int>()
+        // From a small table: one that earlier tests grew would first sweep
+        // only after as many registrations again, maybe more than the limit
+        // below (it did: no sweep in 10 s, and the test failed).
+        ScopeRegistry.shared.sweepAtNextRegistration()
         let sweeper: () -> Void = {
             tally.sweeper.store(pthread_self(), ordering: .releasing)
             // Kept, so that the table grows (a freed object's address,

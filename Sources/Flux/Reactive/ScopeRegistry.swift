@@ -31,6 +31,13 @@ final class ScopeRegistry: @unchecked Sendable {
             })
     }
 
+    /// Makes the next registration sweep, whatever the table's size: a
+    /// test of the sweep starts from there, not from the size earlier tests
+    /// left (a table grown by them first swept only after as many again).
+    func sweepAtNextRegistration() {
+        lock.withLock { sweepCount = 0 }
+    }
+
     func scope(for object: AnyObject) -> DisposableScope {
         var dead: [DisposableScope] = []
         // The objects a sweep found alive, let go of after the lock: another
