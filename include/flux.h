@@ -793,6 +793,21 @@ FLUX_API flux_status flux_store_group_create(flux_store *const *stores, size_t c
                                              flux_store_group **out);
 
 /**
+ * @return the token of the group's registration (as flux_store_token() is a
+ *         store's): a callback that flux_wait_for()s it runs after the
+ *         group's fn; flux_unregister() refuses it: flux_store_group_release()
+ *         ends it. A binding that lost a release's status (an interrupt
+ *         as the call returned) may ask flux_unregister() with it, while the
+ *         dispatcher cannot have been closed meanwhile: it changes nothing,
+ *         and returns FLUX_ERR_UNKNOWN_TOKEN when the release ran (tokens
+ *         are never reused), FLUX_ERR_INVALID_ARGUMENT while the group is
+ *         live, and FLUX_ERR_ALREADY_DISPATCHING on a dispatcher a fork
+ *         orphaned, which refuses the release too. 0 when g is NULL.
+ * Threads: any thread, until g is released.
+ */
+FLUX_API flux_token flux_store_group_token(const flux_store_group *g);
+
+/**
  * Releases a group: unregisters its callback, lets go of its stores, runs
  * destroy(context) once and frees it. During a dispatch (from inside a
  * callback, reduce or listener, say) the group is not called again by it,

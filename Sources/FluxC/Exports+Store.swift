@@ -491,6 +491,12 @@ public func flux_store_group_create(
     }
 }
 
+@_cdecl("flux_store_group_token")
+public func flux_store_group_token(_ g: OpaquePointer?) -> UInt64 {
+    guard let g else { return 0 }
+    return UnsafeMutablePointer<CGroup>(g).pointee.token
+}
+
 @_cdecl("flux_store_group_release")
 public func flux_store_group_release(_ g: OpaquePointer?) -> Int32 {
     guard let g else { return 0 }

@@ -86,6 +86,7 @@ struct header_store_api {
     flux_status (*store_group_create)(flux_store *const *, size_t, void (*)(void *), void *, void (*)(void *),
                                       flux_store_group **);
     flux_status (*store_group_release)(flux_store_group *);
+    flux_token (*store_group_token)(const flux_store_group *);
     flux_status (*store_listener_fail)(flux_dispatcher *, int);
     flux_reduce_fn reduce;
     flux_equal_fn equal;
@@ -165,6 +166,7 @@ struct header_store_api header_test_store_api(void)
     api.store_destroy = flux_store_destroy;
     api.store_group_create = flux_store_group_create;
     api.store_group_release = flux_store_group_release;
+    api.store_group_token = flux_store_group_token;
     api.store_listener_fail = flux_store_listener_fail;
     api.reduce = 0;
     api.equal = 0;

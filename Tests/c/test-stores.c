@@ -1855,8 +1855,7 @@ static void a_store_waiting_for_its_own_group_fails_the_dispatch(void)
     gctx g = {.magic = ALIVE, .d = d};
     flux_store_group *group;
     EXPECT_OK(flux_store_group_create(stores, 1, group_fn, &g, NULL, &group));
-    /* Nothing else registered in between: the group's token is the store's + 1. */
-    group_token_to_wait = flux_store_token(t->s) + 1;
+    group_token_to_wait = flux_store_group_token(group);
     t->hook = wait_for_group;
     EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
     has_number(flux_last_error(), group_token_to_wait, "the failure is the group's");
@@ -2076,9 +2075,7 @@ static void unregister_of_a_store_or_group_token_is_refused(void)
     node n;
     node_init(&n, 9, d, NULL);
     EXPECT_OK(node_register(&n));
-    /* Nothing else registered in between: the group's token is the store's + 1. */
-    unreg u = {.store_token = flux_store_token(t->s), .group_token = n.token - 1};
-    REQUIRE(u.group_token == u.store_token + 1);
+    unreg u = {.store_token = flux_store_token(t->s), .group_token = flux_store_group_token(group)};
 
     EXPECT_STATUS(flux_unregister(d, u.store_token), FLUX_ERR_INVALID_ARGUMENT);
     has_prefix(flux_last_error(), "flux_unregister: ", "the message names the function");
@@ -2112,6 +2109,75 @@ static void unregister_of_a_store_or_group_token_is_refused(void)
     teardown(d, &t, 1);
     is_int(count_events(EV_LISTENER_DESTROY + 1), 1, "the listener was destroyed once");
     is_int(count_events(EV_CONTEXT_DESTROY + 1), 1, "the store's context was destroyed once");
+}
+
+/* ---- flux_store_group_token: the group's registration ------------------- */
+
+static struct {
+    flux_dispatcher *d;
+    flux_store_group *group;
+    flux_token token;
+    gctx *g;
+    int calls_seen; /* the group's calls when the wait returned */
+    flux_status wait_status, release_status, asked_status;
+} GT;
+
+/* Registered after the group: waits for it, so it ran before this reads. */
+static int wait_for_the_group_cb(void *context, const void *payload)
+{
+    (void)context, (void)payload;
+    GT.wait_status = flux_wait_for(GT.d, &GT.token, 1);
+    GT.calls_seen = GT.g->calls;
+    return 0;
+}
+
+/* Releases the group mid-dispatch (the release itself waits for the end),
+ * then asks flux_unregister() what a binding that lost the status would. */
+static int release_then_ask_cb(void *context, const void *payload)
+{
+    (void)context, (void)payload;
+    GT.release_status = flux_store_group_release(GT.group);
+    GT.asked_status = flux_unregister(GT.d, GT.token);
+    return 0;
+}
+
+static void group_token_is_its_registration_and_answers_whether_it_is_live(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[1] = {t->s};
+    memset(&GT, 0, sizeof GT);
+    GT.d = d;
+    GT.g = gctx_new();
+    is_uint(flux_store_group_token(NULL), 0, "flux_store_group_token(NULL) is 0");
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, GT.g, group_destroy, &GT.group));
+    GT.token = flux_store_group_token(GT.group);
+    is_uint(GT.token, flux_store_token(t->s) + 1, "the group's token is the registration after the store's");
+
+    /* A callback registered after the group waits for it by that token. */
+    flux_token first;
+    EXPECT_OK(flux_register(d, wait_for_the_group_cb, NULL, NULL, &first));
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(GT.wait_status);
+    is_int(GT.calls_seen, 1, "a wait for the group's token returns after its fn ran");
+    EXPECT_OK(flux_unregister(d, first));
+
+    /* Live: flux_unregister refuses its token and changes nothing. */
+    EXPECT_STATUS(flux_unregister(d, GT.token), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(GT.g->calls, 2, "the group still runs");
+
+    /* Released during a dispatch: its token is unknown at once. */
+    flux_token releaser;
+    EXPECT_OK(flux_register(d, release_then_ask_cb, NULL, NULL, &releaser));
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(GT.release_status);
+    is_int(GT.asked_status, FLUX_ERR_UNKNOWN_TOKEN, "released mid-dispatch: the token is unknown");
+    is_int(count_events(EV_GROUP_DESTROY), 1, "and the group was released once, as that dispatch ended");
+    EXPECT_STATUS(flux_unregister(d, GT.token), FLUX_ERR_UNKNOWN_TOKEN);
+    EXPECT_OK(flux_unregister(d, releaser));
+    teardown(d, &t, 1);
 }
 
 /* ---- a listener's wait that meets a failure stops the emit (issue 15) ---- */
@@ -2630,6 +2696,7 @@ int main(void)
     RUN(another_thread_during_a_dispatch);
     RUN(listener_removed_by_another_thread_while_running);
     RUN(unregister_of_a_store_or_group_token_is_refused);
+    RUN(group_token_is_its_registration_and_answers_whether_it_is_live);
     RUN(a_listener_whose_wait_meets_a_failure_stops_the_emit);
     RUN(listener_rules_hold_across_many_removals);
     RUN(listeners_added_and_removed_by_other_threads_during_emits);

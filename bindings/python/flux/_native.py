@@ -140,6 +140,7 @@ SYMBOLS = (
     "flux_store_destroy",
     "flux_store_group_create",
     "flux_store_group_release",
+    "flux_store_group_token",
     "flux_closure_create",
     "flux_closure_code",
     "flux_closure_destroy",
@@ -1172,3 +1173,4 @@ flux_store_group_release = declare("flux_store_group_release", c_int, (c_void_p,
 #: With no errcheck, for StoreGroup.release(), which must know whether
 #: libflux refused (out of memory during a dispatch: the group stays live).
 flux_store_group_release_raw = declare_raw("flux_store_group_release", c_int, (c_void_p,))
+flux_store_group_token = declare("flux_store_group_token", c_uint64, (c_void_p,))

@@ -81,6 +81,9 @@ from ._native import (
     flux_store_group_release_raw as _flux_store_group_release_raw,
 )
 from ._native import (
+    flux_store_group_token as _flux_store_group_token,
+)
+from ._native import (
     flux_store_has_changed as _flux_store_has_changed,
 )
 from ._native import (
@@ -118,7 +121,10 @@ __all__ = ["Action", "ReduceStore", "Store", "StoreGroup", "Subscription", "hand
 S = TypeVar("S")
 _id = id
 _MISSING = object()
-_OWNED = int(Status.ERR_INVALID_ARGUMENT)  # flux_unregister of a live store's token
+# flux_unregister of a live store's or group's token: refused, nothing changed
+# (an orphaned dispatcher, which refuses a destroy or release too, says so
+# of every token).
+_OWNED = (int(Status.ERR_INVALID_ARGUMENT), int(Status.ERR_ALREADY_DISPATCHING))
 _UNKNOWN_TOKEN = int(Status.ERR_UNKNOWN_TOKEN)  # flux_store_remove_listener of a removed listener
 _NOT_RUN = -1  # a status libflux never returns: the call did not run (or not known to have)
 
@@ -1058,12 +1064,11 @@ class Store(_ClosesOnExit):
 
     def _registered_status(self) -> int:
         """0 when libflux has unregistered this store (destroyed it), else
-        non-zero: flux_unregister refuses a live store's token (and changes
-        nothing), and knows no destroyed one's."""
+        non-zero (see _registration_status)."""
         token = getattr(self, "_token", None)
         if token is None:
             return 0  # not knowable: taken for closed
-        return 1 if _flux_unregister_raw(self._native_dispatcher, token.value) == _OWNED else 0
+        return _registration_status(self._native_dispatcher, token.value)
 
     def _live_handle(self, operation: str) -> int:
         handle = self._handle
@@ -1331,6 +1336,8 @@ class StoreGroup(_ClosesOnExit):
         :raises NoMemoryError: only during a dispatch, out of memory to note
             the removal; nothing changed: the group is live, keeps its
             stores, and must still be released.
+        :raises AlreadyDispatchingError: only in a child process, on a
+            dispatch the fork orphaned; nothing changed.
         """
         # fn, kept until the lock is let go: idle, libflux lets go of it
         # inside the call, and its finalizer (user code) must not run holding
@@ -1341,6 +1348,10 @@ class StoreGroup(_ClosesOnExit):
             if handle is None:
                 return
             kept = self.__dict__.get("_fn")
+            # For asking libflux whether the group is live, should an
+            # interrupt take the status (read here, where one changes nothing).
+            token = int(_flux_store_group_token(handle))
+            native_dispatcher = self._stores[0]._native_dispatcher
             # Nothing between this and the call where an interrupt could be
             # raised (no call): once cleared, the group is released -- unless
             # libflux says it refused.
@@ -1358,6 +1369,13 @@ class StoreGroup(_ClosesOnExit):
                 self._handle = handle  # libflux never ran (the recursion limit): the group is live
                 raise _argument_error(exc) from None
             finally:  # released even when what escaped its destroy is raised
+                if status == _NOT_RUN and self._handle is None:
+                    # An interrupt came after libflux returned, before the
+                    # status was stored (else the call never ran, and the
+                    # handle is back): libflux knows. Cut short too, taken
+                    # for released, as before the question.
+                    status = 0
+                    status = _registration_status(native_dispatcher, token)
                 if status > 0:
                     # Refused (out of memory during a dispatch): nothing
                     # changed, the group is live and must still be released.
@@ -1377,6 +1395,15 @@ class StoreGroup(_ClosesOnExit):
             error = None  # no exception -> traceback -> frame cycle
 
     close = release
+
+
+def _registration_status(native_dispatcher: int, token: int) -> int:
+    """Whether a store's or a group's registration is live, for a destroy or
+    release whose status an interrupt lost: non-zero when libflux refused it
+    (flux_unregister then refuses the owned token, changing nothing), 0
+    when it ran (flux_unregister knows no ended token: never reused). Asked
+    under the object's lock, so nothing closed the dispatcher meanwhile."""
+    return 1 if _flux_unregister_raw(native_dispatcher, token) in _OWNED else 0
 
 
 def live_objects() -> int:
