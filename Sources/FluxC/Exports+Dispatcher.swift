@@ -20,7 +20,7 @@ public func flux_dispatcher_close(_ handle: OpaquePointer?) -> Int32 {
     guard let handle else { return fail("flux_dispatcher_close", .invalidArgument, "the dispatcher is NULL") }
     // Closed already (by this function, or being so by another call): done.
     if handle.dispatcher.pointee.isClosed { return 0 }
-    return close(handle, "flux_dispatcher_close", alreadyClosed: 0)
+    return close(handle, as: .close)
 }
 
 @_cdecl("flux_dispatcher_destroy")
@@ -32,7 +32,7 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     // outer close runs (refused below), and that call frees it.
     let status =
         handle.storeSide.pointee.closedByCall.load(ordering: .acquiring)
-        ? 0 : close(handle, "flux_dispatcher_destroy", alreadyClosed: nil)
+        ? 0 : close(handle, as: .destroy)
     if status != 0 { return status }
     unregisterForFork(dispatcher)
     dispatcher.deinitialize(count: 1)
@@ -40,13 +40,24 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     return 0
 }
 
+/// Which call closes the engine (see `close`).
+private enum Closer {
+    /// flux_dispatcher_close: a close another call made first counts as
+    /// done, and a close it finishes is recorded, so that destroy only frees.
+    case close
+    /// flux_dispatcher_destroy, whose first half is the close: one another
+    /// call made first is that call's (its error: the outer call frees).
+    case destroy
+
+    var function: StaticString { self == .close ? "flux_dispatcher_close" : "flux_dispatcher_destroy" }
+}
+
 /// Closes the engine behind `handle` for good, releasing its registrations
 /// and observer, unless it has stores or groups (which point into it), or a
-/// dispatch runs. `alreadyClosed`: the status when another call closed it
-/// first (nil: that call's error). On success from flux_dispatcher_close,
-/// records that the close finished, so that destroy only frees.
-private func close(_ handle: OpaquePointer, _ function: StaticString, alreadyClosed: Int32?) -> Int32 {
+/// dispatch runs.
+private func close(_ handle: OpaquePointer, as closer: Closer) -> Int32 {
     let dispatcher = handle.dispatcher
+    let function = closer.function
     // Stores and groups point into the dispatcher: it outlives them. A
     // dispatch running is reported first, as the close below would -- but
     // not left to close to report: one on another thread may end before
@@ -67,10 +78,10 @@ private func close(_ handle: OpaquePointer, _ function: StaticString, alreadyClo
     do {
         try dispatcher.pointee.close(refusal: stillHasStores)
     } catch {
-        if let alreadyClosed, dispatcher.pointee.isClosed, error.code == .invalidArgument { return alreadyClosed }
+        if closer == .close, dispatcher.pointee.isClosed, error.code == .invalidArgument { return 0 }
         return fail(function, error)
     }
-    if alreadyClosed != nil { handle.storeSide.pointee.closedByCall.store(true, ordering: .releasing) }
+    if closer == .close { handle.storeSide.pointee.closedByCall.store(true, ordering: .releasing) }
     return 0
 }
 
