@@ -313,6 +313,11 @@ class Action:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("flux.Action is immutable")
 
+    def __delattr__(self, name: str) -> None:
+        # The slots' own descriptors would delete a field: no hash, no
+        # equality, no repr, no route left.
+        raise AttributeError("flux.Action is immutable")
+
     def __eq__(self, other: object) -> bool:
         if type(other) is not Action:
             return NotImplemented
@@ -535,6 +540,10 @@ class _ClosesOnExit(_native.Unshareable):
         self.close()
 
 
+def _already_made(store: Store) -> RuntimeError:
+    return RuntimeError(f"{store!r} is already made: close() it before initializing it again")
+
+
 class Store(_ClosesOnExit):
     """Facebook's FluxStore: override :meth:`on_dispatch` to handle every
     payload, and call :meth:`emit_change` there when something changed;
@@ -578,7 +587,7 @@ class Store(_ClosesOnExit):
             if self.__dict__.get("_handle") is not None:
                 # A second native store under this object would leave the first
                 # running, out of reach of close() and of the dispatcher's.
-                raise RuntimeError(f"{self!r} is already made: close() it before initializing it again")
+                raise _already_made(self)
             handle = dispatcher._handle
             if handle is None:
                 raise InvalidArgumentError("store: the dispatcher is closed")
@@ -1110,6 +1119,11 @@ class ReduceStore(Store, Generic[S]):
         cls._flux_reduce = _reducer(cls)
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
+        # A live store is refused before get_initial_state runs: a refused
+        # __init__ runs no user code ("called once, by the constructor").
+        # _create checks again, under its locks.
+        if self.__dict__.get("_handle") is not None:
+            raise _already_made(self)
         self._create(dispatcher, self.get_initial_state(), settles=True)
 
     def get_initial_state(self) -> S:

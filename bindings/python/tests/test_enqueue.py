@@ -8,7 +8,7 @@ from ctypes import ArgumentError
 from typing import Any
 
 import pytest
-from on_threads import fork_during_a_dispatch
+from on_threads import fork_during_a_dispatch, run_in_own_process
 
 import flux
 
@@ -448,6 +448,58 @@ def test_same_payload_on_two_dispatchers_reaches_the_on_error_of_its_own_call() 
     assert [str(e) for e in errors2] == ["from d2"]
 
 
+def test_a_failure_enqueued_from_another_thread_is_reported_on_the_thread_that_ran_it() -> None:
+    # enqueue: a failed dispatch goes to on_error "on the thread that ran it,
+    # and to nothing else"; with no on_error, the outermost call of that
+    # thread raises it. The thread that queued it returned at once, and
+    # raises nothing. A process of its own: a wait there would hang the run.
+    result = run_in_own_process(
+        """
+        import threading
+        import flux
+
+        class Boom(Exception):
+            pass
+
+        d = flux.Dispatcher()
+        handed = []
+        outcomes = {}
+
+        def enqueue_from_a_thread(payload, on_error):
+            def run():
+                try:
+                    d.enqueue(payload, on_error=on_error)
+                    outcomes[payload] = "returned"
+                except BaseException as exc:
+                    outcomes[payload] = exc
+            thread = threading.Thread(target=run)
+            thread.start()
+            thread.join()
+
+        def callback(p):
+            if p == "first":
+                enqueue_from_a_thread("handed", lambda exc: handed.append((exc, threading.get_ident())))
+                enqueue_from_a_thread("raised", None)
+            elif p != "ok":
+                raise Boom(p)
+
+        d.register(callback)
+        try:
+            d.dispatch("first")
+            raise AssertionError("the queued failure was not raised")
+        except Boom as exc:
+            raised = exc
+        assert str(raised) == "raised", raised
+        assert [(str(exc), ident) for exc, ident in handed] == [("handed", threading.get_ident())], handed
+        assert outcomes == {"handed": "returned", "raised": "returned"}, outcomes
+        d.dispatch("ok")  # nothing left over for a later call
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+
+
 def test_an_enqueue_record_lives_exactly_until_its_done() -> None:
     # Each call's record travels as its done's context, kept alive only
     # while the call is in flight: none is left once every done ran, and
@@ -546,6 +598,38 @@ def test_no_record_is_left_when_enqueue_fails_before_reaching_libflux(
         d.enqueue(1)
     assert not isinstance(info.value, ArgumentError), "ctypes' wrapper leaked out"
     assert not module.live_enqueued(), "the record was left behind"
+
+
+def test_a_queue_that_cannot_grow_raises_no_memory_and_queues_nothing(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # enqueue's ":raises NoMemoryError: the queue could not grow". libflux
+    # then runs done at once with that status (faked here, as libflux would:
+    # it runs out of memory only in the C tests): the call raises it, and
+    # nothing else -- on_error is for failed dispatches, and none ran.
+    from flux import dispatcher as module
+
+    def refuse(handle: Any, address: int, done: Any, context: int) -> int:
+        done(context, address, int(flux.Status.ERR_NO_MEMORY))
+        return int(flux.Status.ERR_NO_MEMORY)
+
+    seen: list[object] = []
+    handed: list[BaseException] = []
+    d.register(seen.append)
+
+    def queue_during_the_dispatch(p: object) -> None:
+        if p == "first":
+            with monkeypatch.context() as patched:
+                patched.setattr(module, "_flux_enqueue", refuse)
+                with pytest.raises(flux.NoMemoryError):
+                    d.enqueue("lost", on_error=handed.append)
+
+    d.register(queue_during_the_dispatch)
+    d.dispatch("first")
+    assert seen == ["first"] and handed == []
+    assert module.live_enqueued() == 0, "done let the call's record go"
+    d.enqueue("next")
+    assert seen == ["first", "next"]
 
 
 @pytest.mark.parametrize("outer", ["dispatch", "enqueue"])

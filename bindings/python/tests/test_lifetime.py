@@ -103,6 +103,55 @@ def test_close_releases_every_callback() -> None:
     assert all(ref() is None for ref in refs)
 
 
+def test_a_token_does_not_keep_its_dispatcher_alive() -> None:
+    # Token's docstring: a token names its dispatcher by serial number, not
+    # by reference. State that keeps tokens (a store's, a view's) must not
+    # keep a dispatcher it forgot open.
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    tokens = [d.register(Callback([])), d.register(lambda p: None)]
+    d_ref = weakref.ref(d)
+    del d
+    gc.collect()
+    assert d_ref() is None
+    assert [token.value for token in tokens] == [1, 2]
+
+
+def test_a_listener_that_removes_itself_is_released_once_it_returns(d: flux.Dispatcher[Any]) -> None:
+    # Subscription.remove: a running listener is released once it returns --
+    # not kept until the store closes, and never called again.
+    class Counter(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            return 0
+
+        def reduce(self, state: int, action: Any) -> int:
+            return state + 1
+
+    calls: list[str] = []
+
+    class Once:
+        def __init__(self) -> None:
+            self.subscription: flux.Subscription | None = None
+
+        def __call__(self) -> None:
+            calls.append("once")
+            assert self.subscription is not None
+            self.subscription.remove()
+            calls.append("removed, still running")
+
+    store = Counter(d)
+    store.add_listener(lambda: calls.append("other"))
+    listener = Once()
+    listener.subscription = store.add_listener(listener)
+    ref = weakref.ref(listener)
+    del listener
+    d.dispatch("inc")
+    assert calls == ["other", "once", "removed, still running"]
+    assert ref() is None, "released with no collection, the store open"
+    d.dispatch("inc")
+    assert calls[3:] == ["other"]
+    store.close()
+
+
 def test_the_with_statement_closes() -> None:
     with flux.Dispatcher[Any]() as d:
         d.register(Callback([]))
@@ -200,6 +249,42 @@ def test_a_refused_registration_leaves_alone_the_slot_another_took_meanwhile(
     assert _native.objects[taken[0]] is callback, "the other registration's slot is still its own"
     _native._on_destroy(taken[0])
     assert _native.stray == {"callback": 0, "destroy": 0}
+
+
+def test_an_unregister_refused_for_lack_of_memory_leaves_the_callback_registered(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # unregister's ":raises NoMemoryError: during a dispatch, no memory to
+    # note the removal; the callback stays registered" (libflux's refusal
+    # faked: it runs out of memory only in the C tests). Kept means called,
+    # named, and still ended by a later unregister and by close().
+    calls: list[Any] = []
+    callback = Callback(calls)
+    ref = weakref.ref(callback)
+    token = d.register(callback, name="kept")
+    del callback
+    refused: list[BaseException] = []
+
+    def refuse(handle: Any, value: int) -> int:
+        raise flux.NoMemoryError("flux_unregister: out of memory")
+
+    def unregister_during_the_dispatch(payload: Any) -> None:
+        if payload == 1:
+            with monkeypatch.context() as patched:
+                patched.setattr("flux.dispatcher._flux_unregister", refuse)
+                try:
+                    d.unregister(token)
+                except flux.NoMemoryError as exc:
+                    refused.append(exc)
+
+    remover = d.register(unregister_during_the_dispatch)
+    d.dispatch(1)
+    d.dispatch(2)
+    assert len(refused) == 1
+    assert calls == [1, 2] and d.name_of(token) == "kept"
+    d.unregister(remover)
+    d.unregister(token)
+    assert ref() is None and live_callbacks(d) == 0
 
 
 def test_two_adds_growing_the_registry_at_once_take_two_slots(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -939,6 +939,41 @@ def test_a_listener_whose_error_emit_runs_out_of_memory_is_not_added(
     assert log.error is None
 
 
+def test_an_error_emit_out_of_memory_marks_the_change_and_keeps_no_error(
+    d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # emit_change's ":raises NoMemoryError: with an error, out of memory to
+    # note when its emit ends: the change is marked, the error not kept".
+    # libflux's refusal of that note (a listener of the store's own) is
+    # faked, as libflux would, destroying the context.
+    def refuse(handle: Any, fn: Any, key: Any, destroy: Any, out: Any) -> int:
+        out._obj.value = 0
+        destroy(key)
+        return int(flux.Status.ERR_NO_MEMORY)
+
+    seen: list[Any] = []
+    refused: list[BaseException] = []
+
+    class Log(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            if payload == "fails":
+                with monkeypatch.context() as patched:
+                    patched.setattr("flux.stores._flux_store_add_listener_raw", refuse)
+                    try:
+                        self.emit_change(error="lost")
+                    except flux.NoMemoryError as exc:
+                        refused.append(exc)
+
+    log = Log(d)
+    log.add_listener(lambda: seen.append(log.error))
+    d.dispatch("fails")
+    assert len(refused) == 1
+    assert seen == [None], "the change is marked: the listeners ran, with no error"
+    assert log.error is None
+    d.dispatch("unchanged")
+    assert seen == [None], "nothing was left marked"
+
+
 def test_an_interrupt_out_of_an_error_emit_leaves_no_end_behind(
     d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

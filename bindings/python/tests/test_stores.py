@@ -868,6 +868,18 @@ def test_action_is_a_name_a_payload_and_an_error() -> None:
     assert "failed" in repr(a)
 
 
+@pytest.mark.parametrize("field", ["type", "payload", "error"])
+def test_an_actions_fields_cannot_be_deleted(field: str) -> None:
+    # Immutable means no del either: a deleted field left an action that
+    # could no longer be hashed, compared, shown or routed.
+    action = flux.Action("failed", ("id", 1), "timeout")
+    key = hash(action)
+    with pytest.raises(AttributeError, match="immutable"):
+        delattr(action, field)
+    assert hash(action) == key and action == flux.Action("failed", ("id", 1), "timeout")
+    assert repr(action) == "flux.Action('failed', payload=('id', 1), error='timeout')"
+
+
 def test_listeners_added_or_removed_during_an_emit(d: flux.Dispatcher[Any]) -> None:
     store = Counter(d)
     log: list[str] = []
@@ -1080,6 +1092,30 @@ def test_initializing_a_live_store_or_group_again_is_refused_and_changes_nothing
     d2.dispatch("inc")
     assert store.state == 1 and spy.calls == 2
     d2.close()
+
+
+def test_initializing_a_live_reduce_store_again_calls_no_get_initial_state(d: flux.Dispatcher[Any]) -> None:
+    # get_initial_state is "called once, by the constructor", and a refused
+    # __init__ changes nothing: it ran the override (user code, which may
+    # load or count something) before the refusal, and threw the state away.
+    made: list[int] = []
+
+    class Loaded(flux.ReduceStore[int]):
+        def get_initial_state(self) -> int:
+            made.append(len(made))
+            return len(made)
+
+        def reduce(self, state: int, action: Any) -> int:
+            return state
+
+    store = Loaded(d)
+    with pytest.raises(RuntimeError, match="already made"):
+        Loaded.__init__(store, d)
+    assert made == [0] and store.state == 1
+    store.close()
+    Loaded.__init__(store, d)  # closed: made anew, with a state of its own
+    assert made == [0, 1] and store.state == 2
+    store.close()
 
 
 def test_a_subscription_of_a_store_closed_and_made_again_removes_nothing_new(d: flux.Dispatcher[Any]) -> None:

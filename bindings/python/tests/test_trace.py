@@ -92,6 +92,46 @@ def test_stopping_during_a_dispatch_keeps_it_to_the_end(d: flux.Dispatcher[Any])
     assert len(trace.events) == 6  # stopped: the next dispatch is not recorded
 
 
+def test_starting_during_a_dispatch_leaves_that_dispatch_to_the_trace_observing_its_start(
+    d: flux.Dispatcher[Any],
+) -> None:
+    # The class's rule, for start() as the test above has it for stop(): the
+    # running dispatch's events all go to the trace that saw it begin, the
+    # new trace records from the next dispatch, whole.
+    old = flux.Trace(d).start()
+    new = flux.Trace(d)
+    d.register(lambda p: new.start() if p == 1 else None, name="starter")
+    d.register(lambda p: None, name="after")
+    d.dispatch(1)
+    assert kinds(old) == ["D", "b1", "e1", "b2", "e2", "E"]
+    assert new.events == []
+    d.dispatch(2)
+    assert len(old.events) == 6, "replaced: the old trace records no more"
+    assert kinds(new) == ["D", "b1", "e1", "b2", "e2", "E"]
+    new.stop()
+    old.stop()
+
+
+def test_a_started_trace_is_kept_and_keeps_its_dispatcher_until_it_stops() -> None:
+    import gc
+    import weakref
+
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    d.register(lambda p: None)
+    trace = flux.Trace(d).start()
+    trace_ref, d_ref = weakref.ref(trace), weakref.ref(d)
+    del trace, d
+    gc.collect()
+    kept = trace_ref()
+    assert kept is not None and d_ref() is not None, "the observer keeps the trace, the trace its dispatcher"
+    kept.dispatcher.dispatch("still recorded")
+    assert [ev.payload for ev in kept.events if ev.kind == "dispatch_begin"] == ["still recorded"]
+    kept.stop()
+    del kept
+    gc.collect()
+    assert trace_ref() is None and d_ref() is None
+
+
 def test_queued_dispatches_are_traced_too(d: flux.Dispatcher[Any]) -> None:
     def cb(p: int) -> None:
         if p == 1:

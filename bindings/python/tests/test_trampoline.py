@@ -75,6 +75,20 @@ def test_calls_a_c_function_by_run_time_signature() -> None:
     assert flux.call(strlen, "z(p)", ctypes.addressof(text)) == 15
 
 
+def test_call_releases_the_gil_and_a_handler_it_reaches_holds_it_again() -> None:
+    # call()'s docstring: "The call releases the GIL". Asked of CPython itself:
+    # PyGILState_Check() answers whether the calling thread holds the GIL,
+    # so through call() it must answer 0 -- and a trampoline's handler it
+    # calls runs as Python, holding it.
+    check = ctypes.cast(ctypes.pythonapi.PyGILState_Check, ctypes.c_void_p).value
+    assert check is not None and ctypes.pythonapi.PyGILState_Check() == 1
+    assert flux.call(check, "i()") == 0
+    held: list[int] = []
+    with flux.Trampoline("v()", lambda: held.append(ctypes.pythonapi.PyGILState_Check())) as t:
+        t()
+    assert held == [1]
+
+
 def test_many_trampolines_share_one_native_handler_each_with_its_own_callable() -> None:
     trampolines = [flux.Trampoline("i(i)", lambda x, k=k: x + k) for k in range(1000)]
     try:
