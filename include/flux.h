@@ -810,8 +810,11 @@ FLUX_API flux_token flux_store_group_token(const flux_store_group *g);
 /**
  * Releases a group: unregisters its callback, lets go of its stores, runs
  * destroy(context) once and frees it. During a dispatch (from inside a
- * callback, reduce or listener, say) the group is not called again by it,
- * and the release itself happens when that dispatch ends, on the
+ * callback, reduce or listener, say) the group is not called again by it:
+ * once this returns on the dispatching thread, that dispatch does not call
+ * fn, even when the group's callback was already waiting for its stores
+ * (called on another thread, this may return while fn runs), and the
+ * release itself happens when that dispatch ends, on the
  * dispatching thread; its stores stop counting it when this returns (they
  * cannot be destroyed while that dispatch runs anyway).
  * Releasing NULL is a no-op returning FLUX_OK.

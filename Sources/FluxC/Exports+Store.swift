@@ -407,6 +407,10 @@ private let groupCallback: FluxCallbackFunction = { context, _ in
         // or a store waited for this group (a cycle): fail too.
         return 1
     }
+    // Released while it waited (by a store's reduce or listener that the
+    // wait ran, say): once the release has returned, the dispatch does not
+    // call fn (flux.h). The release sets this as it succeeds.
+    if group.pointee.storesLetGo.load(ordering: .acquiring) { return 0 }
     return callListener(group.pointee.function, group.pointee.context, group.pointee.handle)?.value ?? 0
 }
 

@@ -148,6 +148,28 @@ static void test_return_slot_is_zeroed(void)
     is_int(calls, 8, "each handler ran once and saw FLUX_CLOSURE_RET_SIZE zero bytes at ret");
 }
 
+/* "zero-filled before each call": a call whose handler writes nothing
+ * returns 0 even after a call that wrote all FLUX_CLOSURE_RET_SIZE bytes. */
+static void write_on_odd_calls(void *userdata, void *ret, void **args)
+{
+    (void)args;
+    if (++*(int *)userdata % 2 == 1)
+        memset(ret, 0xFF, FLUX_CLOSURE_RET_SIZE);
+}
+
+static void test_return_slot_is_zeroed_before_every_call(void)
+{
+    int calls = 0;
+    flux_closure *c = make_closure("L()", write_on_odd_calls, &calls, NULL);
+    is_uint(FN(uint64_t (*)(void), c)(), UINT64_MAX, "L(): the first call wrote all 8 bytes");
+    is_uint(FN(uint64_t (*)(void), c)(), 0, "L(): the next, writing nothing, returns 0");
+    EXPECT_OK(flux_closure_destroy(c));
+    c = make_closure("d()", write_on_odd_calls, &calls, NULL);
+    (void)FN(double (*)(void), c)();
+    ok(FN(double (*)(void), c)() == 0.0, "d(): likewise 0.0 after a call that wrote");
+    EXPECT_OK(flux_closure_destroy(c));
+}
+
 /* A handler writing a whole 8 bytes for a 4-byte return stays harmless. */
 static void write_eight(void *userdata, void *ret, void **args)
 {
@@ -429,6 +451,15 @@ static void test_flux_call_each_letter(void)
 
     /* ret NULL discards the result */
     EXPECT_OK(flux_call((void *)(uintptr_t)neg_i, "i(i)", NULL, ai));
+
+    /* "ignored for a 'v' return": a ret given anyway is not written. */
+    memset(buf, 0xAA, sizeof buf);
+    void_calls = 0;
+    EXPECT_OK(flux_call((void *)(uintptr_t)bump_v, "v()", buf, NULL));
+    is_int(void_calls, 1, "flux_call v() with a ret: the function ran");
+    unsigned char untouched[8];
+    memset(untouched, 0xAA, sizeof untouched);
+    ok(memcmp(buf, untouched, sizeof buf) == 0, "flux_call v() leaves ret as it was");
 }
 
 /* ---- many closures, one handler --------------------------------------------- */
@@ -881,6 +912,7 @@ int main(void)
     tap_init();
     RUN(test_each_letter_round_trips);
     RUN(test_return_slot_is_zeroed);
+    RUN(test_return_slot_is_zeroed_before_every_call);
     RUN(test_handler_may_fill_the_slot);
     RUN(test_void_return);
     RUN(test_mixed_signature);

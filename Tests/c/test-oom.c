@@ -1062,6 +1062,159 @@ static void test_every_allocation_fails_in_turn(void)
 #endif
 }
 
+/* flux.h promises these allocate nothing -- a trampoline's call ("nothing
+ * is allocated per call"), flux_call() ("Nothing is allocated"), an idle
+ * flux_store_group_release() ("this call allocates nothing") -- so none can
+ * run out of memory, which neither a trampoline nor flux_call() could
+ * report. Each runs once first: the Swift runtime sets up some types
+ * lazily, on first use. */
+#if OOM_INTERPOSE
+static void no_allocation_handler(void *userdata, void *ret, void **args)
+{
+    ((counter *)userdata)->calls++;
+    *(int32_t *)ret = *(const int32_t *)args[0] + 1;
+}
+
+static int32_t add_one(int32_t x) { return x + 1; }
+
+static void group_noop(void *context) { (void)context; }
+
+static int store_keep(void *context, void *state, const void *payload, void **next)
+{
+    (void)context;
+    (void)state;
+    (void)payload;
+    (void)next;
+    return 0;
+}
+#endif
+
+static void test_calls_and_an_idle_group_release_allocate_nothing(void)
+{
+#if OOM_INTERPOSE
+    counter handled = {0, 0};
+    flux_closure *c = NULL;
+    REQUIRE(flux_closure_create("i(i)", no_allocation_handler, &handled, count_destroy, &c) == FLUX_OK);
+    int32_t (*fn)(int32_t) = (int32_t (*)(int32_t))(uintptr_t)flux_closure_code(c);
+    int32_t x = 41, r = 0;
+    void *args[] = {&x};
+    for (int round = 0; round < 2; round++) {
+        arm(LONG_MAX, false); /* counts allocations, fails none */
+        int32_t direct = fn(1);
+        flux_status through_trampoline = flux_call((void *)(uintptr_t)fn, "i(i)", &r, args);
+        disarm();
+        long trampoline_allocations = alloc_count;
+        arm(LONG_MAX, false);
+        flux_status plain = flux_call((void *)(uintptr_t)add_one, "i(i)", &r, args);
+        disarm();
+        if (round == 0)
+            continue;
+        is_int(direct, 2, "a trampoline's call returned its handler's value");
+        EXPECT_OK(through_trampoline);
+        is_int(trampoline_allocations, 0, "calling a trampoline, directly and by flux_call, allocated nothing");
+        EXPECT_OK(plain);
+        is_int(r, 42, "flux_call of a C function returned its value");
+        is_int((int)alloc_count, 0, "and allocated nothing");
+    }
+    is_int(handled.calls, 4, "the handler ran for every call");
+    EXPECT_OK(flux_closure_destroy(c));
+    is_int(handled.destroyed, 1, "destroy(userdata) ran once");
+
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_store *s = NULL;
+    REQUIRE(flux_store_create(d, NULL, store_keep, NULL, NULL, NULL, NULL, &s) == FLUX_OK);
+    for (int round = 0; round < 2; round++) {
+        counter group = {0, 0};
+        flux_store_group *g = NULL;
+        REQUIRE(flux_store_group_create(&s, 1, group_noop, &group, count_destroy, &g) == FLUX_OK);
+        arm(LONG_MAX, false);
+        flux_status released = flux_store_group_release(g);
+        disarm();
+        if (round == 0)
+            continue;
+        EXPECT_OK(released);
+        is_int((int)alloc_count, 0, "an idle flux_store_group_release allocated nothing");
+        is_int(group.destroyed, 1, "and destroyed the group's context");
+    }
+    EXPECT_OK(flux_store_destroy(s));
+    EXPECT_OK(flux_dispatcher_destroy(d));
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
+/* flux_store_destroy() reports FLUX_ERR_NO_MEMORY "only should a dispatch
+ * start on another thread during this call": with no dispatch anywhere it
+ * succeeds with no memory at all, releasing everything. */
+static void test_an_idle_store_destroy_needs_no_memory(void)
+{
+#if OOM_INTERPOSE
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    for (int round = 0; round < 2; round++) {
+        counter store = {0, 0}, listener = {0, 0};
+        flux_store *s = NULL;
+        flux_listener_id id;
+        REQUIRE(flux_store_create(d, NULL, store_keep, NULL, NULL, &store, count_destroy, &s) == FLUX_OK);
+        REQUIRE(flux_store_add_listener(s, group_noop, &listener, count_destroy, &id) == FLUX_OK);
+        arm(1, true); /* every allocation fails */
+        flux_status destroyed = flux_store_destroy(s);
+        disarm();
+        if (round == 0) {
+            REQUIRE(destroyed == FLUX_OK);
+            continue;
+        }
+        EXPECT_OK(destroyed);
+        is_int(listener.destroyed + store.destroyed, 2, "the listener's and the store's contexts were destroyed");
+    }
+    EXPECT_OK(flux_dispatcher_destroy(d));
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
+/* flux_closure_destroy() "frees its code and memory, then runs
+ * destroy(userdata)": by the time destroy runs, the closure's blocks are
+ * back (a destroy that frees the arena userdata lives in, say, may rely on
+ * that). */
+#if OOM_INTERPOSE
+static long live_in_destroy;
+
+static void never_runs(void *userdata, void *ret, void **args)
+{
+    (void)userdata;
+    (void)ret;
+    (void)args;
+}
+
+static void note_live(void *userdata)
+{
+    ((counter *)userdata)->destroyed++;
+    live_in_destroy = live;
+}
+#endif
+
+static void test_closure_destroy_frees_before_destroy_runs(void)
+{
+#if OOM_INTERPOSE
+    for (int round = 0; round < 2; round++) {
+        counter cnt = {0, 0};
+        long before = live;
+        flux_closure *c = NULL;
+        REQUIRE(flux_closure_create("v()", never_runs, &cnt, note_live, &c) == FLUX_OK);
+        REQUIRE(live > before); /* the closure holds at least one block */
+        EXPECT_OK(flux_closure_destroy(c));
+        if (round == 0)
+            continue;
+        is_int(cnt.destroyed, 1, "destroy(userdata) ran once");
+        is_int((int)(live_in_destroy - before), 0, "every block of the closure was freed before it ran");
+    }
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
 int main(void)
 {
     tap_init();
@@ -1076,5 +1229,8 @@ int main(void)
     RUN(test_a_wait_that_cannot_be_noted_is_refused);
     RUN(test_a_callback_failing_out_of_memory);
     RUN(test_errors_naming_numbers_with_no_memory);
+    RUN(test_calls_and_an_idle_group_release_allocate_nothing);
+    RUN(test_an_idle_store_destroy_needs_no_memory);
+    RUN(test_closure_destroy_frees_before_destroy_runs);
     return tap_done();
 }

@@ -1366,6 +1366,39 @@ static void group_released_from_a_listener(void)
     teardown(d, NULL, 0);
 }
 
+/* Released while its own callback waits for its stores -- by a listener
+ * that wait runs, on the dispatching thread -- the group's function is
+ * not called by that dispatch once the release has returned (flux.h,
+ * flux_store_group_release: "the group is not called again by it"). It
+ * used to be: the callback went on from its wait straight into fn. */
+static void group_released_while_it_waits_for_its_stores_is_not_called(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    node waiter; /* registered first: its wait for the group runs the group early */
+    node_init(&waiter, 9, d, NULL);
+    EXPECT_OK(node_register(&waiter));
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store *stores[1] = {t->s};
+    gctx *g = gctx_new();
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, g, group_destroy, &group));
+    waiter.wait = true;
+    waiter.waits[0] = flux_store_group_token(group);
+    waiter.nwait = 1;
+    lis *l = listen(t->s, 1, release_group_hook);
+    l->user = &group;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(l->status);
+    EXPECT_OK(waiter.wait_status);
+    is_int(count_events(EV_GROUP), 0, "the group's function did not run after its release returned");
+    is_int(count_events(EV_GROUP_DESTROY), 1, "its destroy ran once the dispatch ended");
+    l->hook = NULL;
+    waiter.wait = false;
+    EXPECT_OK(flux_unregister(d, waiter.token));
+    teardown(d, &t, 1);
+}
+
 /* A group released during a dispatch is freed as the dispatch ends, after
  * the dispatcher is idle again; its stores no longer count it from the
  * moment the release returned, so a destroy running at that end (here one
@@ -1465,6 +1498,100 @@ static void group_bad_arguments_destroy_the_context(void)
     is_int(count_events(EV_GROUP_DESTROY), 5, "each failed create destroyed its context once");
     EXPECT_OK(flux_store_destroy(t->s)); /* none of them left it grouped */
     teardown(d, NULL, 0);
+}
+
+/* Every refused group create sets *out to NULL (not only the first: each
+ * call here starts from a non-NULL *out), and "more than SIZE_MAX / 2" is
+ * refused from SIZE_MAX / 2 + 1 on, not only for (size_t)-1. */
+static void group_create_refusals_each_set_out_to_null(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    flux_dispatcher *other = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    tstore *o = make_store(other, 2, 1, false);
+    flux_store *one[1] = {t->s};
+    flux_store *mixed[2] = {t->s, o->s};
+    flux_store *with_null[2] = {NULL, t->s};
+    struct {
+        const char *what;
+        flux_store *const *stores;
+        size_t count;
+        flux_listener_fn fn;
+    } cases[] = {
+        {"count 0", one, 0, group_fn},
+        {"count SIZE_MAX / 2 + 1", one, SIZE_MAX / 2 + 1, group_fn},
+        {"stores NULL", NULL, 1, group_fn},
+        {"stores[0] NULL", with_null, 2, group_fn},
+        {"fn NULL", one, 1, NULL},
+        {"stores on two dispatchers", mixed, 2, group_fn},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        flux_store_group *g = (flux_store_group *)&g;
+        L.events.n = 0;
+        EXPECT_STATUS(flux_store_group_create(cases[i].stores, cases[i].count, cases[i].fn, gctx_new(),
+                                              group_destroy, &g),
+                      FLUX_ERR_INVALID_ARGUMENT);
+        is_ptr(g, NULL, "%s: *out is NULL", cases[i].what);
+        is_int(count_events(EV_GROUP_DESTROY), 1, "%s: the context was destroyed once", cases[i].what);
+    }
+    has_substr(flux_last_error(), "dispatcher", "the last refusal says why");
+    EXPECT_OK(flux_store_destroy(t->s)); /* no refused create left it grouped */
+    EXPECT_OK(flux_store_destroy(o->s));
+    REQUIRE(flux_dispatcher_destroy(other) == FLUX_OK);
+    teardown(d, NULL, 0);
+}
+
+/* "a group created during a dispatch first runs in the next one", made
+ * from a listener of its own store -- whose callback has run, so only the
+ * group's registration joining late keeps it out of this dispatch. */
+static void create_group_hook(lis *l)
+{
+    flux_store_group **out = l->user;
+    if (*out == NULL)
+        l->status = flux_store_group_create(&l->s, 1, group_fn, gctx_new(), group_destroy, out);
+}
+
+static void group_created_during_a_dispatch_first_runs_in_the_next_one(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    flux_store_group *group = NULL;
+    lis *l = listen(t->s, 1, create_group_hook);
+    l->user = &group;
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    EXPECT_OK(l->status);
+    is_int(count_events(EV_GROUP), 0, "the group did not run in the dispatch that created it");
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(count_events(EV_GROUP), 1, "it runs in the next one");
+    EXPECT_OK(flux_store_group_release(group));
+    l->hook = NULL;
+    teardown(d, &t, 1);
+}
+
+/* "the array is copied": what the caller's array holds after the create
+ * changes nothing -- the group still waits for, and holds, the stores it
+ * was given. */
+static void group_keeps_its_stores_when_the_callers_array_changes(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *a = make_store(d, 1, 1, false);
+    tstore *b = make_store(d, 2, 1, false);
+    flux_store *stores[1] = {a->s};
+    gctx g = {.magic = ALIVE};
+    g.a = a->s;
+    flux_store_group *group;
+    EXPECT_OK(flux_store_group_create(stores, 1, group_fn, &g, NULL, &group));
+    stores[0] = b->s;
+    EXPECT_OK(flux_store_destroy(b->s)); /* never in the group */
+    EXPECT_STATUS(flux_store_destroy(a->s), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(g.calls, 1, "the group ran");
+    is_int(g.a_changed, 1, "after the store it was given, which had changed");
+    EXPECT_OK(flux_store_group_release(group));
+    teardown(d, &a, 1);
 }
 
 static void group_does_not_run_when_a_store_fails(void)
@@ -1686,6 +1813,78 @@ static void listener_fail_again_replaces_the_value(void)
     teardown(d, &t, 1);
 }
 
+/* Value 0 is refused even inside a listener, and a refused call changes
+ * nothing: the listener is not failed and the emit goes on. */
+static void fail_with_zero_hook(lis *l)
+{
+    l->status = flux_store_listener_fail(flux_store_dispatcher(l->s), 0);
+}
+
+static void listener_fail_with_0_in_a_listener_fails_nothing(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    lis *zero = listen(t->s, 1, fail_with_zero_hook);
+    lis *next = listen(t->s, 2, NULL);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    is_int(zero->status, FLUX_ERR_INVALID_ARGUMENT, "listener_fail(d, 0) in a listener: INVALID_ARGUMENT");
+    is_int(next->calls, 1, "the emit went on");
+    zero->hook = NULL;
+    teardown(d, &t, 1);
+}
+
+/* The failure is noted per dispatcher, but only the dispatching thread may
+ * note it: another thread calling while a listener runs is refused, and
+ * the listener it might have failed is not. */
+typedef struct outsider {
+    flag running, called;
+    flux_dispatcher *d;
+    flux_status status;
+} outsider;
+
+static void wait_for_outsider_hook(lis *l)
+{
+    outsider *o = l->user;
+    flag_set(&o->running);
+    REQUIRE(flag_wait(&o->called, prompt_seconds()));
+}
+
+static void *outsider_thread(void *arg)
+{
+    outsider *o = arg;
+    REQUIRE(flag_wait(&o->running, prompt_seconds()));
+    o->status = flux_store_listener_fail(o->d, 5);
+    flag_set(&o->called);
+    return NULL;
+}
+
+static void listener_fail_from_another_thread_while_a_listener_runs_is_refused(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *t = make_store(d, 1, 1, false);
+    outsider o;
+    memset(&o, 0, sizeof o);
+    flag_init(&o.running);
+    flag_init(&o.called);
+    o.d = d;
+    o.status = (flux_status)-1;
+    lis *waiting = listen(t->s, 1, wait_for_outsider_hook);
+    waiting->user = &o;
+    lis *next = listen(t->s, 2, NULL);
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, outsider_thread, &o) == 0);
+    EXPECT_OK(flux_dispatch(d, "inc"));
+    pthread_join(th, NULL);
+    is_int(o.status, FLUX_ERR_NOT_DISPATCHING, "from another thread while a listener runs: NOT_DISPATCHING");
+    is_int(next->calls, 1, "the running listener was not failed: the emit went on");
+    waiting->hook = NULL;
+    flag_fini(&o.running);
+    flag_fini(&o.called);
+    teardown(d, &t, 1);
+}
+
 static void listener_fail_outside_a_listener_is_refused(void)
 {
     ledger_reset();
@@ -1762,6 +1961,9 @@ static void a_failing_group_function_fails_the_dispatch(void)
     EXPECT_OK(flux_store_group_create(stores, 1, group_fail_fn, &g, NULL, &group));
     EXPECT_STATUS(flux_dispatch(d, "inc"), FLUX_ERR_CALLBACK_FAILED);
     has_number(flux_last_error(), 6, "the error carries the group function's value");
+    /* flux_store_listener_fail(): "naming the store's token (for a group
+     * function, the group's)" -- not its store's. */
+    is_uint(flux_last_error_token(), flux_store_group_token(group), "and names the group's token");
     EXPECT_OK(g.a_status);
     EXPECT_OK(flux_store_group_release(group));
     teardown(d, &t, 1);
@@ -2675,9 +2877,13 @@ int main(void)
     RUN(dispatcher_destroyed_while_stores_exist_is_refused);
     RUN(group_release_when_idle_is_immediate);
     RUN(group_released_from_a_listener);
+    RUN(group_released_while_it_waits_for_its_stores_is_not_called);
     RUN(store_of_a_group_released_mid_dispatch_is_free_once_it_ends);
     RUN(store_destroy_cannot_destroy_its_dispatcher);
     RUN(group_bad_arguments_destroy_the_context);
+    RUN(group_create_refusals_each_set_out_to_null);
+    RUN(group_keeps_its_stores_when_the_callers_array_changes);
+    RUN(group_created_during_a_dispatch_first_runs_in_the_next_one);
     RUN(group_does_not_run_when_a_store_fails);
     RUN(another_store_waits_for_a_store_and_reads_its_new_state);
     RUN(null_arguments);
@@ -2685,6 +2891,8 @@ int main(void)
     RUN(a_failing_listener_stops_the_emit_and_fails_the_dispatch);
     RUN(is_emitting_exactly_while_the_listeners_run);
     RUN(listener_fail_outside_a_listener_is_refused);
+    RUN(listener_fail_with_0_in_a_listener_fails_nothing);
+    RUN(listener_fail_from_another_thread_while_a_listener_runs_is_refused);
     RUN(listener_fail_on_a_dispatcher_being_destroyed_is_invalid);
     RUN(listener_fail_from_what_a_listener_waits_for_fails_that_listener);
     RUN(listener_fail_again_replaces_the_value);
