@@ -268,8 +268,8 @@ FLUX_API flux_dispatcher *flux_dispatcher_create(void);
  * dispatcher. Destroying NULL is a harmless no-op that returns FLUX_OK.
  *
  * While it runs, destroy functions that call flux_register(),
- * flux_unregister(), flux_dispatch() or flux_dispatcher_destroy() on d get
- * FLUX_ERR_INVALID_ARGUMENT.
+ * flux_unregister(), flux_dispatch(), flux_dispatcher_close() or
+ * flux_dispatcher_destroy() on d get FLUX_ERR_INVALID_ARGUMENT.
  *
  * Allocates nothing, so it cannot run out of memory.
  *
@@ -278,8 +278,9 @@ FLUX_API flux_dispatcher *flux_dispatcher_create(void);
  *         a callback, or on another thread): nothing is changed, d stays valid.
  *         FLUX_ERR_INVALID_ARGUMENT from a destroy function run by this very
  *         call: d is already being destroyed, and the outer call frees it;
- *         or d still has stores or groups (see "Stores"): destroy them
- *         first. Nothing is changed.
+ *         from one run by flux_dispatcher_close(): that call still uses d,
+ *         so destroy it once the close has returned; or d still has stores
+ *         or groups (see "Stores"): destroy them first. Nothing is changed.
  * Threads: any thread, but no other call on d may be in flight or follow.
  */
 FLUX_API flux_status flux_dispatcher_destroy(flux_dispatcher *d);
@@ -295,13 +296,17 @@ FLUX_API flux_status flux_dispatcher_destroy(flux_dispatcher *d);
  * part of the callbacks. Every later call on d fails so, but
  * flux_is_dispatching() (0), flux_dispatcher_close() (FLUX_OK: closed
  * already, though another thread's close may still be releasing) and
- * flux_dispatcher_destroy(), which then frees it and nothing more.
+ * flux_dispatcher_destroy(), which then frees it and nothing more -- once
+ * this call has returned: from a destroy function it runs, d is still in
+ * use, and flux_dispatcher_destroy() fails with FLUX_ERR_INVALID_ARGUMENT.
  *
  * Allocates nothing, so it cannot run out of memory.
  *
  * @return FLUX_OK, and d is closed.
- *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or d still has stores or
- *         groups (see "Stores"): destroy them first. Nothing is changed.
+ *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed (a
+ *         call from a destroy function that flux_dispatcher_destroy() runs:
+ *         d does not stay valid); or d still has stores or groups (see
+ *         "Stores"): destroy them first. Nothing is changed.
  *         FLUX_ERR_ALREADY_DISPATCHING when a dispatch is running (from inside
  *         a callback, or on another thread): nothing is changed.
  * Threads: any thread; other calls on d may be in flight.

@@ -18,8 +18,8 @@ public func flux_dispatcher_create() -> OpaquePointer? {
 @_cdecl("flux_dispatcher_close")
 public func flux_dispatcher_close(_ handle: OpaquePointer?) -> Int32 {
     guard let handle else { return fail("flux_dispatcher_close", .invalidArgument, "the dispatcher is NULL") }
-    // Closed already (by this function, or being so by another call): done.
-    if handle.dispatcher.pointee.isClosed { return 0 }
+    // Closed already (by this function, or being so by another call).
+    if handle.dispatcher.pointee.isClosed { return closedAlready(handle) }
     return close(handle, as: .close)
 }
 
@@ -31,7 +31,7 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     // left. Closed otherwise, this is called from a destroy function that an
     // outer close runs (refused below), and that call frees it.
     let status =
-        handle.storeSide.pointee.closedByCall.load(ordering: .acquiring)
+        handle.storeSide.pointee.closedBy.load(ordering: .acquiring) == Closer.close.rawValue
         ? 0 : close(handle, as: .destroy)
     if status != 0 { return status }
     unregisterForFork(dispatcher)
@@ -40,14 +40,18 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     return 0
 }
 
-/// Which call closes the engine (see `close`).
-private enum Closer {
+/// Which call closes the engine (see `close`; `StoreSide.closedBy` keeps
+/// the raw value).
+private enum Closer: UInt8 {
     /// flux_dispatcher_close: a close another call made first counts as
-    /// done, and a close it finishes is recorded, so that destroy only frees.
-    case close
+    /// done (see `closedAlready`), and a close it finishes is recorded, so
+    /// that destroy only frees.
+    case close = 1
     /// flux_dispatcher_destroy, whose first half is the close: one another
     /// call made first is that call's (its error: the outer call frees).
-    case destroy
+    /// Recorded as the close becomes certain, before any destroy function
+    /// runs.
+    case destroy = 2
 
     var function: StaticString { self == .close ? "flux_dispatcher_close" : "flux_dispatcher_destroy" }
 }
@@ -76,12 +80,33 @@ private func close(_ handle: OpaquePointer, as closer: Closer) -> Int32 {
         return fail(function, dispatcher.pointee.isDispatching ? FluxError.closingWhileDispatching : error)
     }
     do {
-        try dispatcher.pointee.close(refusal: stillHasStores)
+        try dispatcher.pointee.close {
+            let refused = stillHasStores()
+            // Certain to close now: a destroy's close is noted before any
+            // destroy function can run.
+            if refused == nil && closer == .destroy {
+                handle.storeSide.pointee.closedBy.store(closer.rawValue, ordering: .releasing)
+            }
+            return refused
+        }
     } catch {
-        if closer == .close, dispatcher.pointee.isClosed, error.code == .invalidArgument { return 0 }
+        if closer == .close, dispatcher.pointee.isClosed, error.code == .invalidArgument {
+            return closedAlready(handle)
+        }
         return fail(function, error)
     }
-    if closer == .close { handle.storeSide.pointee.closedByCall.store(true, ordering: .releasing) }
+    if closer == .close { handle.storeSide.pointee.closedBy.store(closer.rawValue, ordering: .releasing) }
+    return 0
+}
+
+/// flux_dispatcher_close on a dispatcher another call closed: done --
+/// unless flux_dispatcher_destroy() closed it, from one of whose destroy
+/// functions this is called: the dispatcher is freed once that returns, and
+/// every call on it is refused (flux.h, "Ownership").
+private func closedAlready(_ handle: OpaquePointer) -> Int32 {
+    if handle.storeSide.pointee.closedBy.load(ordering: .acquiring) == Closer.destroy.rawValue {
+        return fail("flux_dispatcher_close", .invalidArgument, "the dispatcher is being destroyed")
+    }
     return 0
 }
 

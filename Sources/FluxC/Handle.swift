@@ -33,9 +33,13 @@ typealias CDispatcher = DispatchCore<CCallback>
 struct StoreSide: ~Copyable {
     /// Live stores and groups: flux_dispatcher_destroy refuses while any.
     let count = Atomic<Int>(0)
-    /// flux_dispatcher_close() closed the engine and finished releasing:
-    /// flux_dispatcher_destroy() has only to free.
-    let closedByCall = Atomic<Bool>(false)
+    /// Which call closed the engine (a `Closer`'s raw value; 0 until then):
+    /// flux_dispatcher_close(), noted once it finished releasing, so that
+    /// flux_dispatcher_destroy() has only to free; or
+    /// flux_dispatcher_destroy(), noted as its close becomes certain (before
+    /// any destroy function runs), so that a flux_dispatcher_close() from one
+    /// is refused: the dispatcher does not stay valid, as a close promises.
+    let closedBy = Atomic<UInt8>(0)
 }
 
 /// The listeners and group functions running on the dispatching thread

@@ -46,9 +46,11 @@ enum act { ACT_NONE, ACT_UNREGISTER_SELF, ACT_REMOVE_LISTENER_SELF, ACT_RELEASE_
  *   U 0 for a callback's token, 1 for a store's (refused whatever the
  *   thread); W 4: "one running on another thread"; I 1: "on any thread";
  *   X and S 3: "or on another thread"; M, H, F 4: only on the dispatching
- *   thread; e 1 only while A is inside the store's listener.
+ *   thread; e 1 only while A is inside the store's listener; K (close) 3:
+ *   "when a dispatch is running ... on another thread", and 1 once A's
+ *   dispatch is over but its call is not: the world's store keeps d open.
  */
-#define XT(U, e) "0 3 0 0 " U " 4 1 3 0 0 0 3 0 0 4 4 4 0 0 " e " 1 0 0 1"
+#define XT(U, e) "0 3 0 0 " U " 4 1 3 0 0 0 3 0 0 4 4 4 0 0 " e " 1 0 0 1 3"
 
 struct row {
     const char *name;
@@ -78,18 +80,18 @@ static const struct row rows[] = {
     /* Run right after the listener returns, inside the emit (flux.h,
      * flux_store_remove_listener()): still A's dispatch. */
     {"listener destroy of a listener removing itself", SITE_LISTENER_DESTROY, false, false,
-     "0 3 0 0 0 4 1 3 0 0 0 3 0 2 4 4 4 0 0 1 1 0 0 1", ACT_REMOVE_LISTENER_SELF, false},
+     "0 3 0 0 0 4 1 3 0 0 0 3 0 2 4 4 4 0 0 1 1 0 0 1 3", ACT_REMOVE_LISTENER_SELF, false},
     /* Destroys deferred to the dispatch's end run "outside the dispatch"
      * ("Ownership", set_observer): the dispatcher is idle, so B's calls act
      * as on an idle dispatcher -- flux_dispatch() does not wait. B's
      * flux_dispatcher_destroy() is not run: A's flux_dispatch() is still in
      * flight ("no other call on d may be in flight"). */
     {"registration destroy deferred to the dispatch's end", SITE_REG_DESTROY, false, false,
-     "0 0 0 0 2 4 0 - 0 0 0 1 0 0 4 4 4 0 0 0 1 0 0 1", ACT_UNREGISTER_SELF, true},
+     "0 0 0 0 2 4 0 - 0 0 0 1 0 0 4 4 4 0 0 0 1 0 0 1 1", ACT_UNREGISTER_SELF, true},
     {"group destroy deferred to the dispatch's end", SITE_GROUP_DESTROY, false, false,
-     "0 0 0 0 0 4 0 - 0 0 0 0 0 0 4 4 4 0 - 0 1 0 0 1", ACT_RELEASE_GROUP_SELF, true},
+     "0 0 0 0 0 4 0 - 0 0 0 0 0 0 4 4 4 0 - 0 1 0 0 1 1", ACT_RELEASE_GROUP_SELF, true},
     {"observer destroy deferred to the dispatch's end", SITE_OBSERVER_DESTROY, false, false,
-     "0 0 0 0 0 4 0 - 0 0 0 1 0 0 4 4 4 0 0 0 1 0 0 1", ACT_REPLACE_OBSERVER, true},
+     "0 0 0 0 0 4 0 - 0 0 0 1 0 0 4 4 4 0 0 0 1 0 0 1 1", ACT_REPLACE_OBSERVER, true},
 };
 
 enum { ROWS = sizeof rows / sizeof rows[0] };

@@ -715,6 +715,159 @@ static void test_close_refused_while_dispatching_or_with_stores(void)
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
 
+/* What a destroy function that flux_dispatcher_close() runs gets from d:
+ * the dispatcher is closed already, so close answers FLUX_OK and the rest
+ * FLUX_ERR_INVALID_ARGUMENT -- destroy too, which must not free d under the
+ * close still running it (ASan and valgrind would see that close go on in
+ * freed memory). */
+static struct closing_probe {
+    flux_dispatcher *d;
+    int runs;
+    flux_status close, destroy, dispatch, try_dispatch, enqueue, reg, unreg, observer;
+    int is_dispatching, done_runs, reg_destroyed, observer_destroyed;
+    flux_status done_status;
+    flux_token reg_token;
+} closing;
+
+static void closing_done(void *context, void *payload, flux_status status)
+{
+    (void)context;
+    (void)payload;
+    closing.done_runs++;
+    closing.done_status = status;
+}
+
+static void closing_count_reg(void *context) { (void)context; closing.reg_destroyed++; }
+static void closing_count_observer(void *context) { (void)context; closing.observer_destroyed++; }
+
+static void destroy_that_probes_the_closing_dispatcher(void *context)
+{
+    (void)context;
+    flux_dispatcher *d = closing.d;
+    static const flux_observer hooks = {FLUX_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL};
+    closing.runs++;
+    closing.close = flux_dispatcher_close(d);
+    closing.destroy = flux_dispatcher_destroy(d);
+    closing.dispatch = flux_dispatch(d, payload_a);
+    closing.try_dispatch = flux_try_dispatch(d, payload_a);
+    closing.enqueue = flux_enqueue(d, NULL, closing_done, NULL);
+    closing.reg_token = 55;
+    closing.reg = flux_register(d, noop_cb, NULL, closing_count_reg, &closing.reg_token);
+    closing.unreg = flux_unregister(d, 1);
+    closing.observer = flux_dispatcher_set_observer(d, &hooks, NULL, closing_count_observer);
+    closing.is_dispatching = flux_is_dispatching(d);
+}
+
+static void test_calls_from_a_destroy_that_close_runs(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    memset(&closing, 0, sizeof closing);
+    closing.d = d;
+    node a;
+    node_init(&a, 1, d, NULL);
+    EXPECT_OK(node_register(&a));
+    flux_token probe;
+    EXPECT_OK(flux_register(d, noop_cb, NULL, destroy_that_probes_the_closing_dispatcher, &probe));
+    EXPECT_OK(flux_dispatcher_close(d));
+    is_int(closing.runs, 1, "the probing destroy ran once");
+    is_int(a.destroyed, 1, "the other registration was released once");
+    EXPECT_OK(closing.close);
+    is_int(closing.destroy, FLUX_ERR_INVALID_ARGUMENT, "flux_dispatcher_destroy: refused, d not freed under the close");
+    is_int(closing.dispatch, FLUX_ERR_INVALID_ARGUMENT, "flux_dispatch: refused");
+    is_int(closing.try_dispatch, FLUX_ERR_INVALID_ARGUMENT, "flux_try_dispatch: refused");
+    is_int(closing.enqueue, FLUX_ERR_INVALID_ARGUMENT, "flux_enqueue: refused");
+    is_int(closing.done_runs, 1, "its done ran once");
+    is_int(closing.done_status, FLUX_ERR_INVALID_ARGUMENT, "with the refusal");
+    is_int(closing.reg, FLUX_ERR_INVALID_ARGUMENT, "flux_register: refused");
+    is_int(closing.reg_destroyed, 1, "its context destroyed at once");
+    is_uint(closing.reg_token, 0, "and *out_token set to 0");
+    is_int(closing.unreg, FLUX_ERR_INVALID_ARGUMENT, "flux_unregister: refused");
+    is_int(closing.observer, FLUX_ERR_INVALID_ARGUMENT, "flux_dispatcher_set_observer: refused");
+    is_int(closing.observer_destroyed, 1, "its context destroyed at once");
+    is_int(closing.is_dispatching, 0, "flux_is_dispatching: 0");
+    is_int(a.calls, 0, "no callback ran");
+    EXPECT_OK(flux_dispatcher_destroy(d)); /* the close has returned: this one frees it */
+    is_int(closing.runs + a.destroyed, 2, "nothing was destroyed again");
+}
+
+/* A done and an observer hook run while d is dispatching: close refuses
+ * there as from a callback, and nothing is released. */
+static flux_status close_from_done_status = (flux_status)-1, close_from_hook_status = (flux_status)-1;
+
+static void done_that_closes(void *context, void *payload, flux_status status)
+{
+    (void)payload;
+    (void)status;
+    close_from_done_status = flux_dispatcher_close(context);
+}
+
+static void hook_that_closes(void *context, const void *payload, flux_status status)
+{
+    (void)payload;
+    (void)status;
+    close_from_hook_status = flux_dispatcher_close(context);
+}
+
+static void test_close_refused_from_a_done_and_a_hook(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    node a;
+    node_init(&a, 1, d, NULL);
+    EXPECT_OK(node_register(&a));
+    EXPECT_OK(flux_enqueue(d, (void *)payload_a, done_that_closes, d));
+    is_int(close_from_done_status, FLUX_ERR_ALREADY_DISPATCHING, "close from a done is refused");
+    flux_observer hooks = {FLUX_OBSERVER_VERSION, NULL, hook_that_closes, NULL, NULL, NULL};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, d, NULL));
+    EXPECT_OK(flux_dispatch(d, payload_a));
+    is_int(close_from_hook_status, FLUX_ERR_ALREADY_DISPATCHING, "close from dispatch_end is refused");
+    is_int(a.destroyed, 0, "nothing was released");
+    EXPECT_OK(flux_dispatch(d, payload_b));
+    is_int(a.calls, 3, "the dispatcher still works");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(a.destroyed, 1, "and is destroyed as usual");
+}
+
+/* A destroy deferred to the end of a dispatch runs outside it, and may
+ * call any function -- close the dispatcher too, while the flux_dispatch()
+ * that ran it has not returned ("other calls on d may be in flight"). */
+static flux_status deferred_close_status = (flux_status)-1;
+static int deferred_close_runs;
+
+static void destroy_that_closes(void *context)
+{
+    deferred_close_runs++;
+    deferred_close_status = flux_dispatcher_close(((node *)context)->d);
+}
+
+static int unregister_self_hook(node *self, const void *p)
+{
+    (void)p;
+    return flux_unregister(self->d, self->token) == FLUX_OK ? 0 : 1;
+}
+
+static void test_close_from_a_destroy_deferred_to_the_dispatch_end(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    node a, b;
+    node_init(&a, 1, d, NULL);
+    node_init(&b, 2, d, NULL);
+    a.hook = unregister_self_hook;
+    EXPECT_OK(flux_register(d, node_cb, &a, destroy_that_closes, &a.token));
+    EXPECT_OK(node_register(&b));
+    EXPECT_OK(flux_dispatch(d, payload_a));
+    is_int(deferred_close_runs, 1, "the deferred destroy ran once");
+    is_int(deferred_close_status, FLUX_OK, "and closed the dispatcher, the dispatch being over");
+    is_int(b.calls, 1, "the dispatch ran whole");
+    is_int(b.destroyed, 1, "the close released the other registration once");
+    EXPECT_STATUS(flux_dispatch(d, payload_b), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(b.calls, 1, "later dispatches are refused");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(deferred_close_runs + b.destroyed, 2, "nothing was destroyed again");
+}
+
 /* A dispatch waiting for another thread's as close runs: it runs whole
  * before the close (which is refused meanwhile) or is refused -- never with
  * some callbacks released. Both orders happen; each round checks which. */
@@ -871,6 +1024,9 @@ int main(void)
     RUN(test_try_dispatch);
     RUN(test_close_releases_everything_and_refuses_later_calls);
     RUN(test_close_refused_while_dispatching_or_with_stores);
+    RUN(test_calls_from_a_destroy_that_close_runs);
+    RUN(test_close_refused_from_a_done_and_a_hook);
+    RUN(test_close_from_a_destroy_deferred_to_the_dispatch_end);
     RUN(test_close_as_a_dispatch_waits_never_runs_part_of_it);
     RUN(test_close_racing_a_store_creation_never_frees_it_under_its_creator);
     RUN(test_version);

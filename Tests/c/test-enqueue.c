@@ -25,6 +25,7 @@ typedef struct recorder {
     flux_status destroy_from_done[64];
     flux_status wait_from_done[64];
     char done_error[64][160];
+    flux_token done_token[64]; /* flux_last_error_token() in a failed done */
     void *done_context[64];  /* the context the last done of that id got */
 } recorder;
 
@@ -45,6 +46,7 @@ static void done_fn(void *context, void *payload, flux_status status)
     rec.done_status[id] = status;
     rec.done_dispatching[id] = flux_is_dispatching(rec.d);
     snprintf(rec.done_error[id], sizeof rec.done_error[id], "%s", status ? flux_last_error() : "");
+    rec.done_token[id] = status ? flux_last_error_token() : 0;
     trace_push(&rec.log, status == FLUX_OK ? -(1000 + id) : -(2000 + id));
 }
 
@@ -287,6 +289,22 @@ static void test_done_sees_a_dispatching_dispatcher(void)
     EXPECT_OK(flux_dispatcher_destroy(rec.d));
 }
 
+/* flux_try_dispatch() runs what its callbacks queued, as flux_dispatch()
+ * does, before it returns. */
+static void test_try_dispatch_runs_the_queue(void)
+{
+    recorder_init();
+    logger a, b;
+    add_logger(&a, 1);
+    add_logger(&b, 2);
+    a.enqueue_next_until = 3;
+    EXPECT_OK(flux_try_dispatch(rec.d, &items[1]));
+    is_trace(&rec.log, INTS(101, 102, 201, 202, -1002, 301, 302, -1003),
+             "each queued payload dispatched in order, done after each, before flux_try_dispatch returned");
+    ok(!flux_is_dispatching(rec.d), "idle once the queue drained");
+    EXPECT_OK(flux_dispatcher_destroy(rec.d));
+}
+
 /* ---- failures ---------------------------------------------------------- */
 
 static void test_failing_queued_dispatch_does_not_stop_the_queue(void)
@@ -302,6 +320,7 @@ static void test_failing_queued_dispatch_does_not_stop_the_queue(void)
              "payload 2 failed and was aborted; 3 and 4 still ran");
     is_int(rec.done_status[2], FLUX_ERR_CALLBACK_FAILED, "done(2) got FLUX_ERR_CALLBACK_FAILED");
     has_substr(rec.done_error[2], "returned 1", "flux_last_error() in done describes the failure");
+    is_uint(rec.done_token[2], a.token, "and flux_last_error_token() names the callback that failed");
     is_int(rec.done_status[3], FLUX_OK, "done(3) got FLUX_OK");
     flux_dispatcher_destroy(rec.d);
 }
@@ -682,6 +701,7 @@ int main(void)
     RUN(test_wait_for_works_in_queued_dispatches);
     RUN(test_callback_registered_meanwhile_takes_part);
     RUN(test_done_sees_a_dispatching_dispatcher);
+    RUN(test_try_dispatch_runs_the_queue);
     RUN(test_failing_queued_dispatch_does_not_stop_the_queue);
     RUN(test_success_that_ran_a_failure_leaves_last_error);
     RUN(test_outer_failure_is_returned_and_the_queue_still_runs);

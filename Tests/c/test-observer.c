@@ -538,6 +538,212 @@ static void test_clearing_with_a_null_context_runs_destroy(void)
     is_int(null_destroyed, 3, "NULL dispatcher: destroy(NULL) ran once, at once");
 }
 
+/* ---- hooks that change the registrations -------------------------------- */
+
+/* Hooks run on the dispatching thread, so flux_unregister() from one acts as
+ * from a callback: the callback is not called later in that dispatch. A
+ * wait_for hook that unregisters the token waited for makes the wait see an
+ * unregistered token (FLUX_ERR_UNKNOWN_TOKEN) and run nothing; a callback
+ * registered from a hook first runs in the next dispatch. */
+typedef struct changing_hooks {
+    events ev;
+    flux_dispatcher *d;
+    flux_token begin_victim, end_victim, wait_victim, end_after;
+    flux_status statuses[3];
+    node late;
+    flux_status late_status;
+} changing_hooks;
+
+static void ch_dispatch_begin(void *c, const void *payload)
+{
+    changing_hooks *h = c;
+    on_dispatch_begin(&h->ev, payload);
+    if (*(const int *)payload != 1)
+        return;
+    h->statuses[0] = flux_unregister(h->d, h->begin_victim);
+    h->late_status = node_register(&h->late);
+}
+static void ch_callback_end(void *c, flux_token t, int result)
+{
+    changing_hooks *h = c;
+    on_callback_end(&h->ev, t, result);
+    if (t == h->end_after)
+        h->statuses[1] = flux_unregister(h->d, h->end_victim);
+}
+static void ch_wait_for(void *c, flux_token waiter, const flux_token *tokens, size_t count)
+{
+    changing_hooks *h = c;
+    on_wait_for(&h->ev, waiter, tokens, count);
+    h->statuses[2] = flux_unregister(h->d, h->wait_victim);
+}
+static void ch_callback_begin(void *c, flux_token t) { on_callback_begin(&((changing_hooks *)c)->ev, t); }
+static void ch_dispatch_end(void *c, const void *payload, flux_status status)
+{
+    on_dispatch_end(&((changing_hooks *)c)->ev, payload, status);
+}
+
+static void test_hooks_that_change_the_registrations(void)
+{
+    static const flux_observer changing = {
+        FLUX_OBSERVER_VERSION, ch_dispatch_begin, ch_dispatch_end,
+        ch_callback_begin, ch_callback_end, ch_wait_for,
+    };
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    node n[5];
+    for (int i = 0; i < 5; i++) {
+        node_init(&n[i], i + 1, d, NULL);
+        REQUIRE(node_register(&n[i]) == FLUX_OK);
+    }
+    changing_hooks h;
+    memset(&h, 0, sizeof h);
+    h.d = d;
+    h.begin_victim = n[0].token; /* gone before the loop starts */
+    h.end_after = n[1].token;    /* 2's end unregisters 3 */
+    h.end_victim = n[2].token;
+    h.wait_victim = n[4].token;  /* 4 waits for 5, whose wait_for hook unregisters 5 */
+    node_wait_on(&n[3], 1, &n[4].token);
+    node_init(&h.late, 6, d, NULL);
+    EXPECT_OK(flux_dispatcher_set_observer(d, &changing, &h, NULL));
+    EXPECT_OK(flux_dispatch(d, &one));
+    EXPECT_OK(h.statuses[0]);
+    EXPECT_OK(h.statuses[1]);
+    EXPECT_OK(h.statuses[2]);
+    EXPECT_OK(h.late_status);
+    is_int(n[0].calls, 0, "unregistered by dispatch_begin: not called");
+    is_int(n[1].calls, 1, "2 ran");
+    is_int(n[2].calls, 0, "unregistered by 2's callback_end: not called");
+    is_int(n[3].wait_status, FLUX_ERR_UNKNOWN_TOKEN, "4's wait sees 5 unregistered by the wait_for hook");
+    is_int(n[4].calls, 0, "so 5 never ran");
+    is_int(h.late.calls, 0, "registered by dispatch_begin: not in this dispatch");
+    is_str(h.ev.text, "D1 b2 e2=0 b4 w4[5] e4=0 E=0", "the events of what ran");
+    EXPECT_OK(flux_dispatch(d, &two));
+    is_int(h.late.calls, 1, "it runs in the next");
+    is_int(n[3].calls, 2, "4 goes on");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    for (int i = 0; i < 5; i++)
+        is_int(n[i].destroyed, 1, "context %d destroyed once", i + 1);
+    is_int(h.late.destroyed, 1, "the late one too");
+}
+
+/* ---- the hooks are copied ------------------------------------------------ */
+
+static void test_hooks_are_copied(void)
+{
+    node n[3];
+    flux_dispatcher *d = three(n);
+    events ev = {0};
+    flux_observer mine = {FLUX_OBSERVER_VERSION, on_dispatch_begin, on_dispatch_end, NULL, NULL, NULL};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &mine, &ev, on_destroy));
+    /* The caller's struct changes, or goes: the set observer does not. */
+    memset(&mine, 0, sizeof mine);
+    mine.version = 99;
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_str(ev.text, "D1 E=0", "the hooks as they were when set are called");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(ev.destroyed, 1, "destroyed once, with the dispatcher");
+}
+
+/* ---- several changes in one dispatch ------------------------------------- */
+
+/* Set A, then B, then clear, then C, all from one callback: the running
+ * dispatch keeps its observer; A and B, never installed, are destroyed
+ * exactly once, after the call, like the running one; C reports next. */
+static events *changes[3];
+static int destroyed_inside;
+
+static int changing_cb(void *ctx, const void *payload)
+{
+    flux_dispatcher *d = ctx;
+    if (*(const int *)payload != 1)
+        return 0;
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, changes[0], on_destroy));
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, changes[1], on_destroy));
+    EXPECT_OK(flux_dispatcher_set_observer(d, NULL, NULL, NULL));
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, changes[2], on_destroy));
+    destroyed_inside = changes[0]->destroyed + changes[1]->destroyed + changes[2]->destroyed;
+    return 0;
+}
+
+static void test_several_changes_in_one_dispatch(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    events running = {0}, a = {0}, b = {0}, c = {0};
+    changes[0] = &a;
+    changes[1] = &b;
+    changes[2] = &c;
+    destroyed_inside = -1;
+    flux_token t;
+    EXPECT_OK(flux_register(d, changing_cb, d, NULL, &t));
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &running, on_destroy));
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_int(destroyed_inside, 0, "no replaced context is destroyed inside the dispatch");
+    is_str(running.text, "D1 b1 e1=0 E=0", "the running dispatch kept its observer");
+    is_int(running.destroyed, 1, "the running one was destroyed once the call returned");
+    is_int(a.destroyed, 1, "A, replaced before it was ever installed, was destroyed once");
+    is_int(b.destroyed, 1, "B, cleared before it was ever installed, was destroyed once");
+    is_int(c.destroyed, 0, "C, the last set, is live");
+    is_str(a.text, "", "A saw nothing");
+    is_str(b.text, "", "B saw nothing");
+    EXPECT_OK(flux_dispatch(d, &two));
+    is_str(c.text, "D2 b1 e1=0 E=0", "the next dispatch reports to C");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(a.destroyed + b.destroyed + c.destroyed + running.destroyed, 4, "each exactly once");
+}
+
+/* ---- a wait refused for its arguments reports nothing --------------------- */
+
+static flux_status bad_wait[3];
+
+static int bad_waits_cb(void *ctx, const void *payload)
+{
+    (void)payload;
+    flux_dispatcher *d = ctx;
+    flux_token t = 2;
+    bad_wait[0] = flux_wait_for(d, NULL, 2);
+    bad_wait[1] = flux_wait_for(d, &t, (size_t)-1);
+    bad_wait[2] = flux_wait_for(d, &t, SIZE_MAX / 2 + 1); /* the first count refused */
+    return 0;
+}
+
+static void test_a_wait_refused_for_its_arguments_reports_nothing(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_token t;
+    EXPECT_OK(flux_register(d, bad_waits_cb, d, NULL, &t));
+    node n;
+    node_init(&n, 2, d, NULL);
+    EXPECT_OK(node_register(&n));
+    events ev = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &ev, NULL));
+    EXPECT_OK(flux_dispatch(d, &one));
+    is_int(bad_wait[0], FLUX_ERR_INVALID_ARGUMENT, "NULL tokens with a count: refused");
+    is_int(bad_wait[1], FLUX_ERR_INVALID_ARGUMENT, "a count of SIZE_MAX: refused");
+    is_int(bad_wait[2], FLUX_ERR_INVALID_ARGUMENT, "a count of SIZE_MAX / 2 + 1: refused");
+    is_str(ev.text, "D1 b1 e1=0 b2 e2=0 E=0", "none is reported, and token 2 ran in its turn");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
+/* ---- flux_dispatcher_close() clears the observer -------------------------- */
+
+static void test_close_clears_the_observer_once(void)
+{
+    node n[3];
+    flux_dispatcher *d = three(n);
+    events ev = {0}, late = {0};
+    EXPECT_OK(flux_dispatcher_set_observer(d, &hooks, &ev, on_destroy));
+    EXPECT_OK(flux_dispatcher_close(d));
+    is_int(ev.destroyed, 1, "close destroyed the observer's context once");
+    EXPECT_STATUS(flux_dispatch(d, &one), FLUX_ERR_INVALID_ARGUMENT);
+    is_str(ev.text, "", "the refused dispatch reported nothing");
+    EXPECT_STATUS(flux_dispatcher_set_observer(d, &hooks, &late, on_destroy), FLUX_ERR_INVALID_ARGUMENT);
+    is_int(late.destroyed, 1, "a closed dispatcher refuses an observer and destroys its context at once");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(ev.destroyed + late.destroyed, 2, "freeing it destroys neither again");
+}
+
 int main(void)
 {
     tap_init();
@@ -553,5 +759,10 @@ int main(void)
     RUN(test_wait_for_from_a_hook_is_refused);
     RUN(test_a_callback_unregistered_by_its_begin_hook_does_not_run);
     RUN(test_clearing_with_a_null_context_runs_destroy);
+    RUN(test_hooks_that_change_the_registrations);
+    RUN(test_hooks_are_copied);
+    RUN(test_several_changes_in_one_dispatch);
+    RUN(test_a_wait_refused_for_its_arguments_reports_nothing);
+    RUN(test_close_clears_the_observer_once);
     return tap_done();
 }

@@ -380,6 +380,48 @@ static bool destroy_check(world *w, char *why, size_t size)
     return w->status == FLUX_OK;
 }
 
+/* ---- flux_dispatcher_close ----------------------------------------------- */
+
+/* flux.h: "Allocates nothing, so it cannot run out of memory" -- with an
+ * observer to clear too. */
+static void close_setup(world *w)
+{
+    setup_dispatcher(w, 8);
+    static const flux_observer hooks = {FLUX_OBSERVER_VERSION, NULL, NULL, NULL, NULL, NULL};
+    REQUIRE(flux_dispatcher_set_observer(w->d, &hooks, &w->extra, count_destroy) == FLUX_OK);
+}
+
+static flux_status close_run(world *w) { return flux_dispatcher_close(w->d); }
+
+static bool close_check(world *w, char *why, size_t size)
+{
+    if (w->extra.destroyed != 1) {
+        snprintf(why, size, "the observer's context destroyed %d times", w->extra.destroyed);
+        return false;
+    }
+    return destroy_check(w, why, size);
+}
+
+/* ---- flux_unregister, idle ------------------------------------------------ */
+
+/* flux.h: "With no dispatch running, a call that succeeds allocates nothing." */
+static void unregister_idle_setup(world *w)
+{
+    setup_dispatcher(w, 8);
+    REQUIRE(flux_register(w->d, count_cb, &w->extra, count_destroy, &w->extra_token) == FLUX_OK);
+}
+
+static flux_status unregister_idle_run(world *w) { return flux_unregister(w->d, w->extra_token); }
+
+static bool unregister_idle_check(world *w, char *why, size_t size)
+{
+    if (w->status != FLUX_OK || w->extra.destroyed != 1) {
+        snprintf(why, size, "status %d, the context destroyed %d times", (int)w->status, w->extra.destroyed);
+        return false;
+    }
+    return dispatcher_usable(w, false, why, size);
+}
+
 /* ---- flux_unregister, during a dispatch ---------------------------------- */
 
 /* The first callback unregisters the second, armed, while the dispatch runs. */
@@ -962,6 +1004,71 @@ static void observer_teardown(world *w)
     REQUIRE(w->extra.destroyed == 1);
 }
 
+/* ---- an observer change refused during a dispatch ------------------------ */
+
+/* flux.h: set during a dispatch with no memory to note the change, the call
+ * fails with FLUX_ERR_NO_MEMORY: "the running call keeps its observer, and
+ * the one set before, if any, stays pending" -- and the refused context is
+ * destroyed at once. Four changes fill the room the first one reserves; the
+ * fifth must grow it, and that allocation is made to fail. */
+enum { PENDING_SETS = 5 };
+#if OOM_INTERPOSE
+static counter pending_ctx[PENDING_SETS], running_ctx;
+static flux_status pending_status[PENDING_SETS];
+static int pending_destroyed_inside;
+
+static int sets_observers_cb(void *context, const void *payload)
+{
+    flux_dispatcher *d = context;
+    if (payload != NULL)
+        return 0;
+    for (int i = 0; i < PENDING_SETS; i++) {
+        if (i == PENDING_SETS - 1)
+            arm(1, true);
+        pending_status[i] = flux_dispatcher_set_observer(d, &counting_hooks, &pending_ctx[i], count_destroy);
+        disarm();
+    }
+    pending_destroyed_inside = 0;
+    for (int i = 0; i < PENDING_SETS - 1; i++)
+        pending_destroyed_inside += pending_ctx[i].destroyed;
+    return 0;
+}
+#endif
+
+static void test_a_refused_observer_change_keeps_the_pending_one(void)
+{
+#if OOM_INTERPOSE
+    memset(pending_ctx, 0, sizeof pending_ctx);
+    memset(&running_ctx, 0, sizeof running_ctx);
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    flux_token t;
+    REQUIRE(flux_register(d, sets_observers_cb, d, NULL, &t) == FLUX_OK);
+    REQUIRE(flux_dispatcher_set_observer(d, &counting_hooks, &running_ctx, count_destroy) == FLUX_OK);
+    EXPECT_OK(flux_dispatch(d, NULL));
+    for (int i = 0; i < PENDING_SETS - 1; i++)
+        EXPECT_OK(pending_status[i]);
+    is_int(pending_status[PENDING_SETS - 1], FLUX_ERR_NO_MEMORY, "the change that needed memory was refused");
+    is_int(pending_ctx[PENDING_SETS - 1].destroyed, 1, "its context was destroyed at once");
+    is_int(pending_destroyed_inside, 0, "no replaced context was destroyed inside the dispatch");
+    is_int(running_ctx.calls, 1, "the running call kept its observer");
+    is_int(running_ctx.destroyed, 1, "which was destroyed once the call returned");
+    for (int i = 0; i < PENDING_SETS - 2; i++)
+        is_int(pending_ctx[i].destroyed, 1, "replaced pending observer %d destroyed once", i + 1);
+    is_int(pending_ctx[PENDING_SETS - 2].destroyed, 0, "the one set before the refusal is live");
+    EXPECT_OK(flux_dispatch(d, &t));
+    is_int(pending_ctx[PENDING_SETS - 2].calls, 1, "and the next dispatch reports to it");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    is_int(pending_ctx[PENDING_SETS - 2].destroyed, 1, "destroyed once, with the dispatcher");
+    int total = running_ctx.destroyed;
+    for (int i = 0; i < PENDING_SETS; i++)
+        total += pending_ctx[i].destroyed;
+    is_int(total, PENDING_SETS + 1, "every context destroyed exactly once");
+#else
+    ok(1, "skipped: a sanitizer replaces the allocator");
+#endif
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 /* (Unused when a sanitizer owns the allocator and the test skips.) */
@@ -974,6 +1081,9 @@ __attribute__((unused)) static const scenario scenarios[] = {
     {"flux_unregister (during a dispatch)", unregister_during_setup, unregister_during_run, unregister_check,
      unregister_teardown, true},
     {"flux_dispatcher_destroy", register_setup, destroy_run, destroy_check, teardown_dispatcher, false},
+    {"flux_dispatcher_close", close_setup, close_run, close_check, teardown_dispatcher, false},
+    {"flux_unregister (idle)", unregister_idle_setup, unregister_idle_run, unregister_idle_check,
+     teardown_dispatcher, false},
     {"flux_closure_create", closure_setup, closure_run, closure_check, closure_teardown, true},
     {"flux_enqueue (during a dispatch, growing the queue)", enqueue_during_setup, enqueue_during_run, enqueue_check,
      teardown_dispatcher, true},
@@ -1225,6 +1335,7 @@ int main(void)
     }
     RUN(test_every_allocation_fails_in_turn);
     RUN(test_a_refused_payloads_done_cannot_wait);
+    RUN(test_a_refused_observer_change_keeps_the_pending_one);
     RUN(test_an_observed_wait_allocates_nothing);
     RUN(test_a_wait_that_cannot_be_noted_is_refused);
     RUN(test_a_callback_failing_out_of_memory);

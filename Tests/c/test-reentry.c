@@ -60,7 +60,7 @@ enum failing {
  *   o clear observer  C store_create  S store_destroy(own)  A add_listener
  *   r remove_listener  M emit_change  H has_changed  F listener_fail
  *   G group_create  g group_release(own)  e is_emitting  q readers
- *   c closure  n dispatcher_create  v errors/version
+ *   c closure  n dispatcher_create  v errors/version  K dispatcher_close
  *
  * "Own token": the callback's or closure's for those, the store's for the
  * store's user code and the group's function (flux_unregister() refuses a
@@ -75,27 +75,28 @@ struct row {
 };
 
 /* Inside a dispatch, on its thread ("Threading", "Stores", "Observer"). */
-#define IN_CALLBACK   "3 3 0 0 0 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1"
+#define IN_CALLBACK   "3 3 0 0 0 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1 3"
 /* An observer hook or a done: like a callback, but no wait ("Observer"). */
-#define IN_HOOK       "3 3 0 0 0 4 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1"
-/* Outside any dispatch, with the world's store and group alive. */
-#define IDLE(U, S, r, g) "0 0 0 0 " U " 4 0 1 0 0 0 " S " 0 " r " 4 4 4 0 " g " 0 1 0 0 1"
+#define IN_HOOK       "3 3 0 0 0 4 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1 3"
+/* Outside any dispatch, with the world's store and group alive (so K, close,
+ * is refused: "d still has stores or groups"). */
+#define IDLE(U, S, r, g) "0 0 0 0 " U " 4 0 1 0 0 0 " S " 0 " r " 4 4 4 0 " g " 0 1 0 0 1 1"
 /* While flux_store_destroy() runs the store's releases ("Ownership"). */
-#define IN_STORE_DESTROY "0 0 0 0 2 4 0 1 0 0 0 1 1 2 4 4 4 1 - 0 1 0 0 1"
+#define IN_STORE_DESTROY "0 0 0 0 2 4 0 1 0 0 0 1 1 2 4 4 4 1 - 0 1 0 0 1 1"
 
 static const struct row rows[] = {
     {"callback", SITE_CALLBACK, T_DISPATCH, IN_CALLBACK, FAIL_NONE},
     {"closure handler registered as a callback", SITE_CLOSURE, T_DISPATCH, IN_CALLBACK, FAIL_NONE},
     /* The store's callback is running: a wait for it is circular; only the
      * reduce may emit; only a listener or group function may fail itself. */
-    {"reduce", SITE_REDUCE, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 0 0 4 0 0 0 1 0 0 1", FAIL_NONE},
-    {"equal", SITE_EQUAL, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1", FAIL_NONE},
+    {"reduce", SITE_REDUCE, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 0 0 4 0 0 0 1 0 0 1 3", FAIL_NONE},
+    {"equal", SITE_EQUAL, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1 3", FAIL_NONE},
     {"release_state in a dispatch", SITE_RELEASE, T_DISPATCH,
-     "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1", FAIL_NONE},
-    {"listener", SITE_LISTENER, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 0 0 0 1 1 0 0 1", FAIL_NONE},
+     "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 4 0 0 0 1 0 0 1 3", FAIL_NONE},
+    {"listener", SITE_LISTENER, T_DISPATCH, "3 3 0 0 1 5 1 3 0 0 0 3 0 0 4 0 0 0 0 1 1 0 0 1 3", FAIL_NONE},
     /* The group waits for the store, which has finished: waiting again is
      * a no-op. */
-    {"group function", SITE_GROUP, T_DISPATCH, "3 3 0 0 1 0 1 3 0 0 0 3 0 0 4 0 0 0 0 0 1 0 0 1", FAIL_NONE},
+    {"group function", SITE_GROUP, T_DISPATCH, "3 3 0 0 1 0 1 3 0 0 0 3 0 0 4 0 0 0 0 0 1 0 0 1 3", FAIL_NONE},
     {"observer dispatch_begin", SITE_DISPATCH_BEGIN, T_DISPATCH, IN_HOOK, FAIL_NONE},
     {"observer callback_begin", SITE_CALLBACK_BEGIN, T_DISPATCH, IN_HOOK, FAIL_NONE},
     {"observer callback_end", SITE_CALLBACK_END, T_DISPATCH, IN_HOOK, FAIL_NONE},
@@ -107,14 +108,16 @@ static const struct row rows[] = {
     {"registration destroy deferred to the dispatch's end", SITE_REG_DESTROY, T_UNREGISTER_SELF,
      IDLE("2", "1", "0", "0"), FAIL_NONE},
     /* "calls on the dispatcher being destroyed fail with
-     * FLUX_ERR_INVALID_ARGUMENT"; its store and group are gone already. */
+     * FLUX_ERR_INVALID_ARGUMENT"; its store and group are gone already.
+     * flux_dispatcher_close() too: it answered FLUX_OK ("closed already"),
+     * promising a d that stays valid, which the outer destroy then frees. */
     {"registration destroy in flux_dispatcher_destroy", SITE_REG_DESTROY, T_DISPATCHER_DESTROY,
-     "1 1 1 1 1 1 - 1 1 1 1 - - - - - 1 - - - - 0 0 1", FAIL_NONE},
+     "1 1 1 1 1 1 - 1 1 1 1 - - - - - 1 - - - - 0 0 1 1", FAIL_NONE},
     {"listener destroy on remove", SITE_LISTENER_DESTROY, T_REMOVE_LISTENER,
      IDLE("1", "1", "2", "0"), FAIL_NONE},
     /* Run right after the listener returns, still inside the emit. */
     {"listener destroy of a listener removing itself", SITE_LISTENER_DESTROY,
-     T_REMOVE_LISTENER_SELF, "3 3 0 0 1 5 1 3 0 0 0 3 0 2 4 0 4 0 0 - 1 0 0 1", FAIL_NONE},
+     T_REMOVE_LISTENER_SELF, "3 3 0 0 1 5 1 3 0 0 0 3 0 2 4 0 4 0 0 - 1 0 0 1 3", FAIL_NONE},
     {"listener destroy in flux_store_destroy", SITE_LISTENER_DESTROY, T_STORE_DESTROY,
      IN_STORE_DESTROY, FAIL_NONE},
     {"release_state in flux_store_destroy", SITE_RELEASE, T_STORE_DESTROY, IN_STORE_DESTROY, FAIL_NONE},

@@ -1021,6 +1021,41 @@ static void test_first_errors_on_two_threads_at_once(void)
     }
 }
 
+/* flux_dispatcher_close() from another thread while a dispatch is held
+ * open: refused at once with FLUX_ERR_ALREADY_DISPATCHING, never waiting
+ * for it, and nothing changed -- no context destroyed, the dispatch runs
+ * whole, and the dispatcher works and closes afterwards. */
+static void test_close_from_another_thread_during_a_dispatch_is_refused(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    blocker a;
+    tctx b;
+    blocker_init(&a, 1, NULL);
+    tctx_init(&b, 2, NULL);
+    flux_token ta, tb;
+    EXPECT_OK(flux_register(d, blocker_cb, &a, blocker_destroy, &ta));
+    EXPECT_OK(flux_register(d, tctx_cb, &b, tctx_destroy, &tb));
+    dispatch_job j;
+    dispatch_job_start(&j, d, &payload_ids[1]);
+    REQUIRE(flag_wait(&a.entered, prompt_seconds()));
+    /* This thread is not the dispatching one: the call returns (a call that
+     * waited for the held dispatch would hang until the watchdog). */
+    EXPECT_STATUS(flux_dispatcher_close(d), FLUX_ERR_ALREADY_DISPATCHING);
+    EXPECT_STATUS(flux_dispatcher_destroy(d), FLUX_ERR_ALREADY_DISPATCHING);
+    is_int(atomic_load(&a.destroyed) + atomic_load(&b.destroyed), 0, "no context was destroyed");
+    flag_set(&a.release);
+    dispatch_job_join(&j);
+    is_int(j.status, FLUX_OK, "the held dispatch finished");
+    is_int(atomic_load(&b.calls), 1, "whole: the callback after the held one ran");
+    EXPECT_OK(flux_dispatch(d, &payload_ids[2]));
+    is_int(atomic_load(&a.calls) + atomic_load(&b.calls), 4, "the dispatcher still works");
+    EXPECT_OK(flux_dispatcher_close(d));
+    is_int(atomic_load(&a.destroyed) + atomic_load(&b.destroyed), 2, "then closes, destroying each once");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+    blocker_fini(&a);
+}
+
 int main(void)
 {
     tap_init();
@@ -1034,6 +1069,7 @@ int main(void)
     RUN(test_signals_do_not_end_a_waiting_dispatch);
     RUN(test_library_leaves_signals_alone);
     RUN(test_other_threads_during_dispatch);
+    RUN(test_close_from_another_thread_during_a_dispatch_is_refused);
     RUN(test_wait_for_from_other_thread);
     RUN(test_other_dispatcher_not_blocked);
     RUN(test_dispatchers_dispatching_each_other_do_not_deadlock);

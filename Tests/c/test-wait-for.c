@@ -702,6 +702,55 @@ static int wait_on_c_after(node *self, const void *p)
     return 0;
 }
 
+/* flux.h: once the dispatch is being aborted, FLUX_ERR_CALLBACK_FAILED comes
+ * before any token error -- the callback learns the dispatch failed, not
+ * that it asked for a bad token. */
+static struct after_abort {
+    flux_status unknown, zero, self, several, many_self;
+    flux_token unknown_token, self_token;
+} after_abort;
+
+static int waits_bad_tokens_after_abort(node *self, const void *p)
+{
+    (void)p;
+    flux_token unknown = 999, zero = 0, several[2] = {self->waits[0], 999};
+    flux_token selves[2] = {self->token, self->token};
+    after_abort.unknown = flux_wait_for(self->d, &unknown, 1);
+    after_abort.unknown_token = flux_last_error_token();
+    after_abort.zero = flux_wait_for(self->d, &zero, 1);
+    after_abort.self = flux_wait_for(self->d, &self->token, 1);
+    after_abort.self_token = flux_last_error_token();
+    after_abort.several = flux_wait_for(self->d, several, 2);
+    after_abort.many_self = flux_wait_for(self->d, selves, 2);
+    return 0;
+}
+
+static void test_after_an_abort_the_failure_comes_before_token_errors(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    pad_tokens(d, 3);
+    node a, b;
+    node_init(&a, 1, d, NULL);
+    node_init(&b, 2, d, NULL);
+    EXPECT_OK(node_register(&a));
+    EXPECT_OK(node_register(&b));
+    node_wait_on(&a, 1, &b.token);
+    b.fail_times = 1;
+    a.hook = waits_bad_tokens_after_abort;
+    memset(&after_abort, 0, sizeof after_abort);
+    EXPECT_STATUS(flux_dispatch(d, payload), FLUX_ERR_CALLBACK_FAILED);
+    is_int(a.wait_status, FLUX_ERR_CALLBACK_FAILED, "the wait that ran the failing callback");
+    is_int(after_abort.unknown, FLUX_ERR_CALLBACK_FAILED, "then an unknown token: the failure, not UNKNOWN_TOKEN");
+    is_uint(after_abort.unknown_token, b.token, "naming the callback that failed");
+    is_int(after_abort.zero, FLUX_ERR_CALLBACK_FAILED, "token 0: the failure");
+    is_int(after_abort.self, FLUX_ERR_CALLBACK_FAILED, "the waiter itself: the failure, not CIRCULAR");
+    is_uint(after_abort.self_token, b.token, "naming the callback that failed");
+    is_int(after_abort.several, FLUX_ERR_CALLBACK_FAILED, "several tokens, one unknown: the failure");
+    is_int(after_abort.many_self, FLUX_ERR_CALLBACK_FAILED, "several tokens, circular: the failure");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 static void test_failure_inside_waited_callback(void)
 {
     flux_dispatcher *d = flux_dispatcher_create();
@@ -829,6 +878,7 @@ int main(void)
     RUN(test_wait_for_other_dispatcher);
     RUN(test_wait_for_outer_from_nested_dispatch);
     RUN(test_failure_inside_waited_callback);
+    RUN(test_after_an_abort_the_failure_comes_before_token_errors);
     RUN(test_failure_propagates_through_nested_waits);
     RUN(test_chain_depth_1000);
     return tap_done();

@@ -32,7 +32,7 @@ enum fn {
     F_CLEAR_OBSERVER, F_STORE_CREATE, F_STORE_DESTROY, F_ADD_LISTENER,
     F_REMOVE_LISTENER, F_EMIT_CHANGE, F_HAS_CHANGED, F_LISTENER_FAIL,
     F_GROUP_CREATE, F_GROUP_RELEASE, F_IS_EMITTING, F_STORE_READERS,
-    F_CLOSURE, F_DISPATCHER_CREATE, F_ERRORS_VERSION,
+    F_CLOSURE, F_DISPATCHER_CREATE, F_ERRORS_VERSION, F_DISPATCHER_CLOSE,
     F_COUNT
 };
 
@@ -47,6 +47,7 @@ static const char *const fn_names[F_COUNT] = {
     "flux_store_group_release(" WORLD_OWN " group)", "flux_store_is_emitting",
     "flux_store_state/token/dispatcher", "flux_closure_create/code/call/destroy",
     "flux_dispatcher_create/destroy", "flux_status_name/last_error*/version*",
+    "flux_dispatcher_close",
 };
 
 static struct world {
@@ -188,6 +189,7 @@ static long call_fn(enum site site, bool read_state)
             && strcmp(flux_status_name(FLUX_ERR_CIRCULAR), "FLUX_ERR_CIRCULAR") == 0
             && flux_last_error() != NULL && flux_last_error_cycle(NULL, 0) < 1000
             && flux_last_error_token() < 1000000;
+    case F_DISPATCHER_CLOSE: return flux_dispatcher_close(W.d);
     case F_COUNT: break;
     }
     return 99;
