@@ -2,7 +2,8 @@
 # check-install.sh SONAME -- the README's install paths, followed as a user would:
 #  1. `make install DESTDIR=<scratch> PREFIX=/usr/local` (a package's staging),
 #     then the README's C example (examples/readme.c) compiled and linked
-#     through pkg-config against that staged copy only, and run. The installed
+#     through pkg-config against that staged copy only, and run. The library is
+#     lib/libflux.so.MAJOR.MINOR.PATCH, the SONAME and libflux.so links to it; the installed
 #     library must carry no RPATH/RUNPATH. Then `make uninstall` removes it all.
 #  2. `make install PREFIX=<scratch>` (a prefix the loader does not search),
 #     then the README's two recipes for it, literally: pkg-config through
@@ -22,6 +23,15 @@ libdir=$dest$prefix/lib
 for f in "$libdir/libflux.so" "$libdir/$soname" "$dest$prefix/include/flux.h" "$libdir/pkgconfig/flux.pc" \
          "$libdir/cmake/libflux/libfluxConfig.cmake" "$dest$prefix/share/libflux/flux_cdef.h"; do
     [ -e "$f" ] || { echo "check-install: $f not installed" >&2; exit 1; }
+done
+# The README: lib/libflux.so.MAJOR.MINOR.PATCH, the file itself, with the
+# SONAME and the development name libflux.so as links to it.
+realname=libflux.so.$(sed -n 's/^#define FLUX_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' include/flux.h | paste -sd.)
+[ -f "$libdir/$realname" ] && [ ! -L "$libdir/$realname" ] \
+    || { echo "check-install: $libdir/$realname is not installed as a file" >&2; exit 1; }
+for link in "$soname" libflux.so; do
+    [ "$(readlink "$libdir/$link")" = "$realname" ] \
+        || { echo "check-install: $libdir/$link is not a link to $realname" >&2; exit 1; }
 done
 if readelf -d "$libdir/libflux.so" | grep -qE '\((RPATH|RUNPATH)\)'; then
     echo "check-install: the installed libflux.so carries an RPATH/RUNPATH:" >&2

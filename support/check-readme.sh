@@ -5,6 +5,8 @@
 #   "Swift"              = support/swift-client/Sources/FluxClient/main.swift
 #   bindings/python/README.md's first python block = examples/readme.py too
 #   "Trampolines for dynamic hosts": its C fragment compiles as C11 -pedantic
+#   "Stores": its C block compiles as C11 -pedantic and does what it says
+#   (its Python block: bindings/python/tests/test_stores.py)
 # and the snippets of "JBFlux's store model" are excerpts of its examples:
 #   each python block is lines of examples/current_user.py as they stand,
 #   each swift block lines of examples/current-user/main.swift.
@@ -100,6 +102,46 @@ if ! block "Trampolines for dynamic hosts" c | awk '
     fail=1
 fi
 
+# "Stores": its C block, the reduce as it stands and the statements inside
+# main(), compiles as C11 -pedantic -Werror and does what its comments say:
+# the dispatch runs reduce, then on_change() (once), and flux_store_state()
+# is then (void *)1; the store is destroyed before its dispatcher. The
+# block's own flux_store_state() call is wrapped to record what it returned.
+stores=$(mktemp -d "${TMPDIR:-/tmp}/libflux-readme.XXXXXX")
+trap 'rm -rf "$stores"' EXIT
+block "Stores" c | awk '
+    BEGIN {
+        print "#include <flux.h>"
+        print "#include <stdint.h>"
+        print "#include <stdio.h>"
+        print "#include <string.h>"
+        print "static flux_dispatcher *d;"
+        print "static flux_listener_id listener_id;"
+        print "static void *read_by_the_block = (void *)-1;"
+        print "static int changes;"
+        print "static void on_change(void *context) { (void)context; changes++; }"
+        print "#define flux_store_state(s) (read_by_the_block = (flux_store_state)(s))"
+    }
+    !body { print }
+    !body && $0 == "}" { body = 1
+                         print "int main(void) {"
+                         print "    if ((d = flux_dispatcher_create()) == NULL) return 1;"; next }
+    body { print }
+    END {
+        print "    printf(\"%d %p\\n\", changes, read_by_the_block);"
+        print "    return flux_dispatcher_destroy(d);"
+        print "}"
+    }' >"$stores/stores.c"
+if ! ${CC:-cc} -std=c11 -pedantic -Wall -Werror -Iinclude -o "$stores/stores" "$stores/stores.c" \
+        -L"${B:-build}/lib" -lflux -Wl,-rpath,"$PWD/${B:-build}/lib" >&2; then
+    echo "check-readme: README's C block under '## Stores' does not compile as C11 -pedantic -Werror" >&2
+    fail=1
+elif ! out=$("$stores/stores") || [ "$out" != "1 0x1" ]; then
+    echo "check-readme: README's C block under '## Stores' printed '$out'," \
+         "not one on_change() and a state of (void *)1, its dispatcher then destroyed" >&2
+    fail=1
+fi
+
 # Code lines: neither blank nor comment only.
 lines=$(grep -v '^[[:space:]]*$' examples/readme.c | grep -vc '^[[:space:]]*/\*.*\*/[[:space:]]*$' || true)
 if [ "$lines" -ne 20 ]; then
@@ -117,6 +159,7 @@ done
 
 [ $fail -eq 0 ] || exit 1
 echo "check-readme: make help lists every target; the trampoline fragment compiles as C11 -pedantic;"
+echo "check-readme: the Stores C block compiles, runs on_change() once and leaves the state (void *)1;"
 echo "check-readme: the README's C, Python and Swift examples are examples/readme.c (20 lines), examples/readme.py, support/swift-client;"
 echo "  bindings/python/README.md's example is examples/readme.py;"
 echo "  JBFlux's store model's snippets are lines of examples/current_user.py and examples/current-user/main.swift"

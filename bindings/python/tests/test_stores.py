@@ -14,6 +14,7 @@ import time
 import types
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -1347,3 +1348,29 @@ def test_unregister_of_a_store_or_group_token_is_refused(d: flux.Dispatcher[Any]
     store.close()
     d.dispatch("inc")
     assert group_fn.calls == 2
+
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+@pytest.mark.skipif(not README.exists(), reason="not run from a libflux checkout")
+def test_the_readme_stores_python_example_does_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    # The top-level README's "Stores" section shows this block with no output
+    # of its own; check-readme runs the section's C block, this runs its
+    # Python one as it stands: the counter's listener prints the new state
+    # (a change: 1), the group runs once per dispatch after both stores, and
+    # User routes "user-refreshed" by name (an Action is not "inc": no change
+    # for the counter, no second print of its state).
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("\n## Stores\n") :]
+    start = section.index("```python\n") + len("```python\n")
+    block = section[start : section.index("```\n", start)]
+    namespace: dict[str, Any] = {"flux": flux, "d": flux.Dispatcher()}
+    try:
+        exec(compile(block, f"{README}: Stores", "exec"), namespace)  # noqa: S102 -- the README's own code
+        assert capsys.readouterr().out.splitlines() == ["1", "both ran", "both ran"]
+        users = [o for o in gc.get_objects() if type(o) is namespace["User"]]
+        assert [user.state for user in users] == [{"name": "ada"}], "routed by the action's name"
+        assert namespace["counter"].state == 1
+    finally:
+        namespace["d"].close()  # with the stores and the group the example leaves open

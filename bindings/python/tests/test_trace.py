@@ -6,6 +6,7 @@ import json
 import re
 import sys
 import threading
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Any
 
@@ -610,6 +611,20 @@ def test_chrome_trace_lists_an_enclosing_slice_before_one_that_begins_with_it(d:
         flux.TraceEvent("dispatch_end", 3000, 7, payload="p", status=flux.Status.OK),
     ]
     assert [e["name"] for e in trace.chrome_trace()["traceEvents"]] == ["dispatch 'p'", "cb"]
+
+
+def test_trace_event_fields_come_in_the_order_the_readme_shows(d: flux.Dispatcher[Any]) -> None:
+    # The README ("Observing dispatches: traces") writes an event as
+    # TraceEvent(kind, time_ns, thread, payload, status, token, ...): those
+    # six positions are API for whoever builds or unpacks one by position.
+    d.register(lambda p: None)
+    with flux.Trace(d) as trace:
+        d.dispatch("p")
+    end = trace.events[-1]
+    assert end.kind == "dispatch_end"
+    assert flux.TraceEvent(*astuple(end)) == end
+    assert astuple(end)[:6] == (end.kind, end.time_ns, end.thread, "p", flux.Status.OK, None)
+    assert [f.name for f in fields(flux.TraceEvent)][:6] == ["kind", "time_ns", "thread", "payload", "status", "token"]
 
 
 def test_a_long_payload_is_shown_in_sixty_characters(d: flux.Dispatcher[Any]) -> None:
