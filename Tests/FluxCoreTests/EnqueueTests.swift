@@ -274,6 +274,42 @@ import Synchronization
         #expect(seen.all == ["", "made"])
     }
 
+    // A payload enqueued from another thread is the dispatching thread's:
+    // its onError runs there, and a failure with no onError is thrown by
+    // that thread's outermost call -- never by the enqueue that queued it,
+    // nor by a later call of the enqueuing thread.
+    @Test func aFailureQueuedFromAnotherThreadIsTheDispatchingThreadsToReport() throws {
+        let d = Dispatcher<Int>()
+        let entered = Gate(), queued = Gate()
+        d.register { p in
+            if p == 0 {
+                entered.open()
+                #expect(queued.wait())
+            }
+            if p > 0 { throw Boom(id: p) }
+        }
+        let runner = Box<UInt>(0)
+        let onErrorRanOn = Box<[UInt]>([])
+        let runnerThrew = Box<[Int]>([])
+        let dispatching = Thread {
+            runner.value = currentThreadID()
+            do {
+                try d.dispatch(0)
+            } catch {
+                runnerThrew.value.append((error as? Boom)?.id ?? -1)
+            }
+        }
+        #expect(entered.wait())
+        // Queued for the dispatch in progress: neither call throws.
+        try d.enqueue(1)
+        try d.enqueue(2, onError: { _ in onErrorRanOn.value.append(currentThreadID()) })
+        queued.open()
+        dispatching.join()
+        #expect(runnerThrew.value == [1], "the dispatching thread threw the failure with no onError")
+        #expect(onErrorRanOn.value == [runner.value], "onError ran on the dispatching thread")
+        try d.dispatch(-1)  // this thread's next call has nothing of it
+    }
+
     @Test("an onError, run on the dispatching thread with no callback running, cannot wait or dispatch")
     func onErrorCannotWaitOrDispatch() throws {
         let d = Dispatcher<Int>()

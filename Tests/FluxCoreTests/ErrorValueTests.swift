@@ -101,4 +101,33 @@ import Testing
         #expect(error.code == .notDispatching)
         #expect(error.token == nil && error.cycle.isEmpty)
     }
+
+    // The README's and FluxError's promise: `catch FluxError.Code.x` matches
+    // a thrown FluxError of that code, and nothing else (another code, or
+    // a callback's own error).
+    @Test func aCodeMatchesACatchOfThatCodeOnly() {
+        @Sendable func caught(_ body: () throws -> Void) -> String {
+            do {
+                try body()
+                return "nothing"
+            } catch FluxError.Code.circularDependency {
+                return "circular"
+            } catch FluxError.Code.notDispatching {
+                return "not dispatching"
+            } catch {
+                return "other"
+            }
+        }
+        let d = Dispatcher<Int>()
+        let a = d.register { _ in }
+        #expect(caught { try d.waitFor([a]) } == "not dispatching")
+        let own = Box(DispatchToken(rawValue: 0))
+        let outcome = Box("")
+        own.value = d.register { [unowned d] _ in outcome.value = caught { try d.waitFor([own.value]) } }
+        #expect(caught { try d.dispatch(0) } == "nothing")
+        #expect(outcome.value == "circular")
+        #expect(caught { throw Boom(id: 1) } == "other")
+        #expect(caught { throw FluxError(.unknownToken, "x") } == "other")
+        #expect(caught {} == "nothing")
+    }
 }

@@ -312,6 +312,34 @@ import Testing
         box.value = nil
     }
 
+    // emitChange(error:)'s error lasts only while its own emit runs: when
+    // the handling then fails, no listener runs and nothing is left over for
+    // a dispatch queued behind the failed one (its callbacks read nil).
+    @Test func anErrorWhoseEmitAFailureKeptFromRunningIsNeverSeen() throws {
+        let d = Dispatcher<Action>()
+        let read = Log()
+        let box = Box<FluxStore<Action>?>(nil)
+        // Registered before the store: reads its error in the queued dispatch.
+        d.register { action in
+            if case .other = action { read.append(box.value!.error == nil ? "none" : "error") }
+        }
+        let store = FluxStore<Action>(dispatcher: d) { [unowned d] store, action in
+            if case .refreshed(.failure(let failure)) = action {
+                try store.emitChange(error: failure)
+                try d.enqueue(.other)
+                throw Boom(id: 1)
+            }
+        }
+        box.value = store
+        let heard = Log()
+        store.addListener { heard.append("listener") }
+        #expect(throws: Boom(id: 1)) { try d.dispatch(.refreshed(.failure(Failure(reason: "x")))) }
+        #expect(heard.all.isEmpty, "the failure kept the emit from running")
+        #expect(read.all == ["none"])
+        #expect(store.error == nil)
+        box.value = nil
+    }
+
     // `error` from another thread is nil or the error of an emit running
     // during the read -- never that of a handling whose emit has not begun.
     // It used to test whether an emit ran, then read the error: a reader

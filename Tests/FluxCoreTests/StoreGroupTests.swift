@@ -149,3 +149,54 @@ import Testing
         }
     }
 }
+
+extension StoreGroupTests {
+    // release() ends the group's registration, and an unregistered callback
+    // is not called after that returns by a dispatch on this thread
+    // (Dispatcher.unregister). Released by a listener of its store in the
+    // dispatch that is about to run it, the group must not run: neither
+    // when its callback has yet to start, nor when it already started and
+    // is waiting for that very store (a callback waiting for the group's
+    // token started it first). The C group holds the same promise.
+    @Test(
+        "a group released by its store's listener is not run by that dispatch",
+        arguments: [false, true])
+    func aGroupReleasedByItsStoresListenerDoesNotRunInThatDispatch(groupAlreadyWaiting: Bool) throws {
+        let d = Dispatcher<Int>()
+        let groupToken = Box(DispatchToken(rawValue: 0))
+        if groupAlreadyWaiting {
+            d.register { [unowned d] p in if p == 1 { try d.waitFor([groupToken.value]) } }
+        }
+        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+        let calls = Box(0)
+        let group = try StoreGroup([store]) { calls.value += 1 }
+        // Nothing registered in between: the group's token follows the store's.
+        groupToken.value = DispatchToken(rawValue: store.dispatchToken.rawValue + 1)
+        store.addListener { group.release() }
+        try d.dispatch(1)
+        #expect(calls.value == 0, "released before it ran, the group did not run")
+        #expect(store.state == 1)
+        try d.dispatch(2)
+        #expect(calls.value == 0)
+    }
+}
+
+extension StoreGroupTests {
+    // A group is a registration: made during a dispatch, it first runs in
+    // the next one (Dispatcher.register), and then after its stores.
+    @Test func aGroupMadeDuringADispatchFirstRunsInTheNext() throws {
+        let d = Dispatcher<Int>()
+        let store = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+        let log = Log()
+        let group = Box<StoreGroup?>(nil)
+        d.register { p in
+            if group.value == nil { group.value = try StoreGroup([store]) { log.append("group \(store.state)") } }
+            log.append("dispatch \(p)")
+        }
+        try d.dispatch(1)
+        #expect(log.all == ["dispatch 1"])
+        try d.dispatch(2)
+        #expect(log.all == ["dispatch 1", "dispatch 2", "group 3"])
+        group.value?.release()
+    }
+}

@@ -325,3 +325,77 @@ extension StoreTests {
         #expect(store.state == 2)
     }
 }
+
+extension StoreTests {
+    /// Notes its own deinit.
+    final class NotesItsEnd: Sendable {
+        let log: Log
+        init(_ log: Log) { self.log = log }
+        deinit { log.append("released") }
+    }
+
+    // Subscription.remove(): a listener removing itself while it runs is
+    // released once it returns -- not while it still runs (what it captured
+    // must stay usable there), and not later than that: before the next
+    // listener of the same emit.
+    @Test func aListenerRemovingItselfIsReleasedRightAfterItReturns() throws {
+        let d = Dispatcher<Action>()
+        let store = Self.testStore(d)
+        let log = Log()
+        let own = Box<Subscription?>(nil)
+        do {
+            let captured = NotesItsEnd(log)
+            own.value = store.addListener {
+                try? own.value?.remove()
+                withExtendedLifetime(captured) { log.append("removed itself") }
+            }
+        }
+        store.addListener { log.append("next") }
+        try d.dispatch(.willChange)
+        #expect(log.all == ["removed itself", "released", "next"])
+        try d.dispatch(.willChange)
+        #expect(log.all == ["removed itself", "released", "next", "next"])
+    }
+
+    // addListener: a listener added earlier in a dispatch than the store's
+    // emit -- by a callback that ran before the store, or by the store's own
+    // handling -- runs for that dispatch's change.
+    @Test func aListenerAddedEarlierInADispatchRunsForThatDispatchsChange() throws {
+        let d = Dispatcher<Action>()
+        let log = Log()
+        let store = Box<FluxStore<Action>?>(nil)
+        d.register { _ in store.value!.addListener { log.append("added by an earlier callback") } }
+        store.value = FluxStore(dispatcher: d) { store, action in
+            store.addListener { log.append("added by the store") }
+            if case .willChange = action { try store.emitChange() }
+        }
+        try d.dispatch(.willChange)
+        #expect(log.all == ["added by an earlier callback", "added by the store"])
+    }
+}
+
+extension StoreThreadTests {
+    // emitChange and hasChanged are the dispatching thread's only: from
+    // another thread they are refused, even while the store's own handling
+    // runs (and may emit) on the dispatching thread.
+    @Test func emitChangeFromAnotherThreadWhileTheStoreHandlesIsRefused() throws {
+        let d = Dispatcher<Int>()
+        let handling = Gate(), asked = Gate()
+        let codes = Box<[FluxError.Code?]>([])
+        let log = Log()
+        let store = FluxStore<Int>(dispatcher: d) { _, _ in
+            handling.open()
+            #expect(asked.wait())
+        }
+        store.addListener { log.append("listener") }
+        let other = Thread {
+            #expect(handling.wait())
+            codes.value = [fluxCode { try store.emitChange() }, fluxCode { _ = try store.hasChanged() }]
+            asked.open()
+        }
+        try d.dispatch(1)
+        other.join()
+        #expect(codes.value == [.notDispatching, .notDispatching])
+        #expect(log.all.isEmpty, "the refused emitChange marked nothing changed")
+    }
+}

@@ -122,4 +122,20 @@ final class BinderTests: XCTestCase {
         XCTAssertEqual(object.value, 1)
         disposable.dispose()
     }
+
+    // Binder.bind(signal:on:): a binder whose target is already gone binds
+    // nothing and returns a disposable that is already disposed.
+    func testBindingAfterTargetDeinitReturnsADisposedDisposable() {
+        let sink = Sink<Int>()
+        var object: Object? = .init()
+        var calls = 0
+        let binder = Binder<Int>(target: object!) { _, _ in calls += 1 }
+        object = nil
+
+        let disposable = binder.bind(signal: sink.signal, on: .immediate)
+        sink.send(value: 1)
+
+        XCTAssertTrue(disposable.isDisposed)
+        XCTAssertEqual(calls, 0)
+    }
 }

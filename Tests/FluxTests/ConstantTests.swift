@@ -144,4 +144,24 @@ final class ConstantTests: XCTestCase {
             XCTAssertEqual(value, 0)
         }
     }
+
+    // Constant(variable:) keeps its variable alive: the constant still reads
+    // and observes it once nothing else holds the variable.
+    func testConstantKeepsItsVariableAlive() {
+        weak var weakVariable: Variable<Int>?
+        let constant: Constant<Int>
+        do {
+            let variable = Variable(1)
+            weakVariable = variable
+            constant = Constant(variable: variable)
+        }
+        XCTAssertNotNil(weakVariable)
+        weakVariable?.value = 2
+
+        var value: Int?
+        constant.signal.observe { value = $0 }
+
+        XCTAssertEqual(constant.value, 2)
+        XCTAssertEqual(value, 2)
+    }
 }

@@ -126,4 +126,54 @@ final class ExecutorTests: XCTestCase {
 
         XCTAssertTrue(ran)
     }
+
+    // Beyond VueFlux's suite, as documented: each `Executor.mainThread`
+    // access is a new value with its own pending count. Work another value
+    // has queued on the main queue (it cannot run: this test holds the main
+    // thread) does not make a fresh value queue too, while that value itself
+    // queues behind its pending work.
+    func testEachMainThreadExecutorValueKeepsItsOwnCallOrder() {
+        XCTAssertTrue(Thread.isMainThread)
+        let busy = Executor.mainThread
+        nonisolated(unsafe) var log = [String]()
+
+        let queued = DispatchGroup()
+        DispatchQueue.globalDefault().async(group: queued) {
+            busy.execute { log.append("busy: from another thread") }
+        }
+        queued.wait()
+
+        Executor.mainThread.execute { log.append("fresh value: inline") }
+        busy.execute { log.append("busy: behind its pending work") }
+        XCTAssertEqual(log, ["fresh value: inline"])
+
+        let expectation = self.expectation(description: "testEachMainThreadExecutorValueKeepsItsOwnCallOrder")
+        busy.execute { expectation.fulfill() }
+        waitForExpectations(timeout: 10) { _ in
+            XCTAssertEqual(
+                log, ["fresh value: inline", "busy: from another thread", "busy: behind its pending work"])
+        }
+    }
+
+    // Beyond VueFlux's suite: `.queue(q)` always goes through `q.async`,
+    // also when called from work running on `q`, so the function runs after
+    // that work, never inside it.
+    func testQueueExecutorCalledOnItsOwnQueueStillRunsLater() {
+        let queue = DispatchQueue(label: "testQueueExecutorCalledOnItsOwnQueueStillRunsLater")
+        let excutor = Executor.queue(queue)
+        let expectation = self.expectation(description: "testQueueExecutorCalledOnItsOwnQueueStillRunsLater")
+        nonisolated(unsafe) var log = [String]()
+
+        queue.async {
+            excutor.execute {
+                log.append("function")
+                expectation.fulfill()
+            }
+            log.append("work ends")
+        }
+
+        waitForExpectations(timeout: 10) { _ in
+            XCTAssertEqual(log, ["work ends", "function"])
+        }
+    }
 }

@@ -420,4 +420,32 @@ final class SinkSignalTests: XCTestCase {
         held.forEach { $0.dispose() }
         XCTAssertTrue(held.allSatisfy(\.isDisposed))
     }
+
+    // Signal.init(_:): the producer runs once per observation, each with its
+    // own send; disposing an observation ends what its producer returned,
+    // once, and drops that observation's later values only.
+    func testProducerRunsOncePerObservationAndDisposingEndsOnlyThatOne() {
+        var sends = [(Int) -> Void]()
+        var ended = [Int]()
+        let signal = Signal<Int> { send in
+            let number = sends.count
+            sends.append(send)
+            return AnyDisposable { ended.append(number) }
+        }
+        var first = [Int](), second = [Int]()
+        let firstObservation = signal.observe { first.append($0) }
+        signal.observe { second.append($0) }
+        XCTAssertEqual(sends.count, 2)
+
+        sends[0](1)
+        sends[1](2)
+        firstObservation.dispose()
+        firstObservation.dispose()
+        sends[0](3)
+        sends[1](4)
+
+        XCTAssertEqual(ended, [0])
+        XCTAssertEqual(first, [1])
+        XCTAssertEqual(second, [2, 4])
+    }
 }
