@@ -40,6 +40,40 @@ func recordingObserver(_ log: Log) -> Dispatcher<Int>.Observer {
         #expect(log.all == ["D1", "b1", "w1[2]", "b2", "e2!", "e1", "E!"])
     }
 
+    // DESIGN.md 9: a dispatch refused with alreadyDispatching starts no
+    // dispatch, so the observer of the running one sees nothing of it.
+    @Test func aDispatchRefusedAsNestedReportsNothing() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let code = Box<FluxError.Code?>(nil)
+        d.register { [unowned d] p in
+            if p == 1 { code.value = fluxCode { try d.dispatch(2) } }
+        }
+        d.setObserver(recordingObserver(log))
+        try d.dispatch(1)
+        #expect(code.value == .alreadyDispatching)
+        #expect(log.all == ["D1", "b1", "e1", "E"])
+    }
+
+    // DESIGN.md 9: a waitFor is reported on entry, its tokens as given,
+    // whatever it then returns: refused ones too, before anything runs.
+    @Test func aRefusedWaitForIsReportedOnEntryWithItsTokensAsGiven() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let codes = Box<[FluxError.Code?]>([])
+        let unknown = DispatchToken(rawValue: 99)
+        let two = DispatchToken(rawValue: 2)
+        d.register { [unowned d] _ in
+            codes.value.append(fluxCode { try d.waitFor([two, unknown]) })
+            codes.value.append(fluxCode { try d.waitFor([DispatchToken(rawValue: 1)]) })
+        }
+        d.register { _ in }
+        d.setObserver(recordingObserver(log))
+        try d.dispatch(1)
+        #expect(codes.value == [.unknownToken, .circularDependency])
+        #expect(log.all == ["D1", "b1", "w1[2,99]", "w1[1]", "e1", "b2", "e2", "E"])
+    }
+
     @Test func setOrClearedDuringADispatchTakesEffectFromTheNext() throws {
         let d = Dispatcher<Int>()
         let first = Log()

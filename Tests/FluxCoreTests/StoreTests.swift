@@ -131,6 +131,39 @@ import Testing
         #expect(code.value == .notDispatching)
     }
 
+    // DESIGN.md 6: a handling that fails fails the dispatch like any
+    // callback: no listener runs, even after an emitChange, the error
+    // reaches the caller unchanged, and hasChanged then reports false.
+    @Test func aHandlingThatThrowsAfterEmitChangeRunsNoListenerAndReportsNoChange() throws {
+        let d = Dispatcher<Action>()
+        let fail = Box(false)
+        let watched = Box<FluxStore<Action>?>(nil)
+        let seen = Box<[Bool]>([])
+        // Registered first: it waits for the store, then asks what it did.
+        d.register { [unowned d] _ in
+            let store = watched.value!
+            _ = try? d.waitFor([store.dispatchToken])
+            seen.value.append(try store.hasChanged())
+        }
+        let store = FluxStore<Action>(dispatcher: d) { store, _ in
+            try store.emitChange()
+            if fail.value { throw Boom(id: 4) }
+        }
+        watched.value = store
+        let log = Log()
+        store.addListener { log.append("change") }
+        try d.dispatch(.ignore)
+        fail.value = true
+        #expect(throws: Boom(id: 4)) { try d.dispatch(.ignore) }
+        #expect(log.all == ["change"])
+        #expect(seen.value == [true, false])
+        fail.value = false
+        try d.dispatch(.ignore)
+        #expect(log.all == ["change", "change"])
+        #expect(seen.value == [true, false, true])
+        watched.value = nil
+    }
+
     @Test func aStoreThatGoesAwayUnregisters() throws {
         let d = Dispatcher<Action>()
         let log = Log()

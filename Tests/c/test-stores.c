@@ -923,6 +923,49 @@ static void reduce_failing_mid_chain(void)
     teardown(d, all, 3);
 }
 
+/* Store 1's reduce waits for store 2, which fails, and then fails too,
+ * leaving a new state in *next that it still owns (it frees it later). */
+static st *kept_by_reduce;
+
+static int wait_then_fail_with_next(tstore *t, void *state, const char *action, void **next)
+{
+    (void)action;
+    tstore *other = t->user;
+    flux_token token = flux_store_token(other->s);
+    t->emit_status = flux_wait_for(t->d, &token, 1);
+    kept_by_reduce = st_new(st_value(state) + 30);
+    *next = kept_by_reduce;
+    return 8;
+}
+
+/* DESIGN.md 6: "the store ignores *next (a failure after an abort too)":
+ * a reduce that fails once the dispatch is aborted owns what it set, so
+ * the store must not release it (unlike a succeeding reduce's *next). */
+static void reduce_failing_after_an_abort_has_its_next_ignored(void)
+{
+    ledger_reset();
+    flux_dispatcher *d = new_dispatcher();
+    tstore *top = make_store(d, 1, 1, false);
+    tstore *low = make_store(d, 2, 2, false);
+    top->hook = wait_then_fail_with_next;
+    top->user = low;
+    lis *l = listen(top->s, 1, NULL);
+    kept_by_reduce = NULL;
+    EXPECT_STATUS(flux_dispatch(d, "fail"), FLUX_ERR_CALLBACK_FAILED);
+    is_int(top->emit_status, FLUX_ERR_CALLBACK_FAILED, "the wait reported the failure");
+    has_number(flux_last_error(), flux_store_token(low->s), "the error names the store that failed first");
+    is_int(st_value(flux_store_state(top->s)), 1, "the store kept its state");
+    is_int(L.released, 0, "*next was not released: the failing reduce still owns it");
+    is_int(l->calls, 0, "no listener ran");
+    REQUIRE(kept_by_reduce != NULL);
+    if (L.released == 0)
+        st_free(kept_by_reduce); /* the reduce's own clean-up, late */
+    is_int(L.bad, 0, "nothing released twice");
+    top->hook = NULL;
+    tstore *all[2] = {top, low};
+    teardown(d, all, 2);
+}
+
 static void destroy_releases_listeners_then_state_then_context(void)
 {
     ledger_reset();
@@ -2862,6 +2905,7 @@ int main(void)
     RUN(null_equal_is_pointer_identity);
     RUN(failing_reduce_keeps_state_and_ignores_next);
     RUN(reduce_failing_mid_chain);
+    RUN(reduce_failing_after_an_abort_has_its_next_ignored);
     RUN(destroy_releases_listeners_then_state_then_context);
     RUN(listener_added_by_a_destroy_during_store_destroy_is_refused);
     RUN(group_made_by_a_destroy_during_store_destroy_is_refused);

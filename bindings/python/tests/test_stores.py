@@ -655,6 +655,34 @@ def test_default_equality_is_identity(d: flux.Dispatcher[Any]) -> None:
     assert spy.calls == 1
 
 
+def test_are_equal_left_undefined_is_never_called(d: flux.Dispatcher[Any]) -> None:
+    # DESIGN.md 6: "are_equal left undefined costs no crossing into Python":
+    # libflux compares the identities itself, so not even a replacement
+    # found on the instance is asked.
+    class Lists(flux.ReduceStore[list[int]]):
+        def get_initial_state(self) -> list[int]:
+            return []
+
+        def reduce(self, state: list[int], action: Any) -> list[int]:
+            return state if action == "same" else list(state)
+
+    asked: list[tuple[Any, Any]] = []
+
+    def are_equal(one: list[int], two: list[int]) -> bool:
+        asked.append((one, two))
+        return True
+
+    store = Lists(d)
+    store.are_equal = are_equal  # type: ignore[method-assign]
+    spy = Spy()
+    store.add_listener(spy)
+    d.dispatch("same")
+    d.dispatch("new")
+    assert asked == []
+    assert spy.calls == 1, "identity decided: only the new list was a change"
+    store.close()
+
+
 def test_handles_routes_by_action_type_and_falls_back(d: flux.Dispatcher[Any]) -> None:
     class User(flux.ReduceStore[Any]):
         def get_initial_state(self) -> Any:
