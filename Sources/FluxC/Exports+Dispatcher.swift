@@ -29,7 +29,8 @@ public func flux_dispatcher_destroy(_ handle: OpaquePointer?) -> Int32 {
     let dispatcher = handle.dispatcher
     // Closed by flux_dispatcher_close(), which finished: only the freeing is
     // left. Closed otherwise, this is called from a destroy function that an
-    // outer close runs (refused below), and that call frees it.
+    // outer destroy or close runs (refused below): that destroy frees it, or
+    // that close's caller destroys it once it has returned.
     let status =
         handle.storeSide.pointee.closedBy.load(ordering: .acquiring) == Closer.close.rawValue
         ? 0 : close(handle, as: .destroy)
