@@ -469,3 +469,238 @@ final class ContractProbeTests: XCTestCase {
         queue.sync {}
     }
 }
+
+// MARK: VUEFLUX.md section 2, as it spells the API
+
+// Every declaration of section 2, used with the labels and types given
+// there, so that the build fails when a name or a signature drifts: a
+// function reference carries the whole type (another label, parameter type,
+// or a `throws` does not convert), `same` needs two spellings of one type,
+// the `where State ==` / `where Value ==`
+// extensions the generic parameters' names, the conformances below the
+// protocols' requirements (a further requirement would leave them
+// unsatisfied), and a call whose result is unused a `@discardableResult`
+// (a warning otherwise: an error under `-warnings-as-errors`). The
+// `@unchecked Sendable` marks are probed where Swift 6 checks them (this
+// target is Swift 5 mode, where a missing conformance passes a `Sendable`
+// requirement silently): support/swift-client, SendableProbe.swift.
+
+private func same<T>(_: T.Type, _: T.Type) {}
+
+private struct ProbeError: Error {}
+
+private final class ProbeState: Flux.State {
+    typealias Action = Int
+    typealias Mutations = ProbeMutations
+    var log: [Int] = []
+}
+
+private struct ProbeMutations: Flux.Mutations {
+    typealias State = ProbeState
+    func commit(action: ProbeState.Action, state: ProbeState) {
+        state.log.append(action)
+    }
+}
+
+// `open class Store`: subclassed outside the module, restating the conformance.
+private final class ProbeStore: Store<ProbeState>, @unchecked Sendable {
+    init() {
+        super.init(state: .init(), mutations: .init(), executor: .immediate)
+    }
+}
+
+private final class ProbeDisposable: Disposable {
+    private(set) var isDisposed = false
+    func dispose() { isDisposed = true }
+}
+
+private final class ProbeTarget {
+    var value = 0
+    var optional: Int?
+}
+
+extension Store where State == ProbeState {
+    fileprivate var probeLog: [Int] { computed.state.log }
+}
+extension Actions where State == ProbeState {
+    fileprivate func probe(_ value: Int) { dispatch(action: value) }
+}
+extension Computed where State == ProbeState {
+    fileprivate var probeLog: [Int] { state.log }
+}
+extension AtomicReference where Value == Int {
+    fileprivate var probeValue: Int { value }
+}
+extension Sink where Value == Int {
+    fileprivate func probeSend() { send(value: 0) }
+}
+extension Signal where Value == Int {
+    fileprivate var probeSignal: Signal<Int> { self }
+}
+extension Binder where Value == Int {
+    fileprivate var probeBinder: Binder<Int> { self }
+}
+extension Variable where Value == Int {
+    fileprivate var probeValue: Int { value }
+}
+extension Constant where Value == Int {
+    fileprivate var probeValue: Int { value }
+}
+
+// The protocols' associated types, by name, and `State: AnyObject`.
+private func probeStateRequirements<S: Flux.State>(
+    _ state: S, _ mutations: S.Mutations, _ action: S.Action
+) -> AnyObject {
+    same(S.Mutations.State.self, S.self)
+    same(S.Mutations.State.Action.self, S.Action.self)
+    mutations.commit(action: action, state: state)
+    return state
+}
+
+extension ContractProbeTests {
+    func testTheAPIAsVUEFLUXmdSpellsIt() throws {
+        // Store, State, Mutations, Actions, Computed
+        let makeStore: (ProbeState, ProbeMutations, Executor) -> Store<ProbeState> =
+            Store<ProbeState>.init(state:mutations:executor:)
+        let store = makeStore(ProbeState(), ProbeMutations(), .immediate)
+        let sharedActions: Actions<ProbeState> = Store<ProbeState>.actions
+        let actions: Actions<ProbeState> = store.actions
+        let computed: Computed<ProbeState> = store.computed
+        let dispatch: (ProbeState.Action) -> Void = actions.dispatch(action:)
+        dispatch(1)
+        sharedActions.probe(2)
+        let state: ProbeState = computed.state
+        XCTAssertEqual(state.log, [1, 2])
+        XCTAssertEqual(store.probeLog, [1, 2])
+        XCTAssertEqual(computed.probeLog, [1, 2])
+        let subclassed: Store<ProbeState> = ProbeStore()
+        subclassed.actions.probe(3)
+        XCTAssertEqual(subclassed.computed.probeLog, [3])
+        XCTAssertTrue(probeStateRequirements(ProbeState(), ProbeMutations(), 4) is ProbeState)
+        same(ProbeState.Mutations.self, ProbeMutations.self)
+        same(ProbeMutations.State.self, ProbeState.self)
+
+        // Executor (the module's, not _Concurrency's protocol)
+        same(Executor.Context.self, ((@escaping () -> Void) -> Void).self)
+        let _: Executor = Executor.immediate
+        let _: Executor = Executor.mainThread
+        let _: (DispatchQueue) -> Executor = Executor.queue(_:)
+        let makeExecutor: (@escaping Executor.Context) -> Executor = Executor.init(_:)
+        let executor = makeExecutor { function in function() }
+        let execute: (@escaping () -> Void) -> Void = executor.execute(_:)
+        var executed = false
+        execute { executed = true }
+        XCTAssertTrue(executed)
+
+        // AtomicReference
+        let makeReference: (Int, Bool) -> AtomicReference<Int> = AtomicReference<Int>.init(_:recursive:)
+        let reference = AtomicReference(0)
+        let recursive = makeReference(0, true)
+        reference.value = 1
+        let _: Int = reference.value
+        let _: String = reference.synchronized { "\($0)" }
+        reference.synchronized { $0 }
+        reference.modify { $0 += 1 }
+        reference.modify { $0 }
+        let _: Int = reference.modify { $0 }
+        let _: Int = reference.swap(3)
+        reference.swap(4)
+        XCTAssertThrowsError(try reference.synchronized { _ in throw ProbeError() })
+        XCTAssertThrowsError(try reference.modify { _ in throw ProbeError() })
+        recursive.synchronized { _ in _ = recursive.value }
+        XCTAssertEqual(reference.probeValue, 4)
+
+        // Disposable, AnyDisposable, DisposableScope
+        let makeAnyDisposable: (@escaping () -> Void) -> AnyDisposable = AnyDisposable.init(_:)
+        let anyDisposable = makeAnyDisposable {}
+        let noop: AnyDisposable = AnyDisposable()
+        let _: Bool = anyDisposable.isDisposed
+        let _: any Disposable = anyDisposable
+        let fromArray = DisposableScope([anyDisposable as any Disposable])
+        let fromSequence = DisposableScope(CollectionOfOne<any Disposable>(noop))
+        let scope = DisposableScope()
+        scope.add(disposable: ProbeDisposable())
+        scope += ProbeDisposable()
+        let add: (any Disposable) -> Void = scope.add(disposable:)
+        add(AnyDisposable())
+        let plusEquals: (DisposableScope, any Disposable) -> Void = (+=)
+        plusEquals(scope, AnyDisposable())
+        let _: any Disposable = scope
+        let _: Bool = scope.isDisposed
+        fromArray.dispose()
+        fromSequence.dispose()
+        scope.dispose()
+        XCTAssertTrue(anyDisposable.isDisposed && noop.isDisposed)
+
+        // Sink, Signal
+        let sink = Sink<Int>()
+        let signal: Signal<Int> = sink.signal
+        let send: (Int) -> Void = sink.send(value:)
+        sink.probeSend()
+        same(Signal<Int>.Producer.self, ((@escaping (Int) -> Void) -> any Disposable).self)
+        let makeSignal: (@escaping Signal<Int>.Producer) -> Signal<Int> = Signal<Int>.init(_:)
+        let produced = makeSignal { send in
+            send(1)
+            return AnyDisposable()
+        }
+        var received: [Int] = []
+        let observe: (@escaping (Int) -> Void) -> any Disposable = produced.observe(_:)
+        _ = observe { received.append($0) }
+        XCTAssertEqual(received, [1])
+        signal.observe { _ in }
+        let target = ProbeTarget()
+        let observeDuring: (AnyObject, @escaping (Int) -> Void) -> any Disposable =
+            signal.observe(duringScopeOf:_:)
+        _ = observeDuring(target) { _ in }
+        signal.observe(duringScopeOf: target) { _ in }
+        let makeBinder: (ProbeTarget, @escaping (ProbeTarget, Int) -> Void) -> Binder<Int> =
+            Binder<Int>.init(target:binding:)
+        let binder = makeBinder(target) { target, value in target.value = value }
+        let bindSignal: (Signal<Int>, Executor) -> any Disposable = binder.bind(signal:on:)
+        _ = bindSignal(signal, .immediate)
+        _ = binder.probeBinder
+        let bindBinder: (Binder<Int>, Executor) -> any Disposable = signal.bind(to:on:)
+        _ = bindBinder(binder, .immediate)
+        signal.bind(to: binder)
+        signal.bind(to: binder, on: .immediate)
+        let bindClosure: (ProbeTarget, Executor, @escaping (ProbeTarget, Int) -> Void) -> any Disposable =
+            signal.bind(to:on:binding:)
+        _ = bindClosure(target, .immediate) { target, value in target.value = value }
+        signal.bind(to: target) { target, value in target.value = value }
+        signal.bind(to: target, on: .immediate) { target, value in target.value = value }
+        let bindKeyPath: (ProbeTarget, ReferenceWritableKeyPath<ProbeTarget, Int>, Executor) -> any Disposable =
+            signal.bind(to:_:on:)
+        _ = bindKeyPath(target, \.value, .immediate)
+        signal.bind(to: target, \.value)
+        signal.bind(to: target, \.value, on: .immediate)
+        let bindOptional: (ProbeTarget, ReferenceWritableKeyPath<ProbeTarget, Int?>, Executor) -> any Disposable =
+            signal.bind(to:_:on:)
+        _ = bindOptional(target, \.optional, .immediate)
+        signal.bind(to: target, \.optional)
+        signal.bind(to: target, \.optional, on: .immediate)
+        let map: (@escaping (Int) -> String) -> Signal<String> = signal.map
+        let _: Signal<String> = map { "\($0)" }
+        let _: Signal<String> = signal.map { "\($0)" }
+        let observeOn: (Executor) -> Signal<Int> = signal.observe(on:)
+        let _: Signal<Int> = observeOn(.immediate)
+        send(7)
+        XCTAssertEqual(target.value, 7)
+        XCTAssertEqual(target.optional, 7)
+        _ = signal.probeSignal
+
+        // Variable, Constant
+        let makeVariable: (Int) -> Variable<Int> = Variable<Int>.init(_:)
+        let variable = makeVariable(0)
+        let _: Constant<Int> = variable.constant
+        let _: Signal<Int> = variable.signal
+        variable.value = 1
+        XCTAssertEqual(variable.probeValue, 1)
+        let makeConstant: (Int) -> Constant<Int> = Constant<Int>.init(_:)
+        let makeConstantOfVariable: (Variable<Int>) -> Constant<Int> = Constant<Int>.init(variable:)
+        let constant = makeConstant(2)
+        let _: Signal<Int> = constant.signal
+        let _: Int = constant.value
+        XCTAssertEqual(makeConstantOfVariable(variable).probeValue, 1)
+        XCTAssertEqual(constant.probeValue, 2)
+    }
+}

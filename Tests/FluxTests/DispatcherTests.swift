@@ -1,3 +1,4 @@
+import Dispatch
 import XCTest
 import Flux
 
@@ -97,6 +98,33 @@ final class DispatcherTests: XCTestCase {
         XCTAssertEqual(flag, true)
         XCTAssertEqual(subscribed.count, 1)
         withExtendedLifetime(store) {}
+    }
+
+    // Beyond VueFlux's suite (whose stores all commit immediately): a shared
+    // dispatch reaches every live store of the State type, each on its own
+    // executor.
+    func testSharedDispatchCommitsToEachStoreOnItsOwnExecutor() {
+        let queue = DispatchQueue(label: "testSharedDispatchCommitsToEachStoreOnItsOwnExecutor")
+        let key = DispatchSpecificKey<Int>()
+        queue.setSpecific(key: key, value: 1)
+        queue.suspend()
+        var onQueue = false
+
+        let immediate = Store<TestState>(state: .init(), mutations: .init(), executor: .immediate)
+        let queued = Store<TestState>(
+            state: .init { _ in onQueue = DispatchQueue.getSpecific(key: key) == 1 }, mutations: .init(),
+            executor: .queue(queue))
+
+        Store<TestState>.actions.check()
+
+        XCTAssertEqual(immediate.computed.value, 1)
+        XCTAssertEqual(queued.computed.value, 0)
+
+        queue.resume()
+        queue.sync {}
+
+        XCTAssertEqual(queued.computed.value, 1)
+        XCTAssertTrue(onQueue)
     }
 }
 

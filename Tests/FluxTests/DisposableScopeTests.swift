@@ -180,4 +180,36 @@ final class DisposableScopeTests: XCTestCase {
 
         XCTAssertNil(disposableRef)
     }
+
+    // VUEFLUX.md 3: dispose() lets go of what was added, though the scope is
+    // kept.
+    func testDisposeLetsGoOfWhatWasAdded() {
+        let disposableScope = DisposableScope()
+        var disposable: AnyDisposable? = .init()
+        weak let disposableRef = disposable
+
+        disposableScope += disposable!
+        disposable = nil
+
+        XCTAssertNotNil(disposableRef)
+
+        disposableScope.dispose()
+
+        XCTAssertNil(disposableRef)
+        withExtendedLifetime(disposableScope) {}
+    }
+
+    // A scope made from a sequence holds it, and disposes it in order.
+    func testScopeMadeFromASequenceDisposesItInOrder() {
+        var order = [Int]()
+        let disposables = (0..<3).map { index in AnyDisposable { order.append(index) } }
+        let disposableScope = DisposableScope(disposables.lazy.map { $0 as any Disposable })
+
+        XCTAssertEqual(order, [])
+
+        disposableScope.dispose()
+
+        XCTAssertEqual(order, [0, 1, 2])
+        XCTAssertTrue(disposables.allSatisfy(\.isDisposed))
+    }
 }

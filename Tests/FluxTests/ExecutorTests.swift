@@ -176,4 +176,25 @@ final class ExecutorTests: XCTestCase {
             XCTAssertEqual(log, ["work ends", "function"])
         }
     }
+
+    // Beyond VueFlux's suite (whose test above would pass for an executor
+    // that queued): `.immediate` runs the function on the calling thread
+    // before `execute` returns.
+    func testImmediateExecutorRunsOnTheCallingThreadBeforeExecuteReturns() {
+        let excutor = Executor.immediate
+
+        nonisolated(unsafe) var log = [String]()
+
+        let group = DispatchGroup()
+        DispatchQueue.globalDefault().async(group: group) {
+            let caller = pthread_self()
+            excutor.execute {
+                log.append(pthread_equal(pthread_self(), caller) != 0 ? "on the caller" : "elsewhere")
+            }
+            log.append("returned")
+        }
+        group.wait()
+
+        XCTAssertEqual(log, ["on the caller", "returned"])
+    }
 }

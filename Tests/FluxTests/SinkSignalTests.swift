@@ -448,4 +448,133 @@ final class SinkSignalTests: XCTestCase {
         XCTAssertEqual(first, [1])
         XCTAssertEqual(second, [2, 4])
     }
+
+    // VUEFLUX.md 3: `observe` returns an `AnyDisposable`, as VueFlux's does,
+    // whatever the signal: a sink's, a variable's (also when observed during
+    // its delivery), a producer's, an operator's; and so do scoped observing
+    // and binding, which VueFlux builds on it.
+    func testObserveReturnsAnAnyDisposable() {
+        let sink = Sink<Int>()
+        let variable = Variable(0)
+        let object = Object()
+        var gone: Object? = .init()
+        let binder = Binder<Int>(target: gone!) { _, _ in }
+        gone = nil
+
+        var disposables: [any Disposable] = [
+            sink.signal.observe { _ in },
+            variable.signal.observe { _ in },
+            Signal<Int> { _ in AnyDisposable() }.observe { _ in },
+            sink.signal.map { $0 + 1 }.observe { _ in },
+            sink.signal.observe(on: .immediate).observe { _ in },
+            sink.signal.observe(duringScopeOf: object) { _ in },
+            sink.signal.bind(to: object, \.value, on: .immediate),
+            variable.signal.bind(to: object, on: .immediate) { _, _ in },
+            sink.signal.bind(to: binder, on: .immediate),
+        ]
+        variable.signal.observe { value in
+            if value == 1 {
+                disposables.append(variable.signal.observe { _ in })
+            }
+        }
+        variable.value = 1
+
+        XCTAssertEqual(disposables.count, 10)
+        for disposable in disposables {
+            XCTAssertTrue(disposable is AnyDisposable, "\(type(of: disposable))")
+            disposable.dispose()
+            XCTAssertTrue(disposable.isDisposed)
+        }
+    }
+
+    // VUEFLUX.md 3: a send calls every observer synchronously, on the sending
+    // thread, in subscription order, before `send` returns.
+    func testSendCallsObserversOnTheSendingThreadBeforeItReturns() {
+        let sink = Sink<Int>()
+        nonisolated(unsafe) var log = [String]()
+        nonisolated(unsafe) var sender: pthread_t?
+        nonisolated(unsafe) var onSender = [Bool]()
+
+        sink.signal.observe { int in
+            log.append("first \(int)")
+            onSender.append(pthread_equal(pthread_self(), sender!) != 0)
+        }
+        sink.signal.observe { int in
+            log.append("second \(int)")
+            onSender.append(pthread_equal(pthread_self(), sender!) != 0)
+        }
+
+        let group = DispatchGroup()
+        DispatchQueue.globalDefault().async(group: group) {
+            sender = pthread_self()
+            sink.send(value: 1)
+            log.append("returned")
+        }
+        group.wait()
+
+        XCTAssertEqual(log, ["first 1", "second 1", "returned"])
+        XCTAssertEqual(onSender, [true, true])
+    }
+
+    // VUEFLUX.md 3: `map` transforms per observer.
+    func testMapTransformsPerObserver() {
+        let sink = Sink<Int>()
+        var transforms = 0
+        var first = [Int]()
+        var second = [Int]()
+
+        let mapped = sink.signal.map { int -> Int in
+            transforms += 1
+            return int * 10
+        }
+        mapped.observe { first.append($0) }
+        mapped.observe { second.append($0) }
+
+        sink.send(value: 1)
+
+        XCTAssertEqual(transforms, 2)
+        XCTAssertEqual(first, [10])
+        XCTAssertEqual(second, [10])
+    }
+
+    // VUEFLUX.md 3: `observe(on:)` forwards each value through
+    // `executor.execute`: the observer runs when the executor runs it.
+    func testObserveOnForwardsEachValueThroughTheExecutor() {
+        let sink = Sink<Int>()
+        var functions = [() -> Void]()
+        let executor = Executor { function in functions.append(function) }
+        var values = [Int]()
+
+        sink.signal.observe(on: executor).observe { values.append($0) }
+
+        sink.send(value: 1)
+        sink.send(value: 2)
+
+        XCTAssertEqual(values, [])
+        XCTAssertEqual(functions.count, 2)
+
+        functions.forEach { $0() }
+
+        XCTAssertEqual(values, [1, 2])
+    }
+
+    // VUEFLUX.md 3 (b), for observe(duringScopeOf:): the registration reports
+    // disposed at the latest when the next value reaches it after the
+    // object has gone.
+    func testScopedObservingIsDisposedByTheNextValueAfterTheObjectIsGone() {
+        let sink = Sink<Int>()
+        var object: Object? = .init()
+        var values = [Int]()
+
+        let disposable = sink.signal.observe(duringScopeOf: object!) { values.append($0) }
+        sink.send(value: 1)
+
+        XCTAssertFalse(disposable.isDisposed)
+
+        object = nil
+        sink.send(value: 2)
+
+        XCTAssertTrue(disposable.isDisposed)
+        XCTAssertEqual(values, [1])
+    }
 }

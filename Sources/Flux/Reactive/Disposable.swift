@@ -11,15 +11,23 @@ public protocol Disposable {
     func dispose()
 }
 
-/// Runs a closure at the first `dispose()`, then lets go of it.
-public final class AnyDisposable: Disposable, @unchecked Sendable {
+/// Runs a closure at the first `dispose()`, then lets go of it. It is also
+/// what observing a signal returns, as in VueFlux (`observe`, and so
+/// `observe(duringScopeOf:)` and `bind`).
+///
+/// Not `final`, unlike VueFlux's, though no other module can tell (a
+/// `public` class cannot be subclassed outside its module): observing
+/// returns one of this module's subclasses, which end the observation in
+/// the same object and, once a client has inlined `observe`, in its
+/// specialized code.
+public class AnyDisposable: Disposable, @unchecked Sendable {
     public var isDisposed: Bool {
         disposed.load(ordering: .acquiring)
     }
 
-    private let disposed = Atomic<Bool>(false)
+    @usableFromInline let disposed = Atomic<Bool>(false)
     // Written by init and by the one caller that wins the exchange in dispose().
-    private var action: (() -> Void)?
+    @usableFromInline var action: (() -> Void)?
 
     /// Runs `dispose` at the first `dispose()`, on the thread that calls it.
     public init(_ dispose: @escaping () -> Void) {
@@ -27,6 +35,7 @@ public final class AnyDisposable: Disposable, @unchecked Sendable {
     }
 
     /// A disposable that does nothing but record that it was disposed.
+    @inlinable
     public init() {
         action = nil
     }

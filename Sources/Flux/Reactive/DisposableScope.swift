@@ -114,5 +114,3 @@ protocol AtomicallyDisposed: Disposable {}
 
 extension AnyDisposable: AtomicallyDisposed {}
 extension DisposableScope: AtomicallyDisposed {}
-extension SinkSubscription: AtomicallyDisposed {}
-extension ObserverDisposable: AtomicallyDisposed {}

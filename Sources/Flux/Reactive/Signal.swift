@@ -115,18 +115,18 @@ public struct Signal<Value> {
     }
 }
 
-/// What an observation that is not a sink's returns: AnyDisposable's rules
-/// (end what it ends once, then let go of it), except that every `dispose()`
-/// cancels the observer before it returns, not only the first: a call that
-/// loses the race to another thread's `dispose()` must not return while the
-/// winner has yet to cancel it (Signal.observe's promise).
+/// What an observation that is not a sink's returns: an AnyDisposable
+/// (VueFlux's type) with its rules (end what it ends once, then let go of
+/// it), except that every `dispose()` cancels the observer before it
+/// returns, not only the first: a call that loses the race to another
+/// thread's `dispose()` must not return while the winner has yet to cancel
+/// it (Signal.observe's promise).
 @usableFromInline
-final class ObserverDisposable<Value>: Disposable, @unchecked Sendable {
+final class ObserverDisposable<Value>: AnyDisposable, @unchecked Sendable {
     // Weakly: whoever may still call it (the producer's upstream, an
     // executor's queued work, a sink's list) holds it; the disposable must
     // not keep the observer alive once they are gone (see SinkSubscription).
     private weak let procedure: CancelableProcedure<Value>?
-    private let disposed = Atomic<Bool>(false)
     // Written by init and by the one caller that wins the exchange in dispose().
     private var ending: (any Disposable)?
 
@@ -134,15 +134,11 @@ final class ObserverDisposable<Value>: Disposable, @unchecked Sendable {
     init(procedure: CancelableProcedure<Value>, ending: any Disposable) {
         self.procedure = procedure
         self.ending = ending
+        super.init()
     }
 
     @usableFromInline
-    var isDisposed: Bool {
-        disposed.load(ordering: .acquiring)
-    }
-
-    @usableFromInline
-    func dispose() {
+    override func dispose() {
         procedure?.cancel()
         guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else {

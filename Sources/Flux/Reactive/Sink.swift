@@ -371,9 +371,10 @@ final class SinkCore<Value>: @unchecked Sendable {
     }
 }
 
-/// What observing a sink returns: AnyDisposable's rules (dispose once, then
-/// let go of the observer) in one object, where an AnyDisposable over a
-/// closure took three allocations and a weak reference's box.
+/// What observing a sink returns: an AnyDisposable (VueFlux's type) with its
+/// rules (dispose once, then let go of the observer), in one object, where
+/// an AnyDisposable over a closure took three allocations and a weak
+/// reference's box.
 ///
 /// It holds the key, not the observer: the sink's list holds that, and
 /// `unsubscribe` cancels it. So the observer goes with the sink even while
@@ -381,8 +382,7 @@ final class SinkCore<Value>: @unchecked Sendable {
 /// `DisposableScope`, whose observer captures the object, goes once the sink
 /// has gone; holding the observer here made that a cycle).
 @usableFromInline
-final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
-    @usableFromInline let disposed = Atomic<Bool>(false)
+final class SinkSubscription<Value>: AnyDisposable, @unchecked Sendable {
     // The core, not the sink: a subscription does not keep its sink, and
     // what the sink's observers hold, alive.
     @usableFromInline let sink: SinkCore<Value>
@@ -392,15 +392,11 @@ final class SinkSubscription<Value>: Disposable, @unchecked Sendable {
     init(key: SinkCore<Value>.Key, sink: SinkCore<Value>) {
         self.key = key
         self.sink = sink
+        super.init()
     }
 
     @inlinable
-    var isDisposed: Bool {
-        disposed.load(ordering: .acquiring)
-    }
-
-    @inlinable
-    func dispose() {
+    override func dispose() {
         // Every call unsubscribes, not only the first: one that loses the race
         // to another thread's dispose must not return while the observer is
         // still in the list (the winner may not have reached it yet), and a
