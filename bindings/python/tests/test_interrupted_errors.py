@@ -21,17 +21,8 @@ def run(body: str) -> subprocess.CompletedProcess[str]:
 # signal arrives during the call.
 
 
-def test_an_interrupt_as_a_refused_group_release_returns_leaves_the_group_live_and_releasable() -> None:
-    # libflux refuses a release (out of memory during a dispatch: faked, as
-    # test_stores does) and SIGINT lands as the call returns, before its
-    # status is stored. release() took the group for released: _handle
-    # None, dropped from the dispatcher's children -- but libflux still ran
-    # fn every dispatch, release() was a no-op, and the store and the
-    # dispatcher could never be closed. It now asks libflux
-    # (flux_store_group_token, then flux_unregister of it): README, a
-    # refused release leaves the group live, "and must still be released".
-    result = run(
-        """
+# A store in a group whose function notes each run, and the real release.
+A_GROUP = """
         import flux
         from flux import stores
 
@@ -44,6 +35,21 @@ def test_an_interrupt_as_a_refused_group_release_returns_leaves_the_group_live_a
         ran = []
         group = flux.StoreGroup([store], lambda: ran.append(1))
         real = stores._flux_store_group_release_raw
+"""
+
+
+def test_an_interrupt_as_a_refused_group_release_returns_leaves_the_group_live_and_releasable() -> None:
+    # libflux refuses a release (out of memory during a dispatch: faked, as
+    # test_stores does) and SIGINT lands as the call returns, before its
+    # status is stored. release() took the group for released: _handle
+    # None, dropped from the dispatcher's children -- but libflux still ran
+    # fn every dispatch, release() was a no-op, and the store and the
+    # dispatcher could never be closed. It now asks libflux
+    # (flux_store_group_token, then flux_unregister of it): README, a
+    # refused release leaves the group live, "and must still be released".
+    result = run(
+        A_GROUP
+        + """
         outcome = []
         def refuse(handle):
             signal.raise_signal(signal.SIGINT)
@@ -80,19 +86,8 @@ def test_an_interrupt_as_a_group_release_returns_still_releases_it_once() -> Non
     # forgotten -- never released twice (a freed handle) -- and the store
     # closes.
     result = run(
-        """
-        import flux
-        from flux import stores
-
-        class Counter(flux.ReduceStore):
-            def get_initial_state(self): return 0
-            def reduce(self, state, action): return state + 1
-
-        d = flux.Dispatcher()
-        store = Counter(d)
-        ran = []
-        group = flux.StoreGroup([store], lambda: ran.append(1))
-        real = stores._flux_store_group_release_raw
+        A_GROUP
+        + """
         def release(handle):
             status = real(handle)
             assert status == 0, status

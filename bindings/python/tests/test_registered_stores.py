@@ -894,6 +894,14 @@ def test_a_listener_added_after_an_error_emit_in_the_same_handling_sees_the_erro
     assert log.error is None
 
 
+def refused_add(handle: Any, fn: Any, key: Any, destroy: Any, out: Any) -> int:
+    """flux_store_add_listener refusing for lack of memory, as libflux does:
+    *out cleared, the context destroyed at once."""
+    out._obj.value = 0
+    destroy(key)
+    return int(flux.Status.ERR_NO_MEMORY)
+
+
 def test_a_listener_whose_error_emit_runs_out_of_memory_is_not_added(
     d: flux.Dispatcher[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -909,9 +917,7 @@ def test_a_listener_whose_error_emit_runs_out_of_memory_is_not_added(
         adds[0] += 1
         if adds[0] != 3:
             return int(real(handle, fn, key, destroy, out))
-        out._obj.value = 0
-        destroy(key)
-        return int(flux.Status.ERR_NO_MEMORY)
+        return refused_add(handle, fn, key, destroy, out)
 
     seen: list[Any] = []
     refused: list[BaseException] = []
@@ -946,11 +952,6 @@ def test_an_error_emit_out_of_memory_marks_the_change_and_keeps_no_error(
     # note when its emit ends: the change is marked, the error not kept".
     # libflux's refusal of that note (a listener of the store's own) is
     # faked, as libflux would, destroying the context.
-    def refuse(handle: Any, fn: Any, key: Any, destroy: Any, out: Any) -> int:
-        out._obj.value = 0
-        destroy(key)
-        return int(flux.Status.ERR_NO_MEMORY)
-
     seen: list[Any] = []
     refused: list[BaseException] = []
 
@@ -958,7 +959,7 @@ def test_an_error_emit_out_of_memory_marks_the_change_and_keeps_no_error(
         def on_dispatch(self, payload: Any) -> None:
             if payload == "fails":
                 with monkeypatch.context() as patched:
-                    patched.setattr("flux.stores._flux_store_add_listener_raw", refuse)
+                    patched.setattr("flux.stores._flux_store_add_listener_raw", refused_add)
                     try:
                         self.emit_change(error="lost")
                     except flux.NoMemoryError as exc:
