@@ -40,7 +40,7 @@
 #   make install PREFIX=/usr/local DESTDIR=   library, header, flux.pc, CMake package,
 #                        share/libflux/flux_cdef.h
 #   make uninstall       what install put there
-#   make venv            pytest, hypothesis, mypy, ruff in build/venv (for an externally
+#   make venv            pytest, pytest-xdist, hypothesis, mypy, ruff in build/venv (for an externally
 #                        managed python3); used by the targets above when needed
 #   make clean           every build directory
 #   V=1                  show build commands and every test's output
@@ -252,13 +252,19 @@ check-luajit: $(LIB) $(B)/include/flux_cdef.h
 	elif [ -n "$${CI:-}" ]; then echo "check-luajit: luajit is not installed" >&2; exit 1; \
 	else $(SUITE) luajit sh -c 'echo "skipped: luajit is not installed"; echo "0 passed, 0 failed, 1 skipped"'; fi
 
+# The suites run on every CPU (pytest-xdist, -n auto) when the python running
+# them has it, as build/venv does (requirements-dev.txt); else one by one.
+# Asked as the recipe runs: the venv may be made just before.
+xdist = $$($(1) -c 'import xdist' 2>/dev/null && printf '%s' '-n auto')
+
 check-python: $(LIB) $(B)/include/flux_cdef.h $(call needs_venv,$(TEST_PYTHON))
-	@PYTHONPATH=bindings/python $(SUITE) python $(TEST_PYTHON) -m pytest -q bindings/python/tests
+	@PYTHONPATH=bindings/python $(SUITE) python $(TEST_PYTHON) -m pytest -q $(call xdist,$(TEST_PYTHON)) bindings/python/tests
 
 # The same suite under the CPythons users have besides the one make venv uses
 # (Ubuntu 24.04's python3 is 3.12): the binding's interrupt and recursion
 # handling depends on the interpreter's version. Each one found gets a venv
-# of its own, build/venv-X.Y, with the pinned pytest, hypothesis and cffi.
+# of its own, build/venv-X.Y, with the pinned pytest, pytest-xdist, hypothesis
+# and cffi.
 OTHER_PYTHONS ?= python3.12 python3.13
 check-python-versions: $(LIB) $(B)/include/flux_cdef.h
 	@$(if $(strip $(OTHER_PYTHONS)),,echo "check-python-versions: no other python3 named (OTHER_PYTHONS): skipped";) \
@@ -267,9 +273,9 @@ check-python-versions: $(LIB) $(B)/include/flux_cdef.h
 	    v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
 	    venv=$(B)/venv-$$v; \
 	    [ -f $$venv/.ready ] || { $$py -m venv $$venv \
-	        && $$venv/bin/python -m pip install -q $$(grep -E '^(pytest|hypothesis|cffi)==' support/requirements-dev.txt) \
+	        && $$venv/bin/python -m pip install -q $$(grep -E '^(pytest|pytest-xdist|hypothesis|cffi)==' support/requirements-dev.txt) \
 	        && touch $$venv/.ready; } || exit 1; \
-	    PYTHONPATH=bindings/python $(SUITE) python-$$v $$venv/bin/python -m pytest -q bindings/python/tests || exit 1; \
+	    PYTHONPATH=bindings/python $(SUITE) python-$$v $$venv/bin/python -m pytest -q $(call xdist,$$venv/bin/python) bindings/python/tests || exit 1; \
 	done
 
 # One layout for the whole tree: swift format (.swift-format) for Swift,
