@@ -510,9 +510,11 @@ FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
  * flux_store_has_changed() then reports 0. Once a dispatch is aborted (say a
  * flux_wait_for() inside reduce reported a failure that reduce ignored), a
  * store keeps its old state and runs no listener whatever its reduce
- * returns; a different *next is released. Likewise a listener whose
- * flux_wait_for() meets a failure stops its store's emit when it returns
- * (no further listener runs), whether or not it reports the failure.
+ * returns; a different *next is released -- unless the reduce also returned
+ * non-zero: a failing reduce's *next is ignored, as above. Likewise a
+ * listener whose flux_wait_for() meets a failure stops its store's emit when
+ * it returns (no further listener runs), whether or not it reports the
+ * failure.
  *
  * Another callback or store may flux_wait_for() a store's token
  * (flux_store_token()) and then read its new state: this is how stores

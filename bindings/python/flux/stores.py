@@ -998,7 +998,10 @@ class Store(_ClosesOnExit):
         """Unregisters the store and releases its state and listeners.
         Idempotent. Safe while other threads call the store: a call already
         inside libflux finishes first, and every later call raises
-        :class:`~flux.InvalidArgumentError`.
+        :class:`~flux.InvalidArgumentError` (reading a ``ReduceStore``'s
+        ``state`` too) -- but ``close()``, which does nothing, and
+        :attr:`closed`, :attr:`dispatch_token`, :attr:`dispatcher` and
+        ``error`` (None), which still answer.
 
         :raises AlreadyDispatchingError: a dispatch is running; nothing changed.
         :raises InvalidArgumentError: the store is in a live group; release it first.

@@ -1378,6 +1378,25 @@ def test_unregister_of_a_store_or_group_token_is_refused(d: flux.Dispatcher[Any]
     assert group_fn.calls == 2
 
 
+def test_a_closed_store_refuses_every_call_but_what_its_close_docstring_lists(d: flux.Dispatcher[Any]) -> None:
+    # Store.close: every later call raises InvalidArgumentError, reading
+    # state too -- but close() itself and four properties, which answer.
+    store = Counter(d)
+    token = store.dispatch_token
+    store.close()
+    store.close()  # does nothing
+    assert store.closed and store.dispatch_token == token and store.dispatcher is d and store.error is None
+    calls: list[Callable[[], object]] = [
+        lambda: store.state,
+        store.has_changed,
+        lambda: store.add_listener(lambda: None),
+        store.emit_change,
+    ]
+    for call in calls:
+        with pytest.raises(flux.InvalidArgumentError):
+            call()
+
+
 README = Path(__file__).resolve().parents[3] / "README.md"
 
 
