@@ -1394,9 +1394,10 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         From then on every method raises :class:`~flux.InvalidArgumentError`
         but these, which still answer: :attr:`closed` (True),
         :attr:`is_dispatching` (False), :attr:`stores` (``()``: every store
-        is closed), :meth:`name_of` (None: every registration has ended) and
+        is closed), :meth:`name_of` (None: every registration has ended),
         ``close()`` itself (does nothing -- or, after a close an exception
-        cut short, such as a KeyboardInterrupt, finishes it).
+        cut short, such as a KeyboardInterrupt, finishes it) and a ``with``
+        block, which enters and closes again.
 
         The native dispatcher itself is freed when this object is garbage
         collected: then no thread can still be inside a call on it, so closing

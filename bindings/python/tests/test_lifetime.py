@@ -159,6 +159,17 @@ def test_the_with_statement_closes() -> None:
     assert d.closed and live_callbacks(d) == 0
 
 
+def test_a_with_block_on_a_closed_dispatcher_enters_and_closes_again() -> None:
+    # Dispatcher.close() lists it among what still works once closed.
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    d.close()
+    with d as entered:
+        assert entered is d and d.closed
+        with pytest.raises(flux.InvalidArgumentError):
+            d.register(Callback([]))
+    assert d.closed
+
+
 def test_a_forgotten_dispatcher_is_closed_when_collected() -> None:
     callback = Callback([])
     ref = weakref.ref(callback)
