@@ -68,6 +68,16 @@ import Testing
         d.removeAllStores()
     }
 
+    @Test func aDependencyRegisteredByAnInitComesFirstInStores() {
+        // The order is the one their creation finished in: MessagesStore's
+        // init registers CurrentUserStore, which is made first.
+        let d = Dispatcher<Action>()
+        let messages = d.registerStore(MessagesStore.self)
+        let order = d.stores.map { ObjectIdentifier($0) }
+        #expect(order == [ObjectIdentifier(messages.current), ObjectIdentifier(messages)])
+        d.removeAllStores()
+    }
+
     @Test func eachDispatcherHasItsOwn() {
         let a = Dispatcher<Action>(), b = Dispatcher<Action>()
         #expect(a.registerStore(CurrentUserStore.self) !== b.registerStore(CurrentUserStore.self))

@@ -21,7 +21,8 @@ public protocol RegisteredStore<Payload>: AnyObject, Sendable {
     var dispatchToken: DispatchToken { get }
 }
 
-/// A dispatcher's registered stores, one per class, in registration order.
+/// A dispatcher's registered stores, one per class, in the order their
+/// creation finished (a class whose init registers others comes after them).
 /// A class is created outside the lock (its init registers with the
 /// dispatcher and may register its own dependencies); another thread asking
 /// for the same class meanwhile waits for that one instance.
@@ -236,7 +237,8 @@ extension Dispatcher {
         registry.store(ObjectIdentifier(type)).map { unsafeDowncast($0, to: type) }
     }
 
-    /// The registered stores, in registration order.
+    /// The registered stores, in the order their creation finished: a store
+    /// whose init registers its dependencies comes after them.
     public var stores: [any RegisteredStore<Payload>] {
         registry.all.map { $0 as! any RegisteredStore<Payload> }  // each was made as one
     }

@@ -957,7 +957,9 @@ class Dispatcher(_native.Unshareable, Generic[P]):
 
     @property
     def stores(self) -> tuple[Store, ...]:
-        """The registered stores, in registration order (empty once closed)."""
+        """The registered stores, in the order their making finished (a store
+        whose constructor registers its dependencies comes after them); empty
+        once closed."""
         return tuple(store for _, store in self._registry.values())  # a copy no one changes (see __init__): no lock
 
     def _store_closed(self, store: Store) -> None:

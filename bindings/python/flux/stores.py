@@ -999,9 +999,10 @@ class Store(_ClosesOnExit):
         Idempotent. Safe while other threads call the store: a call already
         inside libflux finishes first, and every later call raises
         :class:`~flux.InvalidArgumentError` (reading a ``ReduceStore``'s
-        ``state`` too) -- but ``close()``, which does nothing, and
-        :attr:`closed`, :attr:`dispatch_token`, :attr:`dispatcher` and
-        ``error`` (None), which still answer.
+        ``state`` too) -- but ``close()``, which does nothing, a ``with``
+        block, which enters and closes again, and :attr:`closed`,
+        :attr:`dispatch_token`, :attr:`dispatcher` and ``error`` (None),
+        which still answer.
 
         :raises AlreadyDispatchingError: a dispatch is running; nothing changed.
         :raises InvalidArgumentError: the store is in a live group; release it first.

@@ -352,7 +352,9 @@ class Trampoline(_native.Unshareable):
         return self._handle[0] is None
 
     def close(self) -> None:
-        """Frees the native code; idempotent."""
+        """Frees the native code; idempotent: on a closed trampoline
+        ``close()`` does nothing, and a ``with`` block enters and closes
+        again."""
         # Taken first: the handler's release may make the trampoline again,
         # with a finalizer of its own, which must stay attached.
         finalizer = self._finalizer

@@ -170,6 +170,28 @@ def test_a_with_block_on_a_closed_dispatcher_enters_and_closes_again() -> None:
     assert d.closed
 
 
+def test_a_with_block_on_a_closed_store_enters_and_closes_again() -> None:
+    # Store.close() lists it among what still works once closed.
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    store = flux.Store(d)
+    store.close()
+    with store as entered:
+        assert entered is store and store.closed
+        with pytest.raises(flux.InvalidArgumentError):
+            store.emit_change()
+    assert store.closed
+    d.close()
+
+
+def test_a_with_block_on_a_closed_trampoline_enters_and_closes_again() -> None:
+    # Trampoline.close() says so.
+    t = flux.Trampoline("v()", lambda: None)
+    t.close()
+    with t as entered:
+        assert entered is t and t.closed
+    assert t.closed
+
+
 def test_a_forgotten_dispatcher_is_closed_when_collected() -> None:
     callback = Callback([])
     ref = weakref.ref(callback)

@@ -106,6 +106,13 @@ def test_a_class_is_made_once_and_handed_back_by_class(d: flux.Dispatcher[Any]) 
     assert d.stores == (users, messages), "in registration order"
 
 
+def test_a_dependency_registered_by_a_constructor_comes_first_in_stores(d: flux.Dispatcher[Any]) -> None:
+    # The order is the one their making finished in: MessagesStore's
+    # constructor registers CurrentUserStore, which is made first.
+    messages = d.register_store(MessagesStore)
+    assert d.stores == (messages.users, messages)
+
+
 def test_extra_constructor_arguments_are_used_the_first_time_only(d: flux.Dispatcher[Any]) -> None:
     greeter = d.register_store(Greeter, "hello", name="ada")
     assert greeter.text == "hello, ada"
