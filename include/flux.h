@@ -511,7 +511,10 @@ FLUX_API int flux_is_dispatching(const flux_dispatcher *d);
  * flux_wait_for() inside reduce reported a failure that reduce ignored), a
  * store keeps its old state and runs no listener whatever its reduce
  * returns; a different *next is released -- unless the reduce also returned
- * non-zero: a failing reduce's *next is ignored, as above. Likewise a
+ * non-zero: a failing reduce's *next is ignored, as above. So too when
+ * equal's own flux_wait_for() meets the failure; one met by release_state,
+ * as it releases the replaced state, comes after the new state was kept,
+ * and only stops the listeners. Likewise a
  * listener whose flux_wait_for() meets a failure stops its store's emit when
  * it returns (no further listener runs), whether or not it reports the
  * failure.

@@ -105,6 +105,36 @@ import Testing
         #expect(log.all == ["top saw Boom(id: 3)", "low", "top"])
     }
 
+    /// The abort met after the reduce, by a wait in areEqual: the store
+    /// keeps its old state and runs no listener, as for one met by reduce.
+    @Test func aFailureMetByAreEqualKeepsTheStateAndRunsNoListener() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let low = Box<ReduceStore<Int, Int>?>(nil)
+        let top = ReduceStore<Int, Int>(
+            dispatcher: d, initialState: 100,
+            areEqual: { [unowned d] a, b in
+                do {
+                    try d.waitFor([low.value!.dispatchToken])
+                } catch {
+                    log.append("equal saw \(error)")
+                }
+                return a == b
+            }
+        ) { n, _ in n + 1 }
+        low.value = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in
+            if p < 0 { throw Boom(id: 3) }
+            return n + p
+        }
+        top.addListener { log.append("top") }
+        #expect(throws: Boom(id: 3)) { try d.dispatch(-1) }
+        #expect(top.state == 100)
+        #expect(log.all == ["equal saw Boom(id: 3)"])
+        try d.dispatch(1)
+        #expect(top.state == 101)
+        #expect(log.all == ["equal saw Boom(id: 3)", "top"])
+    }
+
     @Test func anotherStoreWaitsForAStoreAndReadsItsNewState() throws {
         let d = Dispatcher<Int>()
         let seen = Box<[Int]>([])

@@ -966,6 +966,72 @@ static void reduce_failing_after_an_abort_has_its_next_ignored(void)
     teardown(d, all, 2);
 }
 
+/* The abort met after the reduce: store 1's equal, or its release of the
+ * replaced state, waits for store 2 (t->user), which fails. */
+static int next_plus_one(tstore *t, void *state, const char *action, void **next)
+{
+    (void)t;
+    (void)action;
+    *next = st_new(st_value(state) + 1);
+    return 0;
+}
+
+static int equal_after_waiting(void *context, const void *a, const void *b)
+{
+    tstore *t = context;
+    if (t->user != NULL) {
+        flux_token token = flux_store_token(((tstore *)t->user)->s);
+        t->emit_status = flux_wait_for(t->d, &token, 1);
+    }
+    return st_equal(context, a, b);
+}
+
+static void release_after_waiting(void *context, void *state)
+{
+    tstore *t = context;
+    if (t->user != NULL) {
+        flux_token token = flux_store_token(((tstore *)t->user)->s);
+        t->emit_status = flux_wait_for(t->d, &token, 1);
+    }
+    st_release(context, state);
+}
+
+/* flux.h: "Once a dispatch is aborted ..., a store keeps its old state and
+ * runs no listener whatever its reduce returns" -- also when the failure
+ * is met after the reduce, by a flux_wait_for() in equal (the new state is
+ * released) or in the release of the replaced state (which runs once the
+ * new state is kept: no listener runs). The store kept the new state and
+ * its first listener ran in the aborted dispatch. */
+static void an_abort_met_by_equal_or_release_runs_no_listener(void)
+{
+    for (int by_release = 0; by_release < 2; by_release++) {
+        ledger_reset();
+        flux_dispatcher *d = new_dispatcher();
+        tstore *top = tstore_new(1, d);
+        REQUIRE(flux_store_create(d, st_new(1), t_reduce, by_release ? NULL : equal_after_waiting,
+                                  release_after_waiting, top, tstore_destroy, &top->s) == FLUX_OK);
+        tstore *low = make_store(d, 2, 5, false); /* registered after: the wait runs it */
+        top->hook = next_plus_one;
+        top->user = low;
+        lis *l = listen(top->s, 1, NULL);
+        const char *by = by_release ? "release_state" : "equal";
+        EXPECT_STATUS(flux_dispatch(d, "fail"), FLUX_ERR_CALLBACK_FAILED);
+        is_int(top->emit_status, FLUX_ERR_CALLBACK_FAILED, "%s: its wait met the failure", by);
+        has_number(flux_last_error(), flux_store_token(low->s), "%s: the error names the store that failed", by);
+        is_int(l->calls, 0, "%s: no listener ran", by);
+        if (!by_release) {
+            is_int(st_value(flux_store_state(top->s)), 1, "equal: the store kept its old state");
+            is_int(count_events(EV_RELEASE + 2), 1, "equal: the new state was released");
+        }
+        top->user = NULL;
+        top->hook = NULL;
+        EXPECT_OK(flux_dispatch(d, "inc"));
+        is_int(l->calls, 1, "%s: the next dispatch runs the listener", by);
+        tstore *all[2] = {top, low};
+        teardown(d, all, 2);
+    }
+}
+
 static void destroy_releases_listeners_then_state_then_context(void)
 {
     ledger_reset();
@@ -2906,6 +2972,7 @@ int main(void)
     RUN(failing_reduce_keeps_state_and_ignores_next);
     RUN(reduce_failing_mid_chain);
     RUN(reduce_failing_after_an_abort_has_its_next_ignored);
+    RUN(an_abort_met_by_equal_or_release_runs_no_listener);
     RUN(destroy_releases_listeners_then_state_then_context);
     RUN(listener_added_by_a_destroy_during_store_destroy_is_refused);
     RUN(group_made_by_a_destroy_during_store_destroy_is_refused);

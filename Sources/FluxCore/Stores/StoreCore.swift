@@ -213,6 +213,11 @@ import Synchronization
         if !same {
             if reducer.areEqual(current, next) {
                 reducer.release(next)
+            } else if engine.isAbortingInCallback {
+                // equal's own wait met a failure: aborting from now on too.
+                flags.pointee.changed = false
+                reducer.release(next)
+                return nil
             } else {
                 reducer.storeState(next)
                 flags.pointee.changed = true
@@ -364,8 +369,9 @@ import Synchronization
     /// Runs the listeners present now, in the order they were added,
     /// skipping any removed meanwhile; stops at the first that fails, or
     /// once the dispatch is aborting (a listener's wait met a failure it
-    /// did not report). Inlined into each host's store callback, so the
-    /// listener calls are direct.
+    /// did not report; or, before the first, equal's or a release's did).
+    /// Inlined into each host's store callback, so the listener calls are
+    /// direct.
     @inlinable @inline(__always)
     func emit<Callback>(on engine: borrowing DispatchCore<Callback>) -> Listener.Failure? {
         lock()
@@ -384,6 +390,11 @@ import Synchronization
             // store), so it is dropped only with the lock released.
             var listener = id < Self.removedBit ? entries[i].listener : nil
             if listener != nil {
+                // Checked before each listener, not after: the dispatch may
+                // be aborting before the first (a wait in equal, or in the
+                // release of the replaced state, met a failure), or since
+                // the last (a listener's wait met one it did not report).
+                if engine.isAbortingInCallback { break }
                 table.pointee.running = id
                 unlock()
                 failure = listener.unsafelyUnwrapped.invoke()
@@ -398,7 +409,7 @@ import Synchronization
                 }
                 // Not removed, the table still holds it: going under the
                 // lock (at the end of this iteration) does not free it.
-                if failure != nil || engine.isAbortingInCallback { break }
+                if failure != nil { break }
             }
             i += 1
         }
