@@ -644,3 +644,28 @@ final class MadeWhileAnotherWaits: RegisteredStore {
         }
     }
 }
+
+/// Records whether its init's thread counted as dispatching.
+private final class AsksWhetherDispatching: RegisteredStore {
+    static let sawDispatching = Guarded<Bool?>(nil)
+    let token: DispatchToken
+    init(dispatcher: Dispatcher<Int>) {
+        let inside = DispatchingThreads.shared.containsCurrentThread()
+        Self.sawDispatching.withLock { $0 = inside }
+        token = dispatcher.register { _ in }
+    }
+    var dispatchToken: DispatchToken { token }
+}
+
+@Suite struct StoreCreationCountsAsDispatchingTests {
+    // Flux's sinks and State-type dispatches ask this before they wait for
+    // another thread, which may be waiting in registerStore for the class
+    // this thread's init makes: such a thread hands its work over instead.
+    @Test func aThreadRunningAnInitCountsAsDispatchingUntilItReturns() {
+        let d = Dispatcher<Int>()
+        _ = d.registerStore(AsksWhetherDispatching.self)
+        #expect(AsksWhetherDispatching.sawDispatching.withLock { $0 } == true)
+        #expect(!DispatchingThreads.shared.containsCurrentThread())
+        d.removeAllStores()
+    }
+}

@@ -315,6 +315,85 @@ final class ConcurrencyTests: XCTestCase {
         XCTAssertEqual(d.computed.state.commits, [2])
     }
 
+    // A registered store's init that sends to a sink while another thread
+    // delivers it, whose observer asks for that very store class: the
+    // observer waits for the init to end, so the init must not wait for the
+    // delivery; its send is handed to the delivering thread instead.
+    func testSendFromARegisteredStoresInitWhileItsClassIsAwaitedByTheDeliveryDoesNotDeadlock() {
+        let dispatcher = Dispatcher<InitAction>()
+        let sink = Sink<Int>()
+        let inObserver = DispatchSemaphore(value: 0)
+        let gates = Gates()
+        let received = Mutex<[Int]>([])
+        nonisolated(unsafe) var gotFromObserver: GatedInit?
+        defer { InitGate.shared.withLock { $0 = {} } }
+        InitGate.shared.withLock {
+            $0 = {
+                InitGate.inInit.signal()
+                gates.pass(inObserver)
+                sink.send(value: 1)
+            }
+        }
+        sink.signal.observe { value in
+            received.withLock { $0.append(value) }
+            guard value == 0 else { return }
+            inObserver.signal()
+            gates.pass(InitGate.inInit)
+            gotFromObserver = dispatcher.registerStore(GatedInit.self)
+        }
+        nonisolated(unsafe) var made: GatedInit?
+        guard
+            onThreads(
+                [{ sink.send(value: 0) }, { made = dispatcher.registerStore(GatedInit.self) }],
+                seconds: 30)
+        else {
+            return XCTFail("a registered store's init sending to a sink whose delivery waits for its class: deadlock")
+        }
+        XCTAssertTrue(gates.allPassed)
+        XCTAssertTrue(made === gotFromObserver)
+        // The init's send was delivered, by the delivering thread, after the value it was delivering.
+        XCTAssertEqual(received.withLock { $0 }, [0, 1])
+        dispatcher.removeAllStores()
+    }
+
+    // The same with a State type's dispatch: a registered store's init
+    // dispatching while another thread's commit of that type asks for the
+    // store's class hands its dispatch to that thread.
+    func testDispatchFromARegisteredStoresInitWhileItsClassIsAwaitedByACommitDoesNotDeadlock() {
+        let dispatcher = Dispatcher<InitAction>()
+        let holder = crossStore(FourthType.self), other = crossStore(FourthType.self)
+        let inCommit = DispatchSemaphore(value: 0)
+        let gates = Gates()
+        defer { InitGate.shared.withLock { $0 = {} } }
+        InitGate.shared.withLock {
+            $0 = {
+                InitGate.inInit.signal()
+                gates.pass(inCommit)
+                other.actions.dispatch(action: 2)
+            }
+        }
+        nonisolated(unsafe) var gotFromCommit: GatedInit?
+        holder.computed.state.onCommit = { _ in
+            inCommit.signal()
+            gates.pass(InitGate.inInit)
+            gotFromCommit = dispatcher.registerStore(GatedInit.self)
+        }
+        nonisolated(unsafe) var made: GatedInit?
+        guard
+            onThreads(
+                [{ holder.actions.dispatch(action: 1) }, { made = dispatcher.registerStore(GatedInit.self) }],
+                seconds: 30)
+        else {
+            return XCTFail("a registered store's init dispatching while a commit waits for its class: deadlock")
+        }
+        XCTAssertTrue(gates.allPassed)
+        XCTAssertTrue(made === gotFromCommit)
+        XCTAssertEqual(holder.computed.state.commits, [1])
+        // Handed to the holder, which committed it before its dispatch returned.
+        XCTAssertEqual(other.computed.state.commits, [2])
+        dispatcher.removeAllStores()
+    }
+
     // A thread inside no dispatch or delivery still waits for another
     // thread's dispatch of the same State type, and its commit is done when
     // its `dispatch` returns.
@@ -516,6 +595,7 @@ private struct MirrorMutations: Mutations {
 private enum FirstType {}
 private enum SecondType {}
 private enum ThirdType {}
+private enum FourthType {}
 
 private final class CrossState<Tag>: State, @unchecked Sendable {
     typealias Action = Int
@@ -561,4 +641,21 @@ private final class Log: @unchecked Sendable {
     }
 
     var entries: [String] { lock.withLock { recorded } }
+}
+
+private enum InitAction: Sendable { case any }
+
+/// What `GatedInit.init` runs (set by the test that uses it).
+private enum InitGate {
+    static let shared = Mutex<@Sendable () -> Void>({})
+    static let inInit = DispatchSemaphore(value: 0)
+}
+
+private final class GatedInit: RegisteredStore {
+    let store: FluxStore<InitAction>
+    init(dispatcher: Dispatcher<InitAction>) {
+        store = FluxStore(dispatcher: dispatcher) { _, _ in }
+        InitGate.shared.withLock { $0 }()
+    }
+    var dispatchToken: DispatchToken { store.dispatchToken }
 }

@@ -119,6 +119,30 @@ final class DisposableScopeTests: XCTestCase {
         XCTAssertEqual(order, [0, 1, 2, 3])
     }
 
+    // A scope inside itself, directly or through another: the dispose that
+    // each disposal makes again must end, as in VueFlux (the second call
+    // finds nothing left), not call itself until the stack overflows.
+    func testScopeHoldingItselfDisposesOnce() {
+        let scope = DisposableScope()
+        var runs = 0
+        scope += AnyDisposable { runs += 1 }
+        scope += scope
+        scope.dispose()
+        XCTAssertEqual(runs, 1)
+        XCTAssertTrue(scope.isDisposed)
+
+        let outer = DisposableScope()
+        let inner = DisposableScope()
+        var order: [String] = []
+        outer += AnyDisposable { order.append("outer") }
+        outer += inner
+        inner += AnyDisposable { order.append("inner") }
+        inner += outer
+        outer.dispose()
+        XCTAssertEqual(order, ["outer", "inner"])
+        XCTAssertTrue(inner.isDisposed)
+    }
+
     func testDisposeOnDeinit() {
         var value = 0
         var disposableScope: DisposableScope? = .init()

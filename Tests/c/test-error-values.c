@@ -262,6 +262,116 @@ static void test_cycle_capacity(void)
     EXPECT_OK(flux_dispatcher_destroy(d));
 }
 
+/* ---- long cycles, and cycles through another dispatcher ------------------ */
+
+enum { LONG_RING = 300 };
+static flux_token long_ring[LONG_RING];
+static flux_status long_status;
+static flux_token long_token;
+static flux_token long_cycle[LONG_RING + 2];
+static size_t long_length;
+
+/* Callback i waits for callback (i + 1) % LONG_RING; the last one's wait
+ * closes the cycle and keeps its values. */
+static int long_ring_cb(void *context, const void *p)
+{
+    (void)p;
+    size_t i = (size_t)(uintptr_t)context;
+    flux_token next = long_ring[(i + 1) % LONG_RING];
+    flux_status st = flux_wait_for(wd, &next, 1);
+    if (st == FLUX_ERR_CIRCULAR) {
+        long_status = st;
+        long_token = flux_last_error_token();
+        long_length = flux_last_error_cycle(long_cycle, LONG_RING + 2);
+    }
+    return 0;
+}
+
+static void test_a_long_cycle_is_given_whole(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    wd = d;
+    for (size_t i = 0; i < LONG_RING; i++)
+        REQUIRE(flux_register(d, long_ring_cb, (void *)(uintptr_t)i, NULL, &long_ring[i]) == FLUX_OK);
+    long_status = FLUX_OK;
+    EXPECT_OK(flux_dispatch(d, payload));
+    is_int(long_status, FLUX_ERR_CIRCULAR, "the last callback's wait closes a %d-callback cycle", LONG_RING);
+    is_uint(long_token, long_ring[0], "the token is the pending one it asked for");
+    is_uint(long_length, LONG_RING + 1, "the cycle has one entry per callback, and the waiter again");
+    bool in_order = long_cycle[0] == long_ring[LONG_RING - 1] && long_cycle[LONG_RING] == long_ring[LONG_RING - 1];
+    for (size_t i = 1; in_order && i < LONG_RING; i++)
+        in_order = long_cycle[i] == long_ring[i - 1];
+    ok(in_order, "{waiter, asked for, ..., waiter}, every link in order");
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
+/* A callback of another dispatcher, run by a dispatch from inside one of d's
+ * callbacks, counts as inside that callback (flux.h, flux_wait_for()): its
+ * wait for that callback, or for one the callback's wait is running, is a
+ * cycle through the callbacks of d. */
+static flux_dispatcher *outer_d, *inner_d;
+static flux_token outer_a, outer_b, inner_asks_for;
+static flux_token inner_cycle[8];
+static size_t inner_length;
+
+static int inner_cb(void *context, const void *p)
+{
+    (void)context;
+    (void)p;
+    wait_status = flux_wait_for(outer_d, &inner_asks_for, 1);
+    token_seen_by_waiter = flux_last_error_token();
+    inner_length = flux_last_error_cycle(inner_cycle, 8);
+    return 0;
+}
+
+static int dispatches_inner(void *context, const void *p)
+{
+    (void)context;
+    (void)p;
+    return flux_dispatch(inner_d, payload) == FLUX_OK ? 0 : 1;
+}
+
+/* outer_a: the loop's callback; it waits for outer_b, which dispatches inner_d. */
+static int waits_for_b(void *context, const void *p)
+{
+    (void)context;
+    (void)p;
+    return flux_wait_for(outer_d, &outer_b, 1) == FLUX_OK ? 0 : 1;
+}
+
+static void test_a_cycle_through_another_dispatcher(void)
+{
+    outer_d = flux_dispatcher_create();
+    inner_d = flux_dispatcher_create();
+    REQUIRE(outer_d && inner_d);
+    flux_token inner;
+    EXPECT_OK(flux_register(outer_d, dispatches_inner, NULL, NULL, &outer_a));
+    EXPECT_OK(flux_register(inner_d, inner_cb, NULL, NULL, &inner));
+    inner_asks_for = outer_a;
+    wait_status = FLUX_OK;
+    EXPECT_OK(flux_dispatch(outer_d, payload));
+    is_int(wait_status, FLUX_ERR_CIRCULAR, "waiting for the callback whose dispatch runs it: CIRCULAR");
+    is_uint(token_seen_by_waiter, outer_a, "naming that callback");
+    is_uint(inner_length, 2, "the cycle is that callback waiting for itself");
+    ok(inner_cycle[0] == outer_a && inner_cycle[1] == outer_a, "{a, a}");
+    EXPECT_OK(flux_dispatcher_destroy(outer_d));
+
+    outer_d = flux_dispatcher_create();
+    REQUIRE(outer_d != NULL);
+    EXPECT_OK(flux_register(outer_d, waits_for_b, NULL, NULL, &outer_a));
+    EXPECT_OK(flux_register(outer_d, dispatches_inner, NULL, NULL, &outer_b));
+    inner_asks_for = outer_a;
+    wait_status = FLUX_OK;
+    EXPECT_OK(flux_dispatch(outer_d, payload));
+    is_int(wait_status, FLUX_ERR_CIRCULAR, "waiting for the callback whose wait runs it: CIRCULAR");
+    is_uint(token_seen_by_waiter, outer_a, "naming the callback asked for");
+    is_uint(inner_length, 3, "the cycle runs through the callback that dispatched");
+    ok(inner_cycle[0] == outer_b && inner_cycle[1] == outer_a && inner_cycle[2] == outer_b, "{b, a, b}");
+    EXPECT_OK(flux_dispatcher_destroy(outer_d));
+    EXPECT_OK(flux_dispatcher_destroy(inner_d));
+}
+
 /* ---- statuses with no token; lifetime ----------------------------------- */
 
 static void *read_values(void *arg)
@@ -347,6 +457,8 @@ int main(void)
     RUN(test_unknown_token_names_the_first_rejected);
     RUN(test_circular_gives_the_cycle);
     RUN(test_cycle_capacity);
+    RUN(test_a_long_cycle_is_given_whole);
+    RUN(test_a_cycle_through_another_dispatcher);
     RUN(test_a_done_failing_a_call_leaves_flux_enqueues_error);
     return tap_done();
 }

@@ -4,7 +4,8 @@ import Synchronization
 /// What a sink's turn and a State type's dispatch lock share: one thread at
 /// a time holds it, and a thread that finds another holding it waits, unless
 /// it is itself inside a delivery (of any sink) or a dispatch (a
-/// `Dispatcher`'s or a store's). The holder may be waiting for that very
+/// `Dispatcher`'s or a store's, or a `RegisteredStore` init that
+/// `registerStore` runs). The holder may be waiting for that very
 /// delivery or dispatch, so waiting could deadlock; such a thread hands its
 /// work to the holder instead, which runs what was handed over, in order,
 /// before it lets go.

@@ -1,3 +1,4 @@
+import FluxCore
 import Synchronization
 
 /// Disposes everything added to it, in order, when disposed or deinitialized.
@@ -13,6 +14,8 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
     private var disposables: ContiguousArray<any Disposable>?  // nil once disposed
     // What the first dispose() took, while it disposes it (see there).
     private var disposing: ContiguousArray<any Disposable>?
+    // The threads in a later call's sweep of `disposing` (see dispose()).
+    private var sweeping: [UInt] = []
     // When `disposables` reaches it, `add` lets go of those disposed since
     // (see there); then twice what is left, so that each add costs O(1).
     private var pruneAt = 32
@@ -72,12 +75,25 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
     /// Disposes what was added, in order, once; any thread, also from
     /// inside one of the disposals. When it returns, this module's
     /// disposables it holds are disposed, even if another call (on another
-    /// thread, or further up this one) is still disposing them.
+    /// thread, or further up this one) is still disposing them; except a
+    /// call made, on the same thread, by such a later call's own disposals
+    /// (a scope held by itself, directly or through scopes it holds), which
+    /// returns at once, as VueFlux's second call does: the later call goes on.
     public func dispose() {
         // Taken out under the lock, disposed outside it: a disposal may add
         // to or dispose this scope again.
+        var me: UInt = 0
         let (taken, first): (ContiguousArray<any Disposable>?, Bool) = lock.withLock {
-            guard let taken = disposables else { return (disposing, false) }
+            guard let taken = disposables else {
+                // Back on a thread already sweeping it: the scope is inside
+                // itself (directly, or through scopes it holds), and that
+                // sweep, further up, goes on; sweeping again would recurse
+                // until the stack overflowed.
+                me = currentThreadID()
+                guard let disposing, !sweeping.contains(me) else { return (nil, false) }
+                sweeping.append(me)
+                return (disposing, false)
+            }
             disposables = nil
             disposing = taken
             disposed.store(true, ordering: .releasing)
@@ -94,6 +110,7 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
             for disposable in taken where disposable is any AtomicallyDisposed {
                 disposable.dispose()
             }
+            _ = lock.withLock { sweeping.remove(at: sweeping.firstIndex(of: me)!) }
             return
         }
         for disposable in taken {

@@ -7,9 +7,10 @@ import Synchronization
 /// returns, waiting for a delivery in progress on another thread to end;
 /// except where waiting could deadlock, that is, when the sending thread is
 /// itself inside a delivery (of this sink or of another) or inside a
-/// dispatch (a `Dispatcher`'s or a store's, which a delivering thread may be
-/// waiting for). Then the value is queued and delivered by the thread
-/// delivering this sink before that thread lets it go:
+/// dispatch (a `Dispatcher`'s or a store's, or a `RegisteredStore` init that
+/// `registerStore` runs, which a delivering thread may be waiting for). Then
+/// the value is queued and delivered by the thread delivering this sink
+/// before that thread lets it go:
 /// - a send from inside an observer of this sink is delivered when the
 ///   current delivery ends (VueFlux deadlocks there);
 /// - a send from inside an observer of another sink, or from a dispatch's

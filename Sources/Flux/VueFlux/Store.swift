@@ -85,7 +85,8 @@ public protocol Mutations {
 /// store's commit to its executor before `dispatch` returns, waiting for a
 /// dispatch of that State type in progress on another thread. Except where
 /// waiting could deadlock: when the dispatching thread is itself inside a
-/// dispatch (a store's mutation, a `Dispatcher`'s callback) or a delivery
+/// dispatch (a store's mutation, a `Dispatcher`'s callback, a
+/// `RegisteredStore` init that `registerStore` runs) or a delivery
 /// (an observer of a `Sink` or `Variable`), the dispatch is handed to the
 /// thread in progress, which runs it, after the dispatches handed over
 /// before it, before that thread's own dispatch returns; `dispatch` then

@@ -23,15 +23,15 @@ public func currentThreadID() -> UInt {
 }
 
 /// Whatever runs user code while another thread may be waiting for it to
-/// finish -- each `Dispatcher`, and in Flux each State type's store
-/// dispatch lock -- with a test of whether the calling thread is running it
-/// now. Flux asks `containsCurrentThread()` before a send waits for a
-/// delivery, or a store's dispatch for a dispatch, on another thread: that
-/// thread may be waiting for this one's dispatch, so the send (or dispatch)
-/// is handed over instead. A dispatch pays nothing for
+/// finish -- each `Dispatcher`, the inits `registerStore` runs, and in Flux
+/// each State type's store dispatch lock -- with a test of whether the
+/// calling thread is running it now. Flux asks `containsCurrentThread()`
+/// before a send waits for a delivery, or a store's dispatch for a dispatch,
+/// on another thread: that thread may be waiting for this one's dispatch, so
+/// the send (or dispatch) is handed over instead. A dispatch pays nothing for
 /// it (each engine already records its dispatching thread); adding, removing
-/// and asking take a lock. The tests only read atomics: no user code runs
-/// under the lock.
+/// and asking take a lock. The tests read atomics, or take a lock that
+/// guards no user code: no user code runs under the lock.
 @_spi(Engine) public final class DispatchingThreads: @unchecked Sendable {
     // @unchecked: `entries` is only touched under `lock`.
     public static let shared = DispatchingThreads()

@@ -15,7 +15,10 @@ public protocol RegisteredStore<Payload>: AnyObject, Sendable {
     /// store classes (its dependencies) on the same dispatcher; it must not
     /// dispatch (a dispatch that would wait for a thread waiting for this
     /// class is refused with `.alreadyDispatching`, and one made from a
-    /// callback of that dispatcher is refused anyway).
+    /// callback of that dispatcher is refused anyway). A Flux `Sink` send,
+    /// `Variable` set or `Store` dispatch it makes while another thread
+    /// delivers or dispatches there is handed to that thread, as from a
+    /// dispatch's callback: that thread may be waiting for this class.
     init(dispatcher: Dispatcher<Payload>)
     /// The token other stores `waitFor`.
     var dispatchToken: DispatchToken { get }
@@ -63,6 +66,18 @@ final class StoreRegistry: @unchecked Sendable {
         // Swift's own allocations trap when memory runs out; so does this.
         guard let lock = ConditionLock() else { fatalError("Dispatcher: out of memory") }
         self.lock = lock
+        // A thread running an init counts as dispatching (the same entry
+        // for every registry; adding it again replaces it): it must not wait
+        // for a sink's delivery or a State type's dispatch in progress on
+        // another thread (Flux's `Turn`), which may be waiting, in
+        // `registerStore`, for this very class. It hands its work over.
+        DispatchingThreads.shared.add(Self.creations, { StoreRegistry.isCreatingOnCurrentThread })
+    }
+
+    /// Whether the calling thread is running the init of a class it registers.
+    static var isCreatingOnCurrentThread: Bool {
+        let me = currentThreadID()
+        return creations.withLock { $0.creating.values.contains { $0.thread == me } }
     }
 
     deinit { lock.destroy() }
