@@ -66,13 +66,16 @@ final class StoreRegistry: @unchecked Sendable {
         // Swift's own allocations trap when memory runs out; so does this.
         guard let lock = ConditionLock() else { fatalError("Dispatcher: out of memory") }
         self.lock = lock
-        // A thread running an init counts as dispatching (the same entry
-        // for every registry; adding it again replaces it): it must not wait
-        // for a sink's delivery or a State type's dispatch in progress on
-        // another thread (Flux's `Turn`), which may be waiting, in
-        // `registerStore`, for this very class. It hands its work over.
-        DispatchingThreads.shared.add(Self.creations, { StoreRegistry.isCreatingOnCurrentThread })
+        _ = Self.creationsCountAsDispatching
     }
+
+    /// A thread running an init counts as dispatching (one entry for every
+    /// registry, added by the first): it must not wait for a sink's delivery
+    /// or a State type's dispatch in progress on another thread (Flux's
+    /// `Turn`), which may be waiting, in `registerStore`, for this very
+    /// class. It hands its work over.
+    private static let creationsCountAsDispatching: Void = DispatchingThreads.shared.add(
+        creations, { StoreRegistry.isCreatingOnCurrentThread })
 
     /// Whether the calling thread is running the init of a class it registers.
     static var isCreatingOnCurrentThread: Bool {
