@@ -19,8 +19,11 @@
  *   5      dispatch, then flux_enqueue on the idle dispatcher
  * Queued payloads run FIFO after the dispatch that queued them, each a
  * dispatch of its own, each followed by its done, which must get the
- * context of its own call. Any disagreement aborts: libFuzzer reports it as
- * a crash.
+ * context of its own call. An input of odd length runs with an observer on
+ * every dispatcher (the observed loop and waits are code of their own): it
+ * must change nothing the model sees, and its events must nest, one
+ * callback_begin per callback run. Any disagreement aborts: libFuzzer
+ * reports it as a crash.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -121,6 +124,49 @@ static int r_callback(void *context, const void *payload)
     CHECK(flux_try_dispatch(d, NULL) == FLUX_ERR_ALREADY_DISPATCHING);
     push(&r_trace, -1 - s);
     return b->fail ? 1 : 0;
+}
+
+/* The observer of an odd-length input: checks that its events nest
+ * (flux.h, "Observer"), and counts the callbacks it saw begin. */
+static bool observed;
+static flux_token o_stack[TRACE];
+static int o_depth, o_begun;
+static bool o_dispatching;
+
+static void o_dispatch_begin(void *context, const void *payload)
+{
+    (void)context; (void)payload;
+    CHECK(!o_dispatching && o_depth == 0);
+    o_dispatching = true;
+}
+
+static void o_dispatch_end(void *context, const void *payload, flux_status status)
+{
+    (void)context; (void)payload; (void)status;
+    CHECK(o_dispatching && o_depth == 0);
+    o_dispatching = false;
+}
+
+static void o_callback_begin(void *context, flux_token token)
+{
+    (void)context;
+    CHECK(o_dispatching && o_depth < TRACE);
+    o_stack[o_depth++] = token;
+    o_begun++;
+}
+
+static void o_callback_end(void *context, flux_token token, int result)
+{
+    (void)context; (void)result;
+    CHECK(o_depth > 0 && o_stack[o_depth - 1] == token);
+    o_depth--;
+}
+
+/* The waiter is the innermost callback running. */
+static void o_wait_for(void *context, flux_token waiter, const flux_token *tokens, size_t count)
+{
+    (void)context; (void)tokens; (void)count;
+    CHECK(o_depth > 0 && o_stack[o_depth - 1] == waiter);
 }
 
 /* ---- the model ----------------------------------------------------------- */
@@ -239,6 +285,7 @@ static void reset_enqueues(void)
 static void dispatch_both(bool enqueue)
 {
     m_trace.n = r_trace.n = 0;
+    o_begun = 0;
     flux_status want, got;
     if (enqueue) {
         want = m_enqueue();
@@ -261,12 +308,24 @@ static void dispatch_both(bool enqueue)
         fprintf(stderr, "\n");
         abort();
     }
+    if (observed) {
+        /* Every callback run pushed its slot (0..SLOTS-1) as it began. */
+        int ran = 0;
+        for (int i = 0; i < r_trace.n; i++)
+            ran += r_trace.v[i] >= 0 && r_trace.v[i] < SLOTS;
+        CHECK(o_begun == ran && !o_dispatching && o_depth == 0);
+    }
 }
 
 static void start(void)
 {
     d = flux_dispatcher_create();
     CHECK(d != NULL);
+    if (observed) {
+        flux_observer hooks = {FLUX_OBSERVER_VERSION, o_dispatch_begin, o_dispatch_end, o_callback_begin,
+                               o_callback_end, o_wait_for};
+        CHECK(flux_dispatcher_set_observer(d, &hooks, NULL, NULL) == FLUX_OK);
+    }
     for (int s = 0; s < SLOTS; s++) {
         r_registered[s] = m_registered[s] = false;
         r_token[s] = m_token[s] = 0;
@@ -292,6 +351,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     memset(r_destroyed, 0, sizeof r_destroyed);
     memset(m_owed, 0, sizeof m_owed);
+    observed = size % 2 == 1;
     start();
     size_t p = 0;
 #define NEXT() (p < size ? data[p++] : 0)

@@ -987,9 +987,10 @@ typedef struct flux_observer {
  * Ownership: context is handed over whatever the outcome. destroy(context),
  * when destroy is not NULL, runs exactly once: when this observer is replaced
  * or cleared, or d is destroyed; at once when this call fails, or when hooks
- * is NULL (clearing takes no context). A context replaced or cleared during
- * a dispatch is destroyed when the outermost flux_dispatch() or
- * flux_enqueue() returns, outside the dispatch.
+ * is NULL (clearing takes no context), as the call's last use of d: outside
+ * a dispatch, that destroy may close or destroy d. A context replaced or
+ * cleared during a dispatch is destroyed when the outermost flux_dispatch()
+ * or flux_enqueue() returns, outside the dispatch.
  *
  * @return FLUX_OK.
  *         FLUX_ERR_INVALID_ARGUMENT: d is NULL, or is being destroyed;

@@ -37,20 +37,26 @@ public func flux_dispatcher_set_observer(
 ) -> Int32 {
     let handedOver = HandedOver("flux_dispatcher_set_observer", context, destroy)
     guard let handle else { return handedOver.refuse(.invalidArgument, "the dispatcher is NULL") }
-    var observer: CObserver?
-    if let hooks {
-        let h = hooks.pointee
-        guard h.version == FLUX_OBSERVER_VERSION else {
-            return handedOver.refuse(
-                .invalidArgument,
-                "hooks->version is \(h.version); this library knows FLUX_OBSERVER_VERSION \(FLUX_OBSERVER_VERSION)")
-        }
-        observer = CObserver(hooks: h, context: context, destroy: destroy)
-    } else {
+    guard let hooks else {
         // Clearing takes no context; one handed over (NULL too: the
-        // caller's destroy decides what that means) is still released.
+        // caller's destroy decides what that means) is still released --
+        // once the engine is done with the handle, since that destroy may
+        // close or destroy the dispatcher.
+        do throws(FluxError) {
+            try handle.dispatcher.pointee.setObserver(nil)
+        } catch {
+            return handedOver.refuse(error)
+        }
         destroy?(context)
+        return 0
     }
+    let h = hooks.pointee
+    guard h.version == FLUX_OBSERVER_VERSION else {
+        return handedOver.refuse(
+            .invalidArgument,
+            "hooks->version is \(h.version); this library knows FLUX_OBSERVER_VERSION \(FLUX_OBSERVER_VERSION)")
+    }
+    let observer = CObserver(hooks: h, context: context, destroy: destroy)
     return status("flux_dispatcher_set_observer") { () throws(FluxError) in
         try handle.dispatcher.pointee.setObserver(observer)
     }

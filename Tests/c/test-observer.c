@@ -538,6 +538,59 @@ static void test_clearing_with_a_null_context_runs_destroy(void)
     is_int(null_destroyed, 3, "NULL dispatcher: destroy(NULL) ran once, at once");
 }
 
+/* A clearing's context is destroyed at once, outside any dispatch, so its
+ * destroy may close or destroy d, as any observer destroy run there may
+ * ("Ownership"). It ran before the library was done with d: a close from it
+ * made the clearing fail with FLUX_ERR_INVALID_ARGUMENT (closed), and a
+ * destroy from it freed d under the call (ASan: heap-use-after-free). */
+static flux_dispatcher *ending_d;
+static flux_status ending_status;
+static int ending_runs, replaced_runs;
+
+static void destroy_that_closes_d(void *c)
+{
+    (void)c;
+    ending_runs++;
+    ending_status = flux_dispatcher_close(ending_d);
+}
+
+static void destroy_that_destroys_d(void *c)
+{
+    (void)c;
+    ending_runs++;
+    ending_status = flux_dispatcher_destroy(ending_d);
+}
+
+static void count_replaced(void *c)
+{
+    (void)c;
+    replaced_runs++;
+}
+
+static void test_a_clearing_context_may_end_the_dispatcher(void)
+{
+    ending_d = flux_dispatcher_create();
+    REQUIRE(ending_d != NULL);
+    ending_runs = replaced_runs = 0;
+    ending_status = (flux_status)-1;
+    EXPECT_OK(flux_dispatcher_set_observer(ending_d, &hooks, NULL, count_replaced));
+    EXPECT_OK(flux_dispatcher_set_observer(ending_d, NULL, NULL, destroy_that_closes_d));
+    is_int(ending_runs, 1, "the clearing's destroy ran once");
+    is_int(ending_status, FLUX_OK, "flux_dispatcher_close() from it closed d");
+    is_int(replaced_runs, 1, "the cleared observer's context was destroyed once");
+    flux_token token = 1;
+    EXPECT_STATUS(flux_register(ending_d, node_cb, NULL, NULL, &token), FLUX_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(flux_dispatcher_destroy(ending_d));
+
+    ending_d = flux_dispatcher_create();
+    REQUIRE(ending_d != NULL);
+    ending_runs = 0;
+    ending_status = (flux_status)-1;
+    EXPECT_OK(flux_dispatcher_set_observer(ending_d, NULL, NULL, destroy_that_destroys_d));
+    is_int(ending_runs, 1, "the clearing's destroy ran once");
+    is_int(ending_status, FLUX_OK, "flux_dispatcher_destroy() from it freed d, which the call no longer used");
+}
+
 /* ---- hooks that change the registrations -------------------------------- */
 
 /* Hooks run on the dispatching thread, so flux_unregister() from one acts as
@@ -759,6 +812,7 @@ int main(void)
     RUN(test_wait_for_from_a_hook_is_refused);
     RUN(test_a_callback_unregistered_by_its_begin_hook_does_not_run);
     RUN(test_clearing_with_a_null_context_runs_destroy);
+    RUN(test_a_clearing_context_may_end_the_dispatcher);
     RUN(test_hooks_that_change_the_registrations);
     RUN(test_hooks_are_copied);
     RUN(test_several_changes_in_one_dispatch);
