@@ -1412,7 +1412,12 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         unregistered (waited for), or raises
         :class:`~flux.InvalidArgumentError`: never with part of them (but
         for a dispatcher a store made outside this package keeps open, whose
-        callbacks are unregistered one by one).
+        callbacks are unregistered one by one). Not so for the stores and
+        groups: libflux closes a dispatcher only once they are gone, so they
+        are closed one by one first, and such a dispatch that starts
+        meanwhile (its call read the dispatcher before this began, or was
+        waiting for another thread's dispatch) runs without the stores closed
+        before it, and with the others, whose close waits for it.
 
         :raises AlreadyDispatchingError: a dispatch is running (from inside a
             callback, or on another thread); nothing is changed.
@@ -1496,7 +1501,9 @@ class Dispatcher(_native.Unshareable, Generic[P]):
                     raise refusal
                 # A dispatch whose call read the handle before it was cleared
                 # started on another thread: no other can start now, so it is
-                # waited for, and close() stays all or nothing.
+                # waited for. It runs without the children closed before it
+                # (libflux closes the dispatcher only once they are gone), but
+                # the callbacks stay all or nothing (below).
                 while _flux_is_dispatching(handle):
                     time.sleep(0.0002)
         # Closed in one step: a dispatch whose call read the handle before it

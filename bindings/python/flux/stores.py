@@ -127,6 +127,7 @@ _MISSING = object()
 _OWNED = (int(Status.ERR_INVALID_ARGUMENT), int(Status.ERR_ALREADY_DISPATCHING))
 _UNKNOWN_TOKEN = int(Status.ERR_UNKNOWN_TOKEN)  # flux_store_remove_listener of a removed listener
 _NOT_RUN = -1  # a status libflux never returns: the call did not run (or not known to have)
+_NO_WAIT = (False,)  # lock.acquire's blocking argument, for map() (see Store._sweep)
 
 _write_pointer = c_void_p.from_address
 
@@ -496,7 +497,7 @@ def _owner_collected(watch: _OwnerWatch) -> None:
     watch.gone[watch.cell.value] = None
     store = watch.store()
     if store is not None:
-        store._sweep()
+        store._sweep(wait=False)
 
 
 #: The stores (by id) whose reduce called emit_change(error=...) and has not
@@ -801,7 +802,10 @@ class Store(_ClosesOnExit):
         function; ``listener`` may also be ``owner`` itself), and once
         ``owner`` is collected the listener is removed, as if
         :meth:`Subscription.remove` ran, and never runs again -- also when
-        that happens during an emit. An exception raised while that removal
+        that happens during an emit. (Should another thread be inside a call
+        on the store just then, the removal never waits for it: the store's
+        next ``add_listener``, ``remove`` or emit finishes it; the listener
+        does not run meanwhile.) An exception raised while that removal
         runs (a KeyboardInterrupt) comes out of the next call on this
         thread into flux, as one raised in a listener's destroy does. Any
         other ``listener`` is held strongly, so it must not refer to
@@ -977,15 +981,41 @@ class Store(_ClosesOnExit):
                     self._listeners -= 1
         return status
 
-    def _sweep(self) -> None:
+    def _sweep(self, wait: bool = True) -> None:
         """Removes the owner-bound listeners whose owner went (see
         _owner_collected): the owner's weakref callback does, and so does the
         store's next add_listener or remove, should an interrupt have cut
-        that callback short. Takes the lock one removal at a time (see _fns)."""
+        that callback short -- or the store's lock have been held by another
+        thread. Takes the lock one removal at a time (see _fns); with no
+        ``wait``, only when no other thread holds it, and then for all."""
         gone = self._gone
-        for native_id in list(gone):  # other threads' callbacks may add to it
-            self._unlisten(native_id, quiet=True)
-            gone.pop(native_id, None)  # once removed: if cut short, swept again
+        if wait:
+            for native_id in list(gone):  # other threads' callbacks may add to it
+                self._unlisten(native_id, quiet=True)
+                gone.pop(native_id, None)  # once removed: if cut short, swept again
+            return
+        # The weakref callback runs wherever the owner's last reference went:
+        # in the collector, on a thread holding any lock (the registry's,
+        # another store's, the caller's own), whose holder a thread holding
+        # this store's lock may be waiting for -- a close() of this store
+        # waits for the registry lock, a StoreGroup for its other stores'.
+        # Waiting here would deadlock them. Taken only if free (this thread's
+        # own call holding it counts as free), the result recorded by C with
+        # no call in between (where an interrupt could leave it taken).
+        lock = self._lock
+        taken: list[bool] = []
+        kept: list[object] = []  # the listeners, let go once the lock is (see _fns)
+        try:
+            taken.extend(map(lock.acquire, _NO_WAIT))
+            if taken[0]:
+                for native_id in list(gone):
+                    kept.append(self._fns.get(native_id))
+                    self._unlisten(native_id, quiet=True)
+                    gone.pop(native_id, None)
+        finally:
+            if taken and taken[0]:
+                lock.release()
+        del kept
 
     # -- lifetime ----------------------------------------------------------
 
@@ -1010,65 +1040,77 @@ class Store(_ClosesOnExit):
         dispatcher = self._dispatcher
         status: int | None = None
         error: BaseException | None = None
-        with self._lock:
-            handle = self._handle
-            if handle is None:
-                return
-            # What libflux lets go here -- the listeners, and through them
-            # their owners -- and the states are kept until the lock is
-            # released (see _fns): their finalizers may take other locks.
-            kept = (self._fns, self._held)
-            # Cleared first: calls made by the destroys (an owner's weakref
-            # callback removing its listener, say) find the store closed.
-            self._handle = None
-            try:
-                # No errcheck: it would raise what escaped on this thread
-                # before looking at the status, and only the status says
-                # whether libflux destroyed the store. What escaped is
-                # raised below, once the store is fully open or closed.
-                status = _flux_store_destroy_raw(handle)
-                if status:
-                    error = _native.status_error(status)  # read at once, on this thread
-            except ArgumentError as exc:
-                status = _NOT_RUN  # libflux never ran (the recursion limit): the store is open
-                error = _argument_error(exc)
-            finally:
+        # Whether this call closed the store: the registry learns it once the
+        # store's lock is let go. Waiting for the registry lock under it
+        # deadlocked with a finalizer the collector ran on a thread holding
+        # the registry lock, which then waited for this store's lock (to
+        # close the store too, say).
+        closed = False
+        try:
+            with self._lock:
+                handle = self._handle
+                if handle is None:
+                    return
+                # What libflux lets go here -- the listeners, and through them
+                # their owners -- and the states are kept until the lock is
+                # released (see _fns): their finalizers may take other locks.
+                kept = (self._fns, self._held)
+                # Cleared first: calls made by the destroys (an owner's weakref
+                # callback removing its listener, say) find the store closed.
+                self._handle = None
                 try:
-                    if status is None:
-                        # An interrupt came after libflux returned, before
-                        # the status was read: libflux knows.
-                        status = 0
-                        status = self._registered_status()
-                finally:
+                    # No errcheck: it would raise what escaped on this thread
+                    # before looking at the status, and only the status says
+                    # whether libflux destroyed the store. What escaped is
+                    # raised below, once the store is fully open or closed.
+                    status = _flux_store_destroy_raw(handle)
                     if status:
-                        self._handle = handle  # refused: nothing changed, the store is open
-                    else:
-                        # The C store's states go with the list its context
-                        # holds, when libflux runs that destroy: here (kept
-                        # above), or -- should a dispatch have started on
-                        # another thread during the call -- once that
-                        # dispatch ends, which may still hand the reduce
-                        # the state. Emptying the list here would free it.
-                        # Before any call: an interrupt raised after one
-                        # would leave the closed store holding them.
-                        self._held = [None, _SETTLED]
-                        # No call before the native handle is forgotten: an
-                        # interrupt raised after one (a dict's pop is one)
-                        # would skip it, and the dispatcher's finalizer would
-                        # destroy the freed store again.
-                        dispatcher._natives.pop(handle, None)
-                        self._fns = {}
-                        self._listeners = 0  # as _fns: they went with the store
-                        self._settler = None
-                        # Its end listener went with the store.
-                        self._error_state = self._error_end = self._error_shown = None
-                        _unshown.pop(self._ident, None)
-                        _emitted.pop(self._ident, None)
-                        dispatcher._children.pop(self._ident, None)
-                        dispatcher._store_closed(self)
-                        token = getattr(self, "_token", None)  # None: creation was interrupted
-                        if token is not None:
-                            dispatcher._names.pop(token.value, None)
+                        error = _native.status_error(status)  # read at once, on this thread
+                except ArgumentError as exc:
+                    status = _NOT_RUN  # libflux never ran (the recursion limit): the store is open
+                    error = _argument_error(exc)
+                finally:
+                    try:
+                        if status is None:
+                            # An interrupt came after libflux returned, before
+                            # the status was read: libflux knows.
+                            status = 0
+                            status = self._registered_status()
+                    finally:
+                        if status:
+                            self._handle = handle  # refused: nothing changed, the store is open
+                        else:
+                            closed = True  # first: no call before it
+                            # The C store's states go with the list its context
+                            # holds, when libflux runs that destroy: here (kept
+                            # above), or -- should a dispatch have started on
+                            # another thread during the call -- once that
+                            # dispatch ends, which may still hand the reduce
+                            # the state. Emptying the list here would free it.
+                            # Before any call: an interrupt raised after one
+                            # would leave the closed store holding them.
+                            self._held = [None, _SETTLED]
+                            # No call before the native handle is forgotten: an
+                            # interrupt raised after one (a dict's pop is one)
+                            # would skip it, and the dispatcher's finalizer would
+                            # destroy the freed store again.
+                            dispatcher._natives.pop(handle, None)
+                            self._fns = {}
+                            self._listeners = 0  # as _fns: they went with the store
+                            self._settler = None
+                            # Its end listener went with the store.
+                            self._error_state = self._error_end = self._error_shown = None
+                            _unshown.pop(self._ident, None)
+                            _emitted.pop(self._ident, None)
+                            dispatcher._children.pop(self._ident, None)
+                            token = getattr(self, "_token", None)  # None: creation was interrupted
+                            if token is not None:
+                                dispatcher._names.pop(token.value, None)
+        finally:
+            if closed:
+                # Before the listeners go: their finalizers find the store
+                # out of the registry, as under the lock.
+                dispatcher._store_closed(self)  # the registry's lock, with no store's held
         del kept  # the listeners and states go here, with no lock held
         try:
             _native.raise_outcome(error)  # this call is the outermost one

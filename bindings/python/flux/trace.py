@@ -76,6 +76,21 @@ class TraceEvent:
 # whose payloads' finalizers may run anything).
 _observing: weakref.WeakKeyDictionary[Dispatcher[Any], list[int]] = weakref.WeakKeyDictionary()
 _observer_lock = threading.RLock()
+
+
+def _unlock_in_child() -> None:
+    # The one lock of this module, for every dispatcher: held at a fork by
+    # another thread (inside start() or stop()), which the child does not
+    # have, it would stay held there, and no dispatcher the child makes --
+    # flux.h's safe course -- could be traced. Held by the forking thread
+    # itself (a fork from inside a finalizer there), it is that thread's.
+    if not _observer_lock._is_owned():  # type: ignore[attr-defined]
+        _observer_lock._at_fork_reinit()  # type: ignore[attr-defined]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_unlock_in_child)
+
 _clock = time.perf_counter_ns
 _thread = threading.get_native_id
 # flux_status -> flux.Status, for dispatch_end: a dict lookup is some 30 ns

@@ -366,6 +366,29 @@ def test_a_registered_store_closed_by_hand_leaves_the_registry(d: flux.Dispatche
     assert d.stores == (greeter, again)
 
 
+def test_a_listener_let_go_by_close_finds_its_store_out_of_the_registry(d: flux.Dispatcher[Any]) -> None:
+    # close() lets the registry know with no store lock held, but still
+    # before what it released goes: a listener's finalizer that looks the
+    # class up gets no closed store, and makes a new one if it registers it.
+    users = d.register_store(CurrentUserStore)
+    seen: list[Any] = []
+
+    class Listener:
+        def __call__(self) -> None:
+            pass
+
+        def __del__(self) -> None:
+            try:
+                seen.append(d.store(CurrentUserStore))
+            except flux.UnknownStoreError:
+                seen.append(d.register_store(CurrentUserStore))
+
+    users.add_listener(Listener())
+    users.close()
+    assert len(seen) == 1 and seen[0] is not users and not seen[0].closed
+    assert d.stores == (seen[0],)
+
+
 class AllEqual(type):
     # A metaclass whose classes are all equal, with one hash.
     def __eq__(cls, other: object) -> bool:
@@ -466,6 +489,163 @@ for k in range(1, 40):
 assert inside, "no finalizer ran under the registry lock: the test tests nothing"
 print("ok")
 """
+
+
+OWNER_COLLECTED_UNDER_ANOTHER_LOCK = """
+import gc
+import sys
+import threading
+import time
+import flux
+
+def store_class(name):
+    return type(name, (flux.Store,), {"on_dispatch": lambda self, payload: None})
+
+class View:
+    def refresh(self):
+        pass
+
+d = flux.Dispatcher()
+s1 = d.register_store(store_class("s1"))
+go = threading.Event()
+closer = threading.Thread(target=lambda: (go.wait(), s1.close()), daemon=True)
+closer.start()
+views = []  # not garbage: the view goes by its refcount, in the finalizer
+ran = []
+
+class Holder:
+    def __init__(self):
+        self.me = self  # a cycle: only the collector frees it
+
+    def __del__(self):
+        lock = d._registry_lock
+        if not (lock._is_owned() if hasattr(lock, "_is_owned") else lock.locked()):
+            return
+        ran.append(True)
+        # This thread holds the registry lock (another store's close() is
+        # updating it). The other thread closes s1, and then waits for the
+        # registry lock (it did holding s1's lock).
+        go.set()
+        while not s1.closed:
+            time.sleep(0.001)
+        if sys.argv[1] == "owner":
+            views.clear()  # the owner of s1's listener goes: its weakref callback must not wait for s1
+        else:
+            s1.close()  # a finalizer closing s1 too
+
+for k in range(1, 400):
+    if ran:
+        break
+    gc.collect()
+    view = View()
+    s1.add_listener(view.refresh, owner=view)
+    views.append(view)
+    del view
+    Holder()
+    other = d.register_store(store_class(f"other{k}"))
+    threshold = gc.get_threshold()
+    gc.set_threshold(gc.get_count()[0] + k % 40 + 1)
+    other.close()
+    gc.set_threshold(*threshold)
+assert ran, "no finalizer ran under the registry lock: the test tests nothing"
+closer.join()
+assert s1.closed
+d.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("finalizer", ["owner", "close"])
+def test_a_finalizer_under_the_registry_lock_and_a_close_on_another_thread_do_not_deadlock(finalizer: str) -> None:
+    # A finalizer -- or an owner's weakref callback -- runs wherever the
+    # collector does: here on a thread updating the registry, under its lock,
+    # while another thread closes s1. Each deadlocked: close() waited for the
+    # registry lock holding s1's lock, which the finalizer then waited for --
+    # to remove the collected owner's listener from s1, or to close s1 too.
+    try:
+        result = run_python(["-c", OWNER_COLLECTED_UNDER_ANOTHER_LOCK, finalizer], timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("deadlock: a finalizer waits for s1's lock, whose holder waits for the registry lock it holds")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+    assert "Exception ignored" not in result.stderr, result.stderr
+
+
+OWNER_COLLECTED_UNDER_A_STORE_LOCK = """
+import gc
+import threading
+import time
+import flux
+
+class Plain(flux.Store):
+    def on_dispatch(self, payload):
+        pass
+
+class View:
+    def refresh(self):
+        pass
+
+d = flux.Dispatcher()
+views = []  # not garbage: the view goes by its refcount, in the finalizer
+ran = []
+grouping = []
+
+def make_a_group(stores):
+    flux.StoreGroup(stores, lambda: None).release()
+
+class Holder:
+    def __init__(self, low, high):
+        self.me = self  # a cycle: only the collector frees it
+        self.low, self.high = low, high
+
+    def __del__(self):
+        if not self.high._lock._is_owned():
+            return
+        ran.append(True)
+        # This thread adds a listener to `high`, holding its lock. Another
+        # makes a group of both stores: it takes their locks in one order,
+        # `low` first, and then waits for `high`'s.
+        thread = threading.Thread(target=make_a_group, args=([self.low, self.high],), daemon=True)
+        grouping.append(thread)
+        thread.start()
+        while self.low._lock.acquire(blocking=False):
+            self.low._lock.release()
+            time.sleep(0.001)
+        views.clear()  # the owner of low's listener goes: its weakref callback must not wait for low
+
+for k in range(1, 400):
+    if ran:
+        break
+    low, high = sorted((Plain(d), Plain(d)), key=id)
+    gc.collect()
+    view = View()
+    low.add_listener(view.refresh, owner=view)
+    views.append(view)
+    del view
+    Holder(low, high)
+    threshold = gc.get_threshold()
+    gc.set_threshold(gc.get_count()[0] + k % 40 + 1)
+    high.add_listener(lambda: None)
+    gc.set_threshold(*threshold)
+assert ran, "no finalizer ran under the store's lock: the test tests nothing"
+grouping[0].join()
+d.close()
+print("ok")
+"""
+
+
+def test_an_owner_collected_under_a_store_lock_and_a_group_made_on_another_thread_do_not_deadlock() -> None:
+    # The owner's weakref callback, run by the collector on a thread holding
+    # one store's lock, waited for the lock of the store its listener is on,
+    # which a StoreGroup of both, made on another thread, held -- waiting for
+    # the first store's lock in turn.
+    try:
+        result = run_python(["-c", OWNER_COLLECTED_UNDER_A_STORE_LOCK], timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("deadlock: the owner's weakref callback waits for a store lock whose holder waits for it")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+    assert "Exception ignored" not in result.stderr, result.stderr
 
 
 def test_a_finalizer_closing_a_registered_store_while_the_registry_is_updated() -> None:

@@ -500,6 +500,13 @@ def removed_as_if_by_remove(store, sub):
     assert store._listeners == 0, store._listeners
     assert all(type(fn) is stores._Settler for fn in store._fns.values()), store._fns
     assert stores.live_objects() == 1, _native.objects  # the store
+    # Nor is the store's lock left held (the removal takes it only if free).
+    import threading
+    free = []
+    other = threading.Thread(target=lambda: free.append(store._lock.acquire(blocking=False) and store._lock.release() is None))
+    other.start()
+    other.join()
+    assert free == [True], "the store's lock was left held"
 """
 
 

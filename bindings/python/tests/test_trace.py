@@ -506,6 +506,65 @@ def test_stop_in_a_forked_child_whose_dispatch_another_thread_ran_only_forgets_t
     assert result.stdout == "ok\n"
 
 
+FORK_WHILE_ANOTHER_THREAD_STARTS_A_TRACE = """
+import os, signal, sys, threading, time, warnings
+import flux
+import flux.trace
+warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+inside, forked = threading.Event(), threading.Event()
+
+def pause_inside_start(frame, event, arg):
+    # A tracer: parks the thread inside Trace.start(), once it holds what
+    # start() holds, until the other thread has forked.
+    if frame.f_code is not flux.Trace._start.__code__:
+        return None
+    def line(frame, event, arg):
+        if event == "line" and flux.trace._observer_lock._is_owned() and not inside.is_set():
+            inside.set()
+            forked.wait()
+        return line
+    return line
+
+def start():
+    sys.settrace(pause_inside_start)
+    flux.Trace(flux.Dispatcher()).start()
+
+thread = threading.Thread(target=start)
+thread.start()
+inside.wait()
+pid = os.fork()
+if pid == 0:
+    # The safe course flux.h gives a child: dispatchers of its own.
+    d = flux.Dispatcher()
+    d.register(lambda payload: None)
+    with flux.Trace(d) as trace:
+        d.dispatch(1)
+    os._exit(0 if [ev.kind for ev in trace.events][0] == "dispatch_begin" else 1)
+forked.set()
+thread.join()
+for _ in range(2000):  # a deadlocked child is killed rather than left behind
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.005)
+else:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    sys.exit("the child hangs tracing a dispatcher of its own")
+assert os.waitstatus_to_exitcode(status) == 0, status
+print("ok")
+"""
+
+
+def test_a_child_forked_while_another_thread_starts_a_trace_can_trace_its_own_dispatchers() -> None:
+    # The trace module's one lock, held by the other thread inside start()
+    # at the fork, stayed held in the child, where no thread releases it:
+    # every Trace.start() or stop() there waited for ever, on any dispatcher.
+    result = run_python(["-c", FORK_WHILE_ANOTHER_THREAD_STARTS_A_TRACE])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+
+
 # ---------------------------------------------------------------------------
 # The README's trace: what examples/flight_trace.py (make demo) prints
 # ---------------------------------------------------------------------------
