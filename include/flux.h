@@ -754,17 +754,17 @@ FLUX_API flux_status flux_store_listener_fail(flux_dispatcher *d, int value);
  * @return FLUX_OK, and s is gone.
  *         FLUX_ERR_ALREADY_DISPATCHING: a dispatch of the store's dispatcher
  *         is running (from inside a callback, reduce or listener, or on
- *         another thread); checked first. Nothing is changed.
+ *         another thread); checked first, and again as the store is
+ *         unregistered, so a dispatch that starts on another thread during
+ *         this call makes it fail too. Nothing is changed.
  *         FLUX_ERR_INVALID_ARGUMENT: the store is in a live group (release
  *         the group first); or s is being destroyed (a call from one of its
  *         listeners' destroys, its release_state or its destroy, which this
  *         very call runs: the outer call frees it). Nothing is changed.
- *         FLUX_ERR_NO_MEMORY: only should a dispatch start on another thread
- *         during this call and memory to note the removal run out (as for
- *         flux_unregister()). Nothing is changed.
+ *         Allocates nothing, so never fails for memory.
  * Threads: any thread, but no other call on s may be in flight or follow.
- *          (Should a dispatch start on another thread during this call, the
- *          releases run on that thread when its dispatch ends.)
+ *          Once it returns FLUX_OK, no dispatch calls the store's reduce,
+ *          equal or listeners again, on any thread.
  */
 FLUX_API flux_status flux_store_destroy(flux_store *s);
 

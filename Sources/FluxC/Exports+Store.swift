@@ -332,11 +332,8 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
     guard let s else { return 0 }
     let store = s.store
     let handle = store.pointee.handle
-    if handle.dispatcher.pointee.isDispatching {
-        return fail(
-            "flux_store_destroy", .alreadyDispatching,
-            "cannot destroy a store while its dispatcher is dispatching")
-    }
+    let dispatching = FluxError(.alreadyDispatching, "cannot destroy a store while its dispatcher is dispatching")
+    if handle.dispatcher.pointee.isDispatching { return fail("flux_store_destroy", dispatching) }
     // From one of the store's own releases (a listener's destroy,
     // release_state, destroy): the outer call frees it; a second would
     // release everything twice.
@@ -354,9 +351,11 @@ public func flux_store_destroy(_ s: OpaquePointer?) -> Int32 {
                 number: UInt64(groups)))
     }
     return status("flux_store_destroy") { () throws(FluxError) in
-        // Runs storeRelease now (or, should a dispatch have started on
-        // another thread meanwhile, when it ends).
-        try handle.dispatcher.pointee.unregister(DispatchToken(rawValue: store.pointee.token), asOwner: true)
+        // Runs storeRelease now. Refused, as above, should a dispatch have
+        // started on another thread since: that dispatch would run the
+        // store's reduce and listeners after this returned.
+        try handle.dispatcher.pointee.unregister(
+            DispatchToken(rawValue: store.pointee.token), asOwner: true, whileDispatching: dispatching)
     }
 }
 

@@ -393,9 +393,12 @@ import Synchronization
     ///   dispatch, when there is no memory to note the removal (nothing changed);
     ///   `alreadyDispatching` in a forked child whose dispatch another thread
     ///   of the parent was running (nothing changed: the release would wait
-    ///   for its end, which never comes).
+    ///   for its end, which never comes); `whileDispatching`, when given, if
+    ///   a dispatch is running -- decided under the lock, so none can start
+    ///   between that test and the removal, and a callback ended so is never
+    ///   called again, nor runs on another thread, once this returns.
     @_spi(Engine) public func unregister(
-        _ token: DispatchToken, asOwner: Bool = false, ending: () -> Void = {}
+        _ token: DispatchToken, asOwner: Bool = false, whileDispatching: FluxError? = nil, ending: () -> Void = {}
     ) throws(FluxError) {
         lock.lock()
         let t = token.rawValue
@@ -424,6 +427,8 @@ import Synchronization
             // every removal during a dispatch is released when it ends.
             if let refused = refusal(locked.pointee.joined, i) {
                 error = refused
+            } else if let whileDispatching {
+                error = whileDispatching
             } else if reserveLeaving(table: false), let callback = locked.pointee.joined?.remove(at: i) {
                 locked.pointee.releasing.append(callback)
             } else {
@@ -435,6 +440,10 @@ import Synchronization
             } else if claimTable(orSet: Self.slowEndBit) {
                 released = slots.pointee.remove(at: i)
                 releaseTable()
+            } else if let whileDispatching {
+                // As for running out of memory below: the slow-end bit
+                // changes nothing but the dispatch end's path.
+                error = whileDispatching
             } else if reserveLeaving(table: true) {
                 // The table is frozen, so `i` stays right until the dispatch
                 // ends; from here on it skips the callback.

@@ -1254,8 +1254,7 @@ static void test_calls_and_an_idle_group_release_allocate_nothing(void)
 #endif
 }
 
-/* flux_store_destroy() reports FLUX_ERR_NO_MEMORY "only should a dispatch
- * start on another thread during this call": with no dispatch anywhere it
+/* flux_store_destroy() "allocates nothing, so never fails for memory": it
  * succeeds with no memory at all, releasing everything. */
 static void test_an_idle_store_destroy_needs_no_memory(void)
 {

@@ -1056,6 +1056,112 @@ static void test_close_from_another_thread_during_a_dispatch_is_refused(void)
     blocker_fini(&a);
 }
 
+/* ---- a store destroyed as a dispatch starts ------------------------------ */
+
+/* flux_store_destroy() on one thread while another dispatches back to back:
+ * "once it returns FLUX_OK, no dispatch calls the store's reduce, equal or
+ * listeners again, on any thread". A dispatch that started between the
+ * call's first check and the unregistration used to run the store after
+ * the call had returned (its releases deferred to that dispatch's end). The
+ * window is a few instructions wide, so this is a stress: each round's
+ * store has a slot of its own that outlives it, marked once the destroy
+ * returned; a reduce or listener finding the mark is the defect. */
+enum { STORE_RACE_ROUNDS = 20000 };
+
+typedef struct race_slot {
+    atomic_int returned;   /* flux_store_destroy returned FLUX_OK */
+    atomic_int destroys;
+} race_slot;
+
+static atomic_int race_stop;
+static atomic_long race_after_return, race_calls, race_dispatches;
+
+static int race_reduce(void *context, void *state, const void *payload, void **next)
+{
+    (void)payload;
+    race_slot *slot = context;
+    if (atomic_load(&slot->returned))
+        atomic_fetch_add(&race_after_return, 1);
+    atomic_fetch_add(&race_calls, 1);
+    *next = (void *)((uintptr_t)state + 1);   /* a change: the listener runs */
+    return 0;
+}
+
+static void race_listener(void *context)
+{
+    race_slot *slot = context;
+    if (atomic_load(&slot->returned))
+        atomic_fetch_add(&race_after_return, 1);
+}
+
+static void race_destroy(void *context)
+{
+    atomic_fetch_add(&((race_slot *)context)->destroys, 1);
+}
+
+static void *race_dispatcher_main(void *arg)
+{
+    flux_dispatcher *d = arg;
+    unsigned n = 0;
+    while (!atomic_load(&race_stop)) {
+        if (flux_dispatch(d, NULL) != FLUX_OK)
+            atomic_fetch_add(&race_after_return, 1000000);   /* no failure is expected */
+        atomic_fetch_add(&race_dispatches, 1);
+        if (++n % 4 == 0)
+            sched_yield();   /* idle gaps, for the destroys to begin in */
+    }
+    return NULL;
+}
+
+static void test_no_store_call_after_its_destroy_returned(void)
+{
+    flux_dispatcher *d = flux_dispatcher_create();
+    REQUIRE(d != NULL);
+    int rounds = tap_scale(STORE_RACE_ROUNDS);
+    race_slot *slots = calloc((size_t)rounds, sizeof *slots);
+    REQUIRE(slots != NULL);
+    atomic_store(&race_stop, 0);
+    atomic_store(&race_after_return, 0);
+    atomic_store(&race_calls, 0);
+    atomic_store(&race_dispatches, 0);
+    pthread_t disp;
+    REQUIRE(pthread_create(&disp, NULL, race_dispatcher_main, d) == 0);
+    while (atomic_load(&race_dispatches) == 0)   /* the two threads overlap from the first round */
+        sched_yield();
+    long refused = 0, bad = 0;
+    for (int i = 0; i < rounds; i++) {
+        race_slot *slot = &slots[i];
+        flux_store *s = NULL;
+        flux_listener_id id;
+        if (flux_store_create(d, NULL, race_reduce, NULL, NULL, slot, race_destroy, &s) != FLUX_OK ||
+            flux_store_add_listener(s, race_listener, slot, NULL, &id) != FLUX_OK) {
+            bad++;
+            break;
+        }
+        flux_status st;
+        while ((st = flux_store_destroy(s)) == FLUX_ERR_ALREADY_DISPATCHING)
+            refused++;
+        if (st != FLUX_OK) {
+            bad++;
+            break;
+        }
+        atomic_store(&slot->returned, 1);
+    }
+    atomic_store(&race_stop, 1);
+    pthread_join(disp, NULL);
+    is_int(bad, 0, "every store was made and destroyed");
+    ok(atomic_load(&race_calls) > 0, "the dispatches ran stores (the threads overlapped)");
+    is_int(atomic_load(&race_after_return), 0,
+           "no reduce or listener ran after its store's destroy returned (%d stores, %ld refusals, %ld reduces)",
+           rounds, refused, atomic_load(&race_calls));
+    long destroys = 0;
+    for (int i = 0; i < rounds; i++)
+        destroys += atomic_load(&slots[i].destroys);
+    is_int(destroys, rounds, "each store's context was destroyed once");
+    free(slots);
+    EXPECT_OK(flux_dispatcher_destroy(d));
+}
+
 int main(void)
 {
     tap_init();
@@ -1074,5 +1180,6 @@ int main(void)
     RUN(test_other_dispatcher_not_blocked);
     RUN(test_dispatchers_dispatching_each_other_do_not_deadlock);
     RUN(test_churn_while_dispatching);
+    RUN(test_no_store_call_after_its_destroy_returned);
     return tap_done();
 }

@@ -1082,11 +1082,10 @@ class Store(_ClosesOnExit):
                         else:
                             closed = True  # first: no call before it
                             # The C store's states go with the list its context
-                            # holds, when libflux runs that destroy: here (kept
-                            # above), or -- should a dispatch have started on
-                            # another thread during the call -- once that
-                            # dispatch ends, which may still hand the reduce
-                            # the state. Emptying the list here would free it.
+                            # holds, when libflux runs that destroy, within the
+                            # call (a dispatch starting meanwhile on another
+                            # thread makes it refuse): kept above, with the
+                            # lock. Emptying the list itself would free them.
                             # Before any call: an interrupt raised after one
                             # would leave the closed store holding them.
                             self._held = [None, _SETTLED]
