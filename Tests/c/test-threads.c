@@ -1066,7 +1066,10 @@ static void test_close_from_another_thread_during_a_dispatch_is_refused(void)
  * window is a few instructions wide, so this is a stress: each round's
  * store has a slot of its own that outlives it, marked once the destroy
  * returned; a reduce or listener finding the mark is the defect. */
-enum { STORE_RACE_ROUNDS = 20000 };
+/* At least this many rounds, and on until the dispatches have run this many
+ * reduces (the two threads share 2 cores with other tests: the dispatching
+ * one may not run for a while), up to the cap. */
+enum { STORE_RACE_ROUNDS = 20000, STORE_RACE_REDUCES = 2000, STORE_RACE_CAP = 2000000 };
 
 typedef struct race_slot {
     atomic_int returned;   /* flux_store_destroy returned FLUX_OK */
@@ -1117,8 +1120,9 @@ static void test_no_store_call_after_its_destroy_returned(void)
 {
     flux_dispatcher *d = flux_dispatcher_create();
     REQUIRE(d != NULL);
-    int rounds = tap_scale(STORE_RACE_ROUNDS);
-    race_slot *slots = calloc((size_t)rounds, sizeof *slots);
+    long min_rounds = tap_scale(STORE_RACE_ROUNDS), reduces = tap_scale(STORE_RACE_REDUCES);
+    long cap = tap_scale(STORE_RACE_CAP);
+    race_slot *slots = calloc((size_t)cap, sizeof *slots);
     REQUIRE(slots != NULL);
     atomic_store(&race_stop, 0);
     atomic_store(&race_after_return, 0);
@@ -1128,8 +1132,9 @@ static void test_no_store_call_after_its_destroy_returned(void)
     REQUIRE(pthread_create(&disp, NULL, race_dispatcher_main, d) == 0);
     while (atomic_load(&race_dispatches) == 0)   /* the two threads overlap from the first round */
         sched_yield();
-    long refused = 0, bad = 0;
-    for (int i = 0; i < rounds; i++) {
+    long refused = 0, bad = 0, rounds = 0;
+    for (long i = 0; i < cap && (i < min_rounds || atomic_load(&race_calls) < reduces); i++) {
+        rounds++;
         race_slot *slot = &slots[i];
         flux_store *s = NULL;
         flux_listener_id id;
@@ -1152,10 +1157,10 @@ static void test_no_store_call_after_its_destroy_returned(void)
     is_int(bad, 0, "every store was made and destroyed");
     ok(atomic_load(&race_calls) > 0, "the dispatches ran stores (the threads overlapped)");
     is_int(atomic_load(&race_after_return), 0,
-           "no reduce or listener ran after its store's destroy returned (%d stores, %ld refusals, %ld reduces)",
+           "no reduce or listener ran after its store's destroy returned (%ld stores, %ld refusals, %ld reduces)",
            rounds, refused, atomic_load(&race_calls));
     long destroys = 0;
-    for (int i = 0; i < rounds; i++)
+    for (long i = 0; i < rounds; i++)
         destroys += atomic_load(&slots[i].destroys);
     is_int(destroys, rounds, "each store's context was destroyed once");
     free(slots);
