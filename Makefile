@@ -6,8 +6,8 @@
 #   make demo            the flight-destination example in C and Python (plain, with
 #                        stores, traced); the Swift counter; JBFlux's current-user
 #                        example in Swift and Python
-#   make check           every test: swift test, the C harness, the header test (C, C++,
-#                        LuaJIT's FFI), pytest;
+#   make check           every test: swift test, the C harness, the header test (C, C++),
+#                        the LuaJIT FFI test, pytest;
 #                        one line per suite, logs in build/check/ (V=1: everything)
 #   make check-swift     one of those suites alone (likewise check-c, check-header,
 #                        check-luajit, check-python)
@@ -139,10 +139,18 @@ LIB_FLAGS += -Xswiftc -Xllvm -Xswiftc -x86-experimental-pref-innermost-loop-alig
 endif
 CHECKED_LIB_FLAGS = $(LIB_FLAGS) -Xswiftc -DFLUX_CHECK_INVARIANTS
 
+# Said before a build needs Swift: make's own "swift: No such file or
+# directory" tells a newcomer (or `sudo make install`, whose PATH has no
+# toolchain) nothing of what to do.
+need-swift = command -v $(SWIFT) >/dev/null 2>&1 || { echo "make: no Swift toolchain: '$(SWIFT)' is not on PATH." \
+    "Put a Swift 6 toolchain's usr/bin on PATH (e.g. export PATH=/opt/swift/usr/bin:\$$PATH; README.md, Set-up)," \
+    "or name it with SWIFT=/path/to/swift; for sudo make install, run make lib cdef as yourself first." >&2; exit 1; }
+
 # $(call swift-lib,SCRATCH,FLAGS): builds the library in SCRATCH. swiftpm
 # recompiles when sources change, not when flags do (it relinks the old
 # objects), so a scratch path last built with other flags starts afresh.
 define swift-lib
+	$(Q)$(need-swift)
 	$(Q)if [ "$$(cat $(1)/flags 2>/dev/null)" != '$(2)' ]; then \
 	    rm -rf $(1) && mkdir -p $(1) && printf '%s' '$(2)' > $(1)/flags; fi
 	$(Q)$(SWIFT) build $(if $(Q),--quiet) $(2) --scratch-path $(1)

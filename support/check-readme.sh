@@ -4,6 +4,7 @@
 #   "Python"             = examples/readme.py
 #   "Swift"              = support/swift-client/Sources/FluxClient/main.swift
 #   bindings/python/README.md's first python block = examples/readme.py too
+#   "Stores"'s Swift block = the body of support/swift-client's readmeStores()
 #   "Trampolines for dynamic hosts": its C fragment compiles as C11 -pedantic
 #   "Stores": its C block compiles as C11 -pedantic and does what it says
 #   (its Python block: bindings/python/tests/test_stores.py)
@@ -38,12 +39,14 @@ same() {  # same HEADING LANG FILE
     fi
 }
 
-# excerpts HEADING LANG FILE: each ```LANG block of the section "## HEADING"
-# is a run of consecutive lines of FILE: short, and still true.
+# excerpts HEADING LANG FILE [INDENT]: each ```LANG block of the section
+# "## HEADING" is a run of consecutive lines of FILE (each indented by
+# INDENT, for statements that need a function around them): short, and
+# still true.
 excerpts() {
-    if ! python3 - "$1" "$2" "$3" <<'PY'
+    if ! python3 - "$1" "$2" "$3" "${4:-}" <<'PY'
 import sys
-heading, lang, path = sys.argv[1:]
+heading, lang, path, indent = sys.argv[1:]
 source = open(path).read().split("\n")
 blocks, block, section = [], None, False
 for line in open("README.md").read().split("\n"):
@@ -58,6 +61,7 @@ for line in open("README.md").read().split("\n"):
         block.append(line)
 ok = bool(blocks)
 for block in blocks:
+    block = [indent + line if line else line for line in block]
     if not any(source[i:i + len(block)] == block for i in range(len(source))):
         print(f"check-readme: README's {lang} block under '## {heading}' beginning {block[0]!r}"
               f" is not a run of lines of {path}", file=sys.stderr)
@@ -81,6 +85,21 @@ if ! diff -u --label "bindings/python/README.md (first python block)" --label ex
 fi
 excerpts "JBFlux's store model" python examples/current_user.py
 excerpts "JBFlux's store model" swift examples/current-user/main.swift
+# "Stores": its Swift block is the body of a function of support/swift-client,
+# which check-swift-client compiles.
+excerpts "Stores" swift support/swift-client/Sources/FluxClient/Stores.swift "    "
+
+# bindings/python/README.md's "Installing" makes a virtual environment in the
+# checkout: git ignores it (else `git status` lists it, and check-pip's copy
+# of the tree takes the whole environment along).
+venv_dir=$(sed -n 's/^python3 -m venv \([^ ]*\) .*/\1/p' bindings/python/README.md)
+if [ -z "$venv_dir" ]; then
+    echo "check-readme: bindings/python/README.md no longer shows 'python3 -m venv DIR'" >&2
+    fail=1
+elif ! git check-ignore -q "$venv_dir/"; then
+    echo "check-readme: bindings/python/README.md's virtual environment $venv_dir/ is not ignored by git" >&2
+    fail=1
+fi
 
 # "Trampolines for dynamic hosts": its C fragment, given the names it leaves
 # to the host, compiles as C11 -pedantic -Werror (the handler as it stands,
@@ -142,6 +161,17 @@ elif ! out=$("$stores/stores") || [ "$out" != "1 0x1" ]; then
     fail=1
 fi
 
+# "Set-up": Swift on PATH. Without it, building the library says so and
+# what to do (make alone said "swift: No such file or directory").
+if out=$(make --no-print-directory lib B="$stores/no-swift" SWIFT=no-such-swift 2>&1); then
+    echo "check-readme: make lib succeeded with SWIFT=no-such-swift" >&2
+    fail=1
+elif ! grep -q "no Swift toolchain: 'no-such-swift' is not on PATH.*README.md, Set-up" <<<"$out"; then
+    printf '%s\n' "$out" >&2
+    echo "check-readme: make lib without a Swift toolchain does not say what to do" >&2
+    fail=1
+fi
+
 # Code lines: neither blank nor comment only.
 lines=$(grep -v '^[[:space:]]*$' examples/readme.c | grep -vc '^[[:space:]]*/\*.*\*/[[:space:]]*$' || true)
 if [ "$lines" -ne 20 ]; then
@@ -158,8 +188,10 @@ for target in $(sed -n '/^\.PHONY:/,/[^\\]$/p' Makefile | sed 's/^\.PHONY://; s/
 done
 
 [ $fail -eq 0 ] || exit 1
-echo "check-readme: make help lists every target; the trampoline fragment compiles as C11 -pedantic;"
+echo "check-readme: make help lists every target; without Swift on PATH, make lib says what to do;"
+echo "check-readme: bindings/python/README.md's venv is git-ignored; the trampoline fragment compiles as C11 -pedantic;"
 echo "check-readme: the Stores C block compiles, runs on_change() once and leaves the state (void *)1;"
 echo "check-readme: the README's C, Python and Swift examples are examples/readme.c (20 lines), examples/readme.py, support/swift-client;"
 echo "  bindings/python/README.md's example is examples/readme.py;"
-echo "  JBFlux's store model's snippets are lines of examples/current_user.py and examples/current-user/main.swift"
+echo "  JBFlux's store model's snippets are lines of examples/current_user.py and examples/current-user/main.swift;"
+echo "  the Stores Swift block is support/swift-client's readmeStores()"
