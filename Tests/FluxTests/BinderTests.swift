@@ -138,4 +138,23 @@ final class BinderTests: XCTestCase {
         XCTAssertTrue(disposable.isDisposed)
         XCTAssertEqual(calls, 0)
     }
+
+    // A departure from VueFlux (README): a bind to a target already gone
+    // does not observe the signal at all; VueFlux observes it (running its
+    // producer) and disposes the observation at once.
+    func testBindingAfterTargetDeinitDoesNotObserveTheSignal() {
+        var produced = 0
+        let signal = Signal<Int> { _ in
+            produced += 1
+            return AnyDisposable()
+        }
+        var object: Object? = .init()
+        let binder = Binder<Int>(target: object!) { _, _ in }
+        object = nil
+
+        let disposable = signal.bind(to: binder, on: .immediate)
+
+        XCTAssertTrue(disposable.isDisposed)
+        XCTAssertEqual(produced, 0)
+    }
 }

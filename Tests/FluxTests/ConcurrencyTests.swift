@@ -506,6 +506,76 @@ final class ConcurrencyTests: XCTestCase {
         return calls.load(ordering: .relaxed)
     }
 
+    // dispose() lets go of an observe(on:) observer while the sending thread
+    // queues values for it and the queue's threads call it: a call in
+    // progress keeps it to its end, and it goes once the last one returns.
+    func testObserveOnDisposedWhileAnotherThreadSendsAndTheQueueDelivers() {
+        final class Counter: Sendable { let count = Atomic<Int>(0) }
+        final class Captured: Sendable {
+            let gone: Counter
+            init(_ gone: Counter) { self.gone = gone }
+            deinit { gone.count.add(1, ordering: .relaxed) }
+        }
+        let queue = DispatchQueue(
+            label: "testObserveOnDisposedWhileAnotherThreadSendsAndTheQueueDelivers", attributes: .concurrent)
+        let rounds = 500
+        let gone = Counter()
+        for _ in 0..<rounds {
+            let sink = Sink<Int>()
+            let captured = Captured(gone)
+            nonisolated(unsafe) let disposable = sink.signal.observe(on: .queue(queue)).map { $0 + 1 }.observe {
+                [captured] _ in withExtendedLifetime(captured) {}
+            }
+            let ready = Atomic<Int>(0)
+            DispatchQueue.concurrentPerform(iterations: 2) { thread in
+                ready.add(1, ordering: .relaxed)
+                while ready.load(ordering: .relaxed) < 2 {}
+                if thread == 0 {
+                    for value in 0..<50 { sink.send(value: value) }
+                } else {
+                    disposable.dispose()
+                }
+            }
+        }
+        queue.sync(flags: .barrier) {}
+        XCTAssertEqual(gone.count.load(ordering: .relaxed), rounds)
+    }
+
+    // A store let go of on one thread while another dispatches to it and a
+    // queue runs its commits: its state goes once the commits in progress
+    // have returned.
+    func testStoreLetGoOfWhileAnotherThreadDispatchesAndTheQueueCommits() {
+        final class Counter: Sendable { let count = Atomic<Int>(0) }
+        final class Captured: Sendable {
+            let gone: Counter
+            init(_ gone: Counter) { self.gone = gone }
+            deinit { gone.count.add(1, ordering: .relaxed) }
+        }
+        let queue = DispatchQueue(
+            label: "testStoreLetGoOfWhileAnotherThreadDispatchesAndTheQueueCommits", attributes: .concurrent)
+        let rounds = 300
+        let gone = Counter()
+        for _ in 0..<rounds {
+            let captured = Captured(gone)
+            nonisolated(unsafe) var store: Store<TestState>? = .init(
+                state: .init { [captured] _ in withExtendedLifetime(captured) {} },
+                mutations: .init(), executor: .queue(queue))
+            let actions = store!.actions
+            let ready = Atomic<Int>(0)
+            DispatchQueue.concurrentPerform(iterations: 2) { thread in
+                ready.add(1, ordering: .relaxed)
+                while ready.load(ordering: .relaxed) < 2 {}
+                if thread == 0 {
+                    for _ in 0..<50 { actions.check() }
+                } else {
+                    store = nil
+                }
+            }
+        }
+        queue.sync(flags: .barrier) {}
+        XCTAssertEqual(gone.count.load(ordering: .relaxed), rounds)
+    }
+
     func testDisposableScopeAddAndDisposeFromTwoThreads() {
         for _ in 0..<200 {
             let scope = DisposableScope()

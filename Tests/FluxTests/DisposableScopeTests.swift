@@ -205,6 +205,24 @@ final class DisposableScopeTests: XCTestCase {
         XCTAssertNil(disposableRef)
     }
 
+    // As VueFlux's add: a disposable that says it is disposed is disposed
+    // again (and not kept), as one added to a disposed scope is.
+    func testAddingADisposedDisposableDisposesItAgain() {
+        final class Counting: Disposable {
+            var isDisposed = true
+            var disposals = 0
+            func dispose() { disposals += 1 }
+        }
+        let disposable = Counting()
+        let disposableScope = DisposableScope()
+
+        disposableScope += disposable
+
+        XCTAssertEqual(disposable.disposals, 1)
+        disposableScope.dispose()
+        XCTAssertEqual(disposable.disposals, 1)
+    }
+
     // VUEFLUX.md 3: dispose() lets go of what was added, though the scope is
     // kept.
     func testDisposeLetsGoOfWhatWasAdded() {

@@ -65,6 +65,35 @@ final class LifetimeTests: XCTestCase {
         }
     }
 
+    // VueFlux's store deinit cancels its commits, which lets go of the
+    // mutations and the state: they go with the store, not when its
+    // executor gets to the commits it had queued (which are dropped).
+    func testStoreLetsGoOfItsStateAtDeinitWithCommitsQueued() {
+        final class Captured {
+            let onDeinit: () -> Void
+            init(_ onDeinit: @escaping () -> Void) { self.onDeinit = onDeinit }
+            deinit { onDeinit() }
+        }
+        let queue = DispatchQueue(label: "testStoreLetsGoOfItsStateAtDeinitWithCommitsQueued")
+        queue.suspend()
+        var gone = false
+        var committed = 0
+        var captured: Captured? = .init { gone = true }
+        var store: Store<TestState>? = .init(
+            state: .init { [captured] _ in withExtendedLifetime(captured) { committed += 1 } },
+            mutations: .init(), executor: .queue(queue))
+        captured = nil
+        store!.actions.check()
+        Store<TestState>.actions.check()
+
+        store = nil
+        XCTAssertTrue(gone)
+
+        queue.resume()
+        queue.sync {}
+        XCTAssertEqual(committed, 0)
+    }
+
     func testConcurrentDispatchesAreSerialized() {
         let store = CounterStore()
 

@@ -131,6 +131,43 @@ final class ReentrancyTests: XCTestCase {
         XCTAssertEqual(seen, [1])
     }
 
+    // An observer of a mapped signal that disposes itself: it is let go of
+    // when its own call returns, and what it captured may then, in its
+    // deinit, send to the same sink (delivered after the current delivery)
+    // and observe it again (which gets that value, queued behind the
+    // delivery in progress).
+    func testMappedObserverLetGoOfAfterDisposingItselfMaySendFromItsCapturesDeinit() {
+        final class Captured {
+            let onDeinit: () -> Void
+            init(_ onDeinit: @escaping () -> Void) { self.onDeinit = onDeinit }
+            deinit { onDeinit() }
+        }
+        let sink = Sink<Int>()
+        var log = [String]()
+        var again: (any Disposable)?
+        var captured: Captured? = .init {
+            log.append("deinit")
+            sink.send(value: 2)
+            again = sink.signal.map { $0 * 10 }.observe { log.append("again \($0)") }
+        }
+        var disposable: (any Disposable)?
+        disposable = sink.signal.map { $0 * 10 }.observe { [captured] int in
+            withExtendedLifetime(captured) {
+                log.append("first \(int)")
+                disposable?.dispose()
+                log.append("disposed")
+            }
+        }
+        captured = nil
+
+        sink.send(value: 1)
+
+        XCTAssertEqual(log, ["first 10", "disposed", "deinit", "again 20"])
+        sink.send(value: 3)
+        XCTAssertEqual(log, ["first 10", "disposed", "deinit", "again 20", "again 30"])
+        withExtendedLifetime(again) {}
+    }
+
     func testVariableValueIsReadableInsideObserver() {
         let variable = Variable(0)
         var read = [Int]()

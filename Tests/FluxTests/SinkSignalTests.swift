@@ -577,4 +577,63 @@ final class SinkSignalTests: XCTestCase {
         XCTAssertTrue(disposable.isDisposed)
         XCTAssertEqual(values, [1])
     }
+
+    // VueFlux's cancel lets go of the observer at dispose(): what it
+    // captures (often the object that observes) goes then, not when an
+    // executor gets to the values `observe(on:)` had queued for it.
+    func testDisposeLetsGoOfTheObserverWhileObserveOnHasValuesQueued() {
+        final class Captured {
+            let onDeinit: () -> Void
+            init(_ onDeinit: @escaping () -> Void) { self.onDeinit = onDeinit }
+            deinit { onDeinit() }
+        }
+        let queue = DispatchQueue(label: "testDisposeLetsGoOfTheObserverWhileObserveOnHasValuesQueued")
+        queue.suspend()
+        let sink = Sink<Int>()
+        var gone = false
+        var values = [Int]()
+        var captured: Captured? = .init { gone = true }
+        let disposable = sink.signal.observe(on: .queue(queue)).observe { [captured] int in
+            withExtendedLifetime(captured) { values.append(int) }
+        }
+        captured = nil
+        sink.send(value: 1)
+
+        XCTAssertFalse(gone)
+        disposable.dispose()
+        XCTAssertTrue(gone)
+
+        queue.resume()
+        queue.sync {}
+        XCTAssertEqual(values, [])
+    }
+
+    // The same for a producer that keeps its send function after its
+    // disposable has been disposed: the observer goes at dispose().
+    func testDisposeLetsGoOfTheObserverThoughTheProducerKeepsSend() {
+        final class Captured {
+            let onDeinit: () -> Void
+            init(_ onDeinit: @escaping () -> Void) { self.onDeinit = onDeinit }
+            deinit { onDeinit() }
+        }
+        var sends = [(Int) -> Void]()
+        let signal = Signal<Int> { send in
+            sends.append(send)
+            return AnyDisposable()
+        }
+        var gone = false
+        var values = [Int]()
+        var captured: Captured? = .init { gone = true }
+        let disposable = signal.map { $0 * 10 }.observe { [captured] int in
+            withExtendedLifetime(captured) { values.append(int) }
+        }
+        captured = nil
+        sends[0](1)
+
+        disposable.dispose()
+        XCTAssertTrue(gone)
+
+        sends[0](2)
+        XCTAssertEqual(values, [10])
+    }
 }

@@ -38,8 +38,9 @@ public final class DisposableScope: Disposable, @unchecked Sendable {
     /// when the scope already is. Any thread.
     public func add(disposable: any Disposable) {
         // A disposed disposable is not kept (nothing would ever release it
-        // earlier than this scope's end).
-        if disposable.isDisposed { return }
+        // earlier than this scope's end), and is disposed again, as VueFlux
+        // does (a no-op for a Disposable that keeps the protocol's word).
+        if disposable.isDisposed { return disposable.dispose() }
         // An object's scope (`observe(duringScopeOf:)`, `bind`) lives as long
         // as the object: registrations disposed one by one while it lives
         // would pile up in it, each keeping its sink's core, were the scope

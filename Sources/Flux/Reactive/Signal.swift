@@ -38,7 +38,8 @@ public struct Signal<Value> {
     /// Calls `observer` with every value until the result is disposed. Once
     /// `dispose()` has returned, the observer is not called again, even for
     /// values an executor had already queued (a call that another thread had
-    /// already begun, as in VueFlux, still runs to its end).
+    /// already begun, as in VueFlux, still runs to its end), and it is let go
+    /// of, with what it captures, once no delivery in progress holds it.
     ///
     /// A `Variable`'s signal first sends the current value, before `observe`
     /// returns, except when a delivery of that variable is in progress and
@@ -55,10 +56,11 @@ public struct Signal<Value> {
         case .variable(let variable):
             return variable.observe(procedure)
         case .producer(let producer):
+            let link = ProducerLink(procedure)
             let disposable = producer { value in
-                procedure.execute(with: value)
+                link.send(value)
             }
-            return ObserverDisposable(procedure: procedure, ending: disposable)
+            return ObserverDisposable(procedure: nil, ending: disposable, link: link)
         }
     }
 
@@ -123,23 +125,28 @@ public struct Signal<Value> {
 /// it (Signal.observe's promise).
 @usableFromInline
 final class ObserverDisposable<Value>: AnyDisposable, @unchecked Sendable {
-    // Weakly: whoever may still call it (the producer's upstream, an
-    // executor's queued work, a sink's list) holds it; the disposable must
-    // not keep the observer alive once they are gone (see SinkSubscription).
+    // Weakly: whoever may still call it (a queued registration, a sink's
+    // list) holds it; the disposable must not keep the observer alive once
+    // they are gone (see SinkSubscription).
     private weak let procedure: CancelableProcedure<Value>?
     // Written by init and by the one caller that wins the exchange in dispose().
     private var ending: (any Disposable)?
+    // A producer's observation has this instead of `procedure`, weakly too:
+    // the producer's send function holds it while it may be called.
+    private weak let link: ProducerLink<Value>?
 
     @usableFromInline
-    init(procedure: CancelableProcedure<Value>, ending: any Disposable) {
+    init(procedure: CancelableProcedure<Value>?, ending: any Disposable, link: ProducerLink<Value>? = nil) {
         self.procedure = procedure
         self.ending = ending
+        self.link = link
         super.init()
     }
 
     @usableFromInline
     override func dispose() {
         procedure?.cancel()
+        link?.cancel()
         guard disposed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else {
             return
@@ -147,6 +154,42 @@ final class ObserverDisposable<Value>: AnyDisposable, @unchecked Sendable {
         let ending = self.ending
         self.ending = nil
         ending?.dispose()
+    }
+}
+
+/// What the send function a producer gets calls: the observation's
+/// procedure until the observation is disposed, then nothing. So the
+/// observer, and what it captures, goes at `dispose()`, as in VueFlux (whose
+/// cancel releases it), although the producer, or work an executor queued
+/// for `observe(on:)`, may hold the send function for longer. A send takes
+/// its own reference under the lock: a call in progress on another thread
+/// keeps the observer until it returns (VueFlux's release races with it).
+@usableFromInline
+final class ProducerLink<Value>: @unchecked Sendable {
+    @usableFromInline let lock = PosixLock()
+    @usableFromInline var procedure: CancelableProcedure<Value>?
+
+    @usableFromInline
+    init(_ procedure: CancelableProcedure<Value>) {
+        self.procedure = procedure
+    }
+
+    @inlinable
+    func send(_ value: Value) {
+        guard let procedure = lock.withLock({ self.procedure }) else { return }
+        procedure.execute(with: value)
+    }
+
+    /// Cancels the procedure and lets go of it. Under the lock, so that a
+    /// second call, which finds it gone, returns after the first canceled it.
+    func cancel() {
+        let released: CancelableProcedure<Value>? = lock.withLock {
+            procedure?.cancel()
+            defer { procedure = nil }
+            return procedure
+        }
+        // Released here, outside the lock: the observer's deinit may send again.
+        _ = released
     }
 }
 

@@ -39,8 +39,11 @@ open class Store<State: Flux.State>: @unchecked Sendable {
             // .immediate: no closure to allocate per commit.
             commit = { action in commitProcedure.execute(with: action) }
         } else {
+            // Weakly from the queued work: the mutations and the state go
+            // with the store, as in VueFlux (whose cancel releases them),
+            // not when the executor has run what it had queued.
             commit = { action in
-                executor.execute { commitProcedure.execute(with: action) }
+                executor.execute { [weak commitProcedure] in commitProcedure?.execute(with: action) }
             }
         }
 
