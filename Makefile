@@ -420,8 +420,8 @@ check-address: $(ASAN_TESTS) $(CHECKED_TESTS)
 # observers set from another thread, stores read and changed across threads,
 # every call made from another thread while one is parked in user code;
 # three threads at once on one dispatcher, and dispatchers used together;
-# a close racing a dispatch that waits.
-TSAN_C_TESTS := $(patsubst %,$(B)/tsan/tests/test-%,threads enqueue observer stores crossthread three dispatch)
+# a close racing a dispatch that waits; enqueues racing observer changes.
+TSAN_C_TESTS := $(patsubst %,$(B)/tsan/tests/test-%,threads enqueue observer stores crossthread three dispatch interplay)
 check-thread-c: $(TSAN_C_TESTS)
 	@TSAN_OPTIONS=halt_on_error=1 $(SUITE) c-tsan $(PYTHON) Tests/c/run.py $^
 

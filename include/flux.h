@@ -100,8 +100,10 @@
  * flux_wait_for() checks that the thread has at least a safety margin of
  * stack left (256 KiB, or a quarter of a smaller stack but never under
  * 16 KiB, which reporting the error may itself need: a thread whose stack
- * is 16 KiB or less cannot wait at all; the bound of each thread's stack is
- * looked up once per thread). When it has not, the wait
+ * is 16 KiB or less cannot wait at all -- there a wait that would run a
+ * callback, or report a circular dependency, fails with FLUX_ERR_TOO_DEEP;
+ * the bound of each thread's stack is looked up once per thread). When it
+ * has not, the wait
  * fails with FLUX_ERR_TOO_DEEP and the dispatch is aborted exactly as if a
  * callback had failed: no further callback runs, the waits still unwinding
  * return FLUX_ERR_TOO_DEEP, and flux_dispatch() returns FLUX_ERR_TOO_DEEP
@@ -460,7 +462,8 @@ FLUX_API flux_status flux_try_dispatch(flux_dispatcher *d, const void *payload);
  *         in this dispatch, failed; the dispatch is being aborted. Once it
  *         is, this comes before any token error.
  *         FLUX_ERR_TOO_DEEP: less than the safety margin of stack is left
- *         on this thread (see "Depth" above), so the callback was not run;
+ *         on this thread (see "Depth" above), so the callback was not run
+ *         (on a stack too small to wait at all, a cycle is refused so too);
  *         or a deeper wait of this dispatch failed so. The dispatch is being
  *         aborted, and like FLUX_ERR_CALLBACK_FAILED this comes before any
  *         token error. Return it (any non-zero value) from the callback.

@@ -736,6 +736,11 @@ import Synchronization
 
     /// The error of a wait for `token` that failed with `failure`, called
     /// right after it (still inside the waiting callback). Cold.
+    ///
+    /// A cycle found on a thread whose stack is too small to wait at all
+    /// aborts the dispatch as too deep instead: its report, the first of a
+    /// process, sets up Swift's array types deeper than such a stack (a
+    /// 16 KiB thread's callback waiting for itself overflowed it).
     @_spi(Engine) public func error(
         _ failure: WaitFailure, waiting token: DispatchToken
     ) -> DispatchError<Callback.Failure> {
@@ -745,7 +750,13 @@ import Synchronization
         case .notDispatching: return .flux(isClosed ? .closed : notDispatchingError())
         case .aborted: return currentFailure()
         case .unknownToken: return .flux(unknownTokenError(token))
-        case .circular: return .flux(circularError(token, slots.pointee.index(of: token.rawValue) ?? -1))
+        case .circular:
+            if stackCannotWait(at: currentStackAddress()) {
+                // Not aborting yet: a circular wait is refused before anything runs.
+                abortAsTooDeep(token: token.rawValue)
+                return .flux(.tooDeep(token))
+            }
+            return .flux(circularError(token, slots.pointee.index(of: token.rawValue) ?? -1))
         }
     }
 
@@ -843,11 +854,17 @@ import Synchronization
             return true
         }
         // invoke() is reached only when the dispatch is not aborting.
+        abortAsTooDeep(token: token)
+        return false
+    }
+
+    /// Aborts the running dispatch, not aborting yet, as too deep at `token`.
+    private func abortAsTooDeep(token: UInt64) {
+        let run = self.run
         run.pointee.aborted = true
         run.pointee.end = 0
         run.pointee.failedToken = token
         run.pointee.tooDeep = true
-        return false
     }
 
     @usableFromInline

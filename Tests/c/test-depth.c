@@ -195,6 +195,46 @@ static int cold_chain(size_t stack_size)
     return cold_status == FLUX_ERR_TOO_DEEP ? 0 : 1;
 }
 
+/* A callback waiting for itself on such a stack, in a fresh process: the
+ * report of the cycle, the process's first, set up Swift's array types on
+ * a path deeper than a 16 KiB stack (SIGSEGV). Where the stack is too small
+ * to wait at all, the wait is refused as too deep; elsewhere it reports the
+ * cycle. The child ("--cold-circular SIZE") exits 0 when it got either. */
+static flux_token self_waiter;
+static flux_status self_wait_status = (flux_status)-1;
+
+static int wait_for_itself_cb(void *context, const void *payload)
+{
+    (void)context;
+    (void)payload;
+    self_wait_status = flux_wait_for(chain_d, &self_waiter, 1);
+    return self_wait_status == FLUX_ERR_TOO_DEEP ? 1 : 0;
+}
+
+static void *cold_circular_thread(void *arg)
+{
+    (void)arg;
+    cold_status = flux_dispatch(chain_d, NULL);
+    return NULL;
+}
+
+static int cold_circular(size_t stack_size)
+{
+    chain_d = flux_dispatcher_create();
+    if (!chain_d || flux_register(chain_d, wait_for_itself_cb, NULL, NULL, &self_waiter) != FLUX_OK)
+        return 2;
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    pthread_t thread;
+    if (pthread_attr_setstacksize(&attributes, stack_size) != 0
+        || pthread_create(&thread, &attributes, cold_circular_thread, NULL) != 0)
+        return 2;
+    pthread_join(thread, NULL);
+    bool refused = self_wait_status == FLUX_ERR_TOO_DEEP && cold_status == FLUX_ERR_TOO_DEEP;
+    bool reported = self_wait_status == FLUX_ERR_CIRCULAR && cold_status == FLUX_OK;
+    return refused || reported ? 0 : 1;
+}
+
 static const char *self_path;
 
 static void test_small_stacks_fresh_process(void)
@@ -215,6 +255,14 @@ static void test_small_stacks_fresh_process(void)
         ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
            "a %zu-byte thread stack, first dispatch of a fresh process: FLUX_ERR_TOO_DEEP (%s %d)", sizes[i],
            WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        char *circular_args[] = {(char *)self_path, "--cold-circular", size, NULL};
+        REQUIRE(posix_spawn(&child, self_path, NULL, NULL, circular_args, environ) == 0);
+        REQUIRE(waitpid(child, &status, 0) == child);
+        ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "a %zu-byte thread stack, a fresh process's callback waiting for itself: FLUX_ERR_TOO_DEEP or "
+           "FLUX_ERR_CIRCULAR (%s %d)",
+           sizes[i], WIFSIGNALED(status) ? "signal" : "exit",
+           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
     }
 }
 
@@ -491,6 +539,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--cold-chain") == 0)
         return cold_chain((size_t)strtoul(argv[2], NULL, 10));
+    if (argc == 3 && strcmp(argv[1], "--cold-circular") == 0)
+        return cold_circular((size_t)strtoul(argv[2], NULL, 10));
     if (argc == 2 && strcmp(argv[1], "--fiber-chain") == 0)
         return fiber_chain();
     if (argc == 2 && strcmp(argv[1], "--fits-main-thread") == 0)

@@ -533,27 +533,37 @@ private func computeStackBounds() -> (limit: UInt, low: UInt, top: UInt) {
 /// say nothing.
 @usableFromInline
 internal func stackLimit(at address: UInt) -> UInt? {
-    typealias Bounds = (limit: UInt, low: UInt, top: UInt)
-    let key = threadKey(stackBoundsKey, destructor: freeStackBounds)
-    let bounds: Bounds
-    if let key, let cached = pthread_getspecific(key) {
-        bounds = cached.load(as: Bounds.self)
-    } else {
-        // With no key or no memory to cache them in, they are computed
-        // every time.
-        bounds = computeStackBounds()
-        if let key, let block = allocateBytes(MemoryLayout<Bounds>.size) {
-            block.initializeMemory(as: Bounds.self, to: bounds)
-            if pthread_setspecific(key, block) != 0 { freeBytes(block) }
-        }
-    }
-    let (limit, low, top) = bounds
+    let (limit, low, top) = stackBounds()
     if limit == 0 { return 0 }
     // Below the stack's bottom (past its guard, where this thread's own
     // frames cannot be) or above its top: not on it. Not a margin below the
     // mark, as it was: a fiber's stack malloc'd on a thread is often mapped
     // right below the thread's, and its waits were refused as too deep.
     return address > top || address < low ? nil : limit
+}
+
+/// Whether `address` (the caller's stack pointer) lies on a thread stack so
+/// small that the margin covers all of it (16 KiB or so, with its guard):
+/// no wait may run a callback there (flux.h, "Depth"). False on another
+/// stack, or when the bounds are unknown.
+internal func stackCannotWait(at address: UInt) -> Bool {
+    let (limit, low, top) = stackBounds()
+    return limit != 0 && address >= low && address <= top && limit >= top
+}
+
+/// This thread's `computeStackBounds()`, cached.
+private func stackBounds() -> (limit: UInt, low: UInt, top: UInt) {
+    typealias Bounds = (limit: UInt, low: UInt, top: UInt)
+    let key = threadKey(stackBoundsKey, destructor: freeStackBounds)
+    if let key, let cached = pthread_getspecific(key) { return cached.load(as: Bounds.self) }
+    // With no key or no memory to cache them in, they are computed every
+    // time.
+    let bounds = computeStackBounds()
+    if let key, let block = allocateBytes(MemoryLayout<Bounds>.size) {
+        block.initializeMemory(as: Bounds.self, to: bounds)
+        if pthread_setspecific(key, block) != 0 { freeBytes(block) }
+    }
+    return bounds
 }
 
 /// Turns the calling thread's cancellation off; returns the state for
