@@ -385,7 +385,7 @@ def _report(record: _Enqueued) -> None:
         except BaseException as handler_exc:  # noqa: BLE001 -- the handler's own failure is not lost
             given = record.failure
             if not _continues(handler_exc, given):  # an interrupt as on_error began, say
-                _add_note(handler_exc, f"raised by on_error, given: {type(given).__name__}: {given}")
+                _add_note(handler_exc, f"raised by on_error, given: {_described(given)}")
             record.failure = handler_exc  # for the outermost call, in its place
             del given  # no cycle through this frame (see Dispatcher.dispatch)
         else:
@@ -402,6 +402,16 @@ def _report(record: _Enqueued) -> None:
     else:
         errors += ((record.failure, done),)  # no call between this and its record
     record.reported = True
+
+
+def _described(exc: BaseException) -> str:
+    """``exc`` for a note: its type's name and its text -- or only the name
+    when its str() raises, which would replace the exception being noted
+    (a note is cosmetic)."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 -- see above
+        return f"{type(exc).__name__} (its str() raised)"
 
 
 def _about(entry: _native.Entry, token: int, serial: int, escaped: BaseException | None) -> bool:
@@ -474,7 +484,7 @@ def _take_left(pending: _native.Pending, queued_errors: QueuedErrors, exc: BaseE
             for i in range(start, len(entries)):
                 failure = entries[i][1]
                 if (i + 1 == len(entries) or entries[i + 1][3]) and not _continues(exc, failure):
-                    _add_note(exc, f"a dispatch it ran failed: {type(failure).__name__}: {failure}")
+                    _add_note(exc, f"a dispatch it ran failed: {_described(failure)}")
             if start:
                 del entries[start:]
             else:
@@ -487,7 +497,7 @@ def _take_left(pending: _native.Pending, queued_errors: QueuedErrors, exc: BaseE
         raised = own is None and errors[first][0] is exc  # the first raised by _raise_left_over
         later = "a later" if raised or own is exc else "a"
         for failure, _ in errors[first + 1 :] if raised else errors[first:]:
-            _add_note(exc, f"{later} queued dispatch also failed: {type(failure).__name__}: {failure}")
+            _add_note(exc, f"{later} queued dispatch also failed: {_described(failure)}")
         if first:
             del errors[first:]
         else:
@@ -496,7 +506,33 @@ def _take_left(pending: _native.Pending, queued_errors: QueuedErrors, exc: BaseE
             _lower_left_over()
 
 
-def _destroy_handle(handle: int, natives: dict[int, bool]) -> None:
+class _Destroyer:
+    """Destroys a collected dispatcher's native side when it goes itself
+    (see _destroy_handle)."""
+
+    __slots__ = ("handle", "natives")
+
+    def __init__(self, handle: int, natives: dict[int, bool]) -> None:
+        self.handle = handle
+        self.natives = natives
+
+    def __del__(self) -> None:
+        _destroy_native(self.handle, self.natives)
+
+
+def _destroy_handle(handle: int, natives: dict[int, bool], lifeline: list[_Destroyer]) -> None:
+    # weakref.finalize. A dispatcher never closed is collected with its
+    # stores and groups (they refer to each other) by the cycle collector,
+    # which runs weakref callbacks before any __del__ of that garbage -- and
+    # such a __del__ may still call the dispatcher, a store or a group. So the
+    # work goes to an object only `lifeline` holds, and `lifeline` only the
+    # Dispatcher once this returns: it goes as the Dispatcher is cleared,
+    # after every __del__ (never, should one of them resurrect it). Freed by
+    # its reference count alone, the Dispatcher clears it right after this.
+    lifeline.append(_Destroyer(handle, natives))
+
+
+def _destroy_native(handle: int, natives: dict[int, bool]) -> None:
     # weakref.finalize: the native dispatcher is freed when the Dispatcher
     # object is gone. No call can be in flight then -- every call holds a
     # reference to the Dispatcher -- so this never frees memory under a thread.
@@ -560,6 +596,7 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         "_erring",
         "_finalizer",
         "_handle",
+        "_lifeline",
         "_names",
         "_natives",
         "_pending",
@@ -649,7 +686,12 @@ class Dispatcher(_native.Unshareable, Generic[P]):
         # The stores with an error emitted whose emit is not over (see
         # Store.emit_change): a failed dispatch ends them.
         self._erring: dict[int, Any] = {}  # id() -> store, as _children
-        self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._natives)
+        # Kept across a new __init__ (see _destroy_handle).
+        lifeline: list[_Destroyer] | None = getattr(self, "_lifeline", None)
+        if lifeline is None:
+            lifeline = []
+            self._lifeline: list[_Destroyer] = lifeline
+        self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._natives, lifeline)
         self._finalizer.atexit = False  # the process is ending; leave it be
 
     # -- registration ------------------------------------------------------

@@ -841,6 +841,22 @@ class Store(_ClosesOnExit):
                 except NoMemoryError:
                     sub.remove()
                     raise
+            elif state is not None and _unshown.get(self._ident):
+                # Added by another thread while the handling that emitted an
+                # error still runs: it runs in that emit too, after the end
+                # of the error, which goes after it instead. Out of memory,
+                # the old end stays (the listener reads None).
+                end = c_uint64()
+                try:
+                    self._listen(functools.partial(_error_emitted, weakref.ref(self)), end)
+                except NoMemoryError:
+                    pass
+                finally:
+                    # As in emit_change: recorded once libflux took it.
+                    if end.value and end.value != _native.UNTOUCHED:
+                        stale, self._error_end = self._error_end, end
+                        if stale is not None:
+                            self._unlisten(stale.value, quiet=True)
             return sub
 
     def _listen(self, fn: Callable[[], object], out: c_uint64) -> None:
@@ -1440,13 +1456,18 @@ class StoreGroup(_ClosesOnExit):
                     # changed, the group is live and must still be released.
                     self._handle = handle
                 elif self._handle != handle:
-                    # Released. Forgotten also when fn's destroy made the
-                    # group again meanwhile (a new handle): kept, the
-                    # dispatcher's finalizer would release the freed one.
-                    self._dispatcher._natives.pop(handle, None)
+                    # Released. The one call comes last: an interrupt raised
+                    # after it would leave the rest undone (the group a child
+                    # still, whose close() order a new __init__ then kept).
                     if self._handle is None:
-                        self._dispatcher._children.pop(self._ident, None)
-                        self._fn = None
+                        self._fn = None  # not its last reference: `kept`
+                        children = self._dispatcher._children
+                        if self._ident in children:  # it is, since __init__ recorded it
+                            del children[self._ident]
+                    # Forgotten also when fn's destroy made the group again
+                    # meanwhile (a new handle): kept, the dispatcher's
+                    # finalizer would release the freed one.
+                    self._dispatcher._natives.pop(handle, None)
         del kept  # fn goes here, with no lock held
         try:
             _native.raise_outcome(error)  # this call is the outermost one

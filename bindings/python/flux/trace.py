@@ -190,16 +190,26 @@ class Trace(_native.Unshareable):
     starting a trace replaces any other. Events of a dispatch already running
     when the trace starts or stops go to whoever observed its start. Until it
     stops (or the dispatcher closes), a started trace is kept by the
-    dispatcher's observer, and keeps the dispatcher alive in turn."""
+    dispatcher's observer, and keeps the dispatcher alive in turn.
+    Initializing a trace that observes again raises :class:`RuntimeError`
+    (stop it first)."""
 
     def __init__(self, dispatcher: Dispatcher[Any]) -> None:
-        """:raises TypeError: ``dispatcher`` is not a :class:`flux.Dispatcher`."""
+        """:raises TypeError: ``dispatcher`` is not a :class:`flux.Dispatcher`.
+        :raises RuntimeError: this trace observes its dispatcher; nothing changed."""
         if not isinstance(dispatcher, Dispatcher):
             raise TypeError(f"Trace: expected a flux.Dispatcher, not {type(dispatcher).__name__}")
-        self.dispatcher = dispatcher
-        #: Every event recorded, in order (:class:`TraceEvent`).
-        self.events: list[TraceEvent] = []
-        self._context = 0
+        with _observer_lock:  # no start() or stop() between the check and the change
+            observed: Any = self.__dict__.get("dispatcher")  # the one of an earlier __init__
+            if self.__dict__.get("_context") and self._observes(_observing.get(observed)):
+                # Made anew, it would forget the observer it set: stop() could
+                # no longer clear it, and the dispatcher would go on recording
+                # into this trace, payloads and all, until it closed.
+                raise RuntimeError("Trace: this trace is already started: stop() it before initializing it again")
+            self.dispatcher = dispatcher
+            #: Every event recorded, in order (:class:`TraceEvent`).
+            self.events: list[TraceEvent] = []
+            self._context = 0
 
     def _name(self, token: int) -> str:
         if not token:

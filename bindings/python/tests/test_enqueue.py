@@ -106,6 +106,52 @@ def test_an_on_error_that_raises_fails_the_outermost_call_naming_what_it_was_giv
     d.dispatch(4)  # nothing left over for a later call
 
 
+def test_an_on_error_that_raises_is_raised_also_when_what_it_was_given_has_no_str(d: flux.Dispatcher[Any]) -> None:
+    # The note is cosmetic: a failure whose str() raised replaced the
+    # handler's exception (and the failure) with that str()'s.
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no str")
+
+    def on_error(exc: BaseException) -> None:
+        raise KeyError("from on_error")
+
+    def cb(p: int) -> None:
+        if p == 1:
+            d.enqueue(2, on_error=on_error)
+        if p == 2:
+            raise Unprintable
+
+    d.register(cb)
+    with pytest.raises(KeyError, match="from on_error") as info:
+        d.dispatch(1)
+    assert info.value.__notes__ == ["raised by on_error, given: Unprintable (its str() raised)"]
+    d.dispatch(3)  # nothing left over for a later call
+
+
+def test_a_later_queued_failure_with_no_str_is_noted_on_the_first(d: flux.Dispatcher[Any]) -> None:
+    # As above, for the notes the outermost call adds: the failure's str()
+    # raising replaced the first failure, and left the rest for a later call.
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no str")
+
+    def cb(p: int) -> None:
+        if p == 1:
+            d.enqueue(2)
+            d.enqueue(3)
+        if p == 2:
+            raise Boom(2)
+        if p == 3:
+            raise Unprintable
+
+    d.register(cb)
+    with pytest.raises(Boom) as info:
+        d.dispatch(1)
+    assert info.value.__notes__ == ["a later queued dispatch also failed: Unprintable (its str() raised)"]
+    d.dispatch(4)  # nothing left over for a later call
+
+
 def test_a_queued_failure_goes_to_on_error_and_the_queue_goes_on(d: flux.Dispatcher[Any]) -> None:
     log: list[str] = []
     failures: list[BaseException] = []

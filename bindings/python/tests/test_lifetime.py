@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from on_threads import run_in_own_process
 
 import flux
 from flux import _native
@@ -420,6 +421,59 @@ def test_a_dispatcher_with_stores_never_closed_is_collected(native_destroys: lis
     assert [r() for r in refs] == [None] * len(refs)
     assert handle in destroyed
     assert flux.stores.live_objects() == 0
+
+
+# A store and a group whose __del__ reads, dispatches, closes and releases,
+# as a class that cleans up after itself may: collected with their
+# dispatcher, never closed.
+FINALIZED_WITH_THEIR_DISPATCHER = """
+import gc
+import flux
+
+seen = set()
+
+class Counter(flux.ReduceStore):
+    def get_initial_state(self):
+        return 0
+
+    def reduce(self, state, action):
+        return state + 1
+
+class Store(Counter):
+    def __del__(self):
+        seen.add(f"state {self.state}")
+        self.dispatcher.dispatch("x")  # the stores collected handle nothing
+        seen.add("dispatched")
+        self.close()
+        seen.add(f"closed {self.closed}")
+
+class Group(flux.StoreGroup):
+    def __del__(self):
+        self.release()
+        seen.add("released")
+
+gc.disable()  # collected below, all at once
+for _ in range(20):
+    d = flux.Dispatcher()
+    store = Store(d)
+    Group([Counter(d)], lambda: None)
+    d.dispatch("x")
+    del d, store
+    gc.collect()
+print(sorted(seen), flux.stores.live_objects())
+"""
+
+
+def test_a_store_or_group_finalized_with_its_dispatcher_can_still_be_called() -> None:
+    # A dispatcher never closed is collected with its stores and groups (each
+    # refers to the other) by the cycle collector, which runs weakref
+    # callbacks -- the dispatcher's finalizer -- before any __del__ of the
+    # same garbage. The finalizer destroyed their native side there, and a
+    # __del__ then reading, dispatching, closing or releasing them called
+    # libflux on freed memory (a crash, or a dispatch that never returned).
+    result = run_in_own_process(FINALIZED_WITH_THEIR_DISPATCHER, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "['closed True', 'dispatched', 'released', 'state 1'] 0\n"
 
 
 @pytest.mark.parametrize("store_type", [Holder, Plain])

@@ -1081,6 +1081,38 @@ def test_a_listener_added_after_an_error_emit_in_the_same_handling_sees_the_erro
     assert log.error is None
 
 
+def test_a_listener_another_thread_adds_while_the_store_handles_an_error_sees_it(
+    d: flux.Dispatcher[Any],
+) -> None:
+    # Added by another thread after emit_change(error=...), before the
+    # handling is over: a listener of that emit too, which ran it after the
+    # end of the error (the end runs after the listeners present when it was
+    # added), so it read None while the emit ran.
+    seen: list[Any] = []
+    emitted, added = threading.Event(), threading.Event()
+
+    class Log(flux.Store):
+        def on_dispatch(self, payload: Any) -> None:
+            self.emit_change(error=payload)
+            emitted.set()
+            added.wait()
+
+    log = Log(d)
+    log.add_listener(lambda: seen.append(("before", log.error)))
+    dispatching = threading.Thread(target=d.dispatch, args=("first",))
+    dispatching.start()
+    emitted.wait()
+    log.add_listener(lambda: seen.append(("added", log.error)))
+    added.set()
+    dispatching.join()
+    assert seen == [("before", "first"), ("added", "first")]
+    assert log.error is None, "the emit is over"
+    seen.clear()
+    d.dispatch("second")
+    assert seen == [("before", "second"), ("added", "second")]
+    assert log.error is None
+
+
 def refused_add(handle: Any, fn: Any, key: Any, destroy: Any, out: Any) -> int:
     """flux_store_add_listener refusing for lack of memory, as libflux does:
     *out cleared, the context destroyed at once."""

@@ -709,6 +709,41 @@ def test_sigint_anywhere_in_a_stores_close_leaves_nothing_for_the_finalizer_to_d
     )
 
 
+def test_sigint_anywhere_in_a_groups_release_leaves_it_released_and_forgotten() -> None:
+    # A release() that libflux carried out must be recorded whole whatever
+    # cuts it short: an interrupt after it forgot the native handle left the
+    # group among the dispatcher's children, holding fn. Made again over a
+    # store made since, the group kept its old place, before that store, so
+    # the dispatcher's close() closed the store first -- refused, a member of
+    # a live group -- and raised, leaving the dispatcher open.
+    run_with_preamble(
+        INTERRUPT_AT
+        + textwrap.dedent(
+            """
+        place = 0
+        while True:
+            place += 1
+            d = flux.Dispatcher()
+            calls = []
+            group = flux.StoreGroup([Counter(d)], lambda: calls.append(1))
+            reached, raised = interrupt_at(place, group.release)
+            assert raised is None or raised is sent[-1], (place, raised)
+            group.release()  # finishes, or finds it released
+            assert group._ident not in d._children and group._fn is None, place
+            d.dispatch("inc")
+            assert calls == [], place
+            flux.StoreGroup.__init__(group, [Counter(d)], lambda: None)
+            d.close()  # the group first, then its stores
+            del d, group
+            clean()
+            if not reached:
+                break  # release() ran to its end: every place was tried
+        assert place > 5, place  # release() was traced
+        """
+        )
+    )
+
+
 def test_sigint_anywhere_in_a_stores_close_leaves_no_state_held_by_the_closed_store() -> None:
     # close() cut short after it forgot the native handle reads as closed,
     # and a second close() returns at once: the states must already be

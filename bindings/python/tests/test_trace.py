@@ -384,6 +384,32 @@ def test_a_stale_trace_stops_nothing_when_its_slot_went_to_another_trace(d: flux
     observing.stop()
 
 
+def test_initializing_an_observing_trace_again_is_refused_and_changes_nothing() -> None:
+    # As for a store, a group, a dispatcher or a trampoline: a second
+    # __init__ forgot the observer it had set, so stop() did nothing and the
+    # old dispatcher went on recording into the trace (and keeping every
+    # payload) until it closed -- another trace on it then ended that.
+    d: flux.Dispatcher[Any] = flux.Dispatcher()
+    other: flux.Dispatcher[Any] = flux.Dispatcher()
+    d.register(lambda p: None)
+    trace = flux.Trace(d).start()
+    with pytest.raises(RuntimeError, match="already"):
+        flux.Trace.__init__(trace, other)
+    assert trace.dispatcher is d
+    d.dispatch(1)
+    trace.stop()
+    d.dispatch(2)
+    assert [ev.payload for ev in trace.events if ev.kind == "dispatch_begin"] == [1], "it stopped"
+    # Stopped, or replaced by another trace, it may be made anew.
+    flux.Trace.__init__(trace, other)
+    assert trace.events == [] and trace.dispatcher is other
+    replaced = flux.Trace(d).start()
+    flux.Trace(d).start()
+    flux.Trace.__init__(replaced, other)
+    d.close()
+    other.close()
+
+
 def test_dispatch_end_status_is_a_flux_status(d: flux.Dispatcher[Any]) -> None:
     def bad(p: Any) -> None:
         raise ValueError("no")

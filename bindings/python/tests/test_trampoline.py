@@ -313,6 +313,41 @@ def test_an_exception_in_a_handler_is_unraisable_and_c_gets_zero(monkeypatch: py
     assert any(repr(handler) in note for note in reported[0].exc_value.__notes__)
 
 
+class ReprFails:
+    """A handler whose repr raises, as a callable object's may."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __call__(self) -> int:
+        raise self.exc
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_a_handler_whose_repr_raises_still_reports_its_own_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The note naming the handler is cosmetic: a repr that raised replaced
+    # the handler's exception in the report.
+    reported: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    handler = ReprFails(ValueError("the handler's"))
+    with flux.Trampoline("i()", handler) as t:
+        assert flux.call(t.address, "i()") == 0
+    assert len(reported) == 1 and reported[0].exc_value is handler.exc
+    assert reported[0].exc_value.__notes__ == ["in the handler of a flux.Trampoline: <ReprFails object>"]
+
+
+def test_an_interrupt_in_a_handler_whose_repr_raises_is_raised_by_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The repr's exception took the interrupt's place: printed as
+    # unraisable, and call() returned 0 as if nothing had happened.
+    monkeypatch.setattr(sys, "unraisablehook", flux._native._unraisable_hook)  # not pytest's
+    interrupt = KeyboardInterrupt("the handler's")
+    with flux.Trampoline("i()", ReprFails(interrupt)) as t, pytest.raises(KeyboardInterrupt) as raised:
+        flux.call(t.address, "i()")
+    assert raised.value is interrupt
+
+
 def test_a_handler_s_exception_is_noted_where_exceptions_have_no_add_note(monkeypatch: pytest.MonkeyPatch) -> None:
     # As Python 3.10 makes exceptions (the package supports it):
     # the note naming the handler was dropped there; it goes on __notes__.
