@@ -167,6 +167,22 @@ static inline flux_status node_register(node *n)
 
 /* ---- flag: a one-shot event between threads ----------------------------- */
 
+/* Runs fn(arg) on a new thread with a stack of `size` bytes (0: the
+ * default) and waits for it to end; false when no such thread could be made. */
+static inline bool run_on_stack(size_t size, void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attributes;
+    if (pthread_attr_init(&attributes) != 0)
+        return false;
+    pthread_t thread;
+    bool made = (size == 0 || pthread_attr_setstacksize(&attributes, size) == 0)
+                && pthread_create(&thread, &attributes, fn, arg) == 0;
+    pthread_attr_destroy(&attributes);
+    if (made)
+        pthread_join(thread, NULL);
+    return made;
+}
+
 typedef struct flag {
     pthread_mutex_t m;
     pthread_cond_t c;

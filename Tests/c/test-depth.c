@@ -144,14 +144,7 @@ static void *chain_thread(void *arg)
 static void run_on_thread(size_t stack_size, size_t links)
 {
     build_chain(links);
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    if (stack_size)
-        REQUIRE(pthread_attr_setstacksize(&attributes, stack_size) == 0);
-    pthread_t thread;
-    REQUIRE(pthread_create(&thread, &attributes, chain_thread, (void *)(uintptr_t)links) == 0);
-    pthread_join(thread, NULL);
-    pthread_attr_destroy(&attributes);
+    REQUIRE(run_on_stack(stack_size, chain_thread, (void *)(uintptr_t)links));
     EXPECT_OK(flux_dispatcher_destroy(chain_d));
 }
 
@@ -185,13 +178,8 @@ static int cold_chain(size_t stack_size)
     for (size_t i = 0; i < 2000; i++)
         if (flux_register(chain_d, link_cb, (void *)(uintptr_t)i, NULL, &tokens[i]) != FLUX_OK)
             return 2;
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    pthread_t thread;
-    if (pthread_attr_setstacksize(&attributes, stack_size) != 0
-        || pthread_create(&thread, &attributes, cold_chain_thread, NULL) != 0)
+    if (!run_on_stack(stack_size, cold_chain_thread, NULL))
         return 2;
-    pthread_join(thread, NULL);
     return cold_status == FLUX_ERR_TOO_DEEP ? 0 : 1;
 }
 
@@ -223,13 +211,8 @@ static int cold_circular(size_t stack_size)
     chain_d = flux_dispatcher_create();
     if (!chain_d || flux_register(chain_d, wait_for_itself_cb, NULL, NULL, &self_waiter) != FLUX_OK)
         return 2;
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    pthread_t thread;
-    if (pthread_attr_setstacksize(&attributes, stack_size) != 0
-        || pthread_create(&thread, &attributes, cold_circular_thread, NULL) != 0)
+    if (!run_on_stack(stack_size, cold_circular_thread, NULL))
         return 2;
-    pthread_join(thread, NULL);
     bool refused = self_wait_status == FLUX_ERR_TOO_DEEP && cold_status == FLUX_ERR_TOO_DEEP;
     bool reported = self_wait_status == FLUX_ERR_CIRCULAR && cold_status == FLUX_OK;
     return refused || reported ? 0 : 1;
@@ -470,13 +453,7 @@ static void test_too_deep_through_enqueue(void)
     REQUIRE(flux_register(chain_d, enqueue_again_cb, NULL, NULL, &t) == FLUX_OK);
     flux_observer hooks = {FLUX_OBSERVER_VERSION, NULL, on_dispatch_end, NULL, NULL, NULL};
     REQUIRE(flux_dispatcher_set_observer(chain_d, &hooks, NULL, NULL) == FLUX_OK);
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    REQUIRE(pthread_attr_setstacksize(&attributes, 512 * 1024) == 0);
-    pthread_t thread;
-    REQUIRE(pthread_create(&thread, &attributes, enqueue_chain_thread, (void *)(uintptr_t)links) == 0);
-    pthread_join(thread, NULL);
-    pthread_attr_destroy(&attributes);
+    REQUIRE(run_on_stack(512 * 1024, enqueue_chain_thread, (void *)(uintptr_t)links));
     EXPECT_OK(flux_dispatcher_destroy(chain_d));
 }
 

@@ -540,13 +540,9 @@ static int queue_of_failures(size_t size)
         return 1 << 30;
     memset(q_jobs, 0, sizeof q_jobs);
     done_order = 0;
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    pthread_t thread;
     flux_status status = (flux_status)-1;
-    if (pthread_attr_setstacksize(&attributes, size) || pthread_create(&thread, &attributes, run_queue_thread, &status))
+    if (!run_on_stack(size, run_queue_thread, &status))
         return 1 << 30;
-    pthread_join(thread, NULL);
     int bad = 0;
     const flux_status want[5] = {FLUX_OK, FLUX_ERR_TOO_DEEP, FLUX_ERR_CALLBACK_FAILED, FLUX_OK, FLUX_OK};
     bad |= (status != FLUX_OK) << 0;
@@ -669,13 +665,9 @@ static int store_chain(size_t size)
     bal_init(&s_bal, sd);
     if (flux_dispatcher_set_observer(sd, &bal_hooks, &s_bal, bal_destroy))
         return 1 << 30;
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    pthread_t thread;
     flux_status status = (flux_status)-1;
-    if (pthread_attr_setstacksize(&attributes, size) || pthread_create(&thread, &attributes, run_store_thread, &status))
+    if (!run_on_stack(size, run_store_thread, &status))
         return 1 << 30;
-    pthread_join(thread, NULL);
     int bad = 0;
     bad |= (status != FLUX_ERR_TOO_DEEP) << 0;
     bad |= (s_jobs[0].done_calls != 1 || s_jobs[0].done_status != FLUX_ERR_TOO_DEEP || s_jobs[0].done_token == 0) << 1;
@@ -877,12 +869,8 @@ static int bottom_run(size_t size)
     bal_init(&bottom_bal, bd);
     if (flux_dispatcher_set_observer(bd, &bal_hooks, &bottom_bal, bal_destroy))
         return 2;
-    pthread_attr_t attributes;
-    pthread_attr_init(&attributes);
-    pthread_t thread;
-    if (pthread_attr_setstacksize(&attributes, size) || pthread_create(&thread, &attributes, bottom_thread, NULL))
+    if (!run_on_stack(size, bottom_thread, NULL))
         return 2;
-    pthread_join(thread, NULL);
     return 0;
 }
 
