@@ -385,6 +385,16 @@ else:
     headroom, enqueue_headroom = _recurses(6), _recurses(8)
 
 
+def described(obj: object, how: Callable[[object], str], unprintable: str) -> str:
+    """``how(obj)`` (``repr`` or ``str``) for a note, or ``unprintable`` when
+    that raises: a note is cosmetic, and an exception out of it would
+    replace the one it goes on (an interrupt lost with it)."""
+    try:
+        return how(obj)
+    except Exception:  # noqa: BLE001 -- see above
+        return unprintable
+
+
 def add_note(exc: BaseException, note: str) -> None:
     """``exc.add_note(note)``. Python 3.10, which the package supports,
     has no ``add_note``: there the note goes on the same list,

@@ -405,13 +405,9 @@ def _report(record: _Enqueued) -> None:
 
 
 def _described(exc: BaseException) -> str:
-    """``exc`` for a note: its type's name and its text -- or only the name
-    when its str() raises, which would replace the exception being noted
-    (a note is cosmetic)."""
-    try:
-        return f"{type(exc).__name__}: {exc}"
-    except Exception:  # noqa: BLE001 -- see above
-        return f"{type(exc).__name__} (its str() raised)"
+    """``exc`` for a note: its type's name and its text (see _native.described)."""
+    name = type(exc).__name__
+    return _native.described(exc, lambda e: f"{name}: {e}", f"{name} (its str() raised)")
 
 
 def _about(entry: _native.Entry, token: int, serial: int, escaped: BaseException | None) -> bool:

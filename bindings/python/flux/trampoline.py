@@ -254,18 +254,9 @@ def _on_call(userdata: int | None, ret: int | None, args: Any) -> None:
         # Nothing can cross into C: ctypes reports an exception leaving a
         # callback through sys.unraisablehook, and libflux zeroed *ret before
         # the call, so the C caller gets 0.
-        _native.add_note(exc, f"in the handler of a flux.Trampoline: {_described(entry.handler)}")
+        handler = _native.described(entry.handler, repr, f"<{type(entry.handler).__qualname__} object>")
+        _native.add_note(exc, f"in the handler of a flux.Trampoline: {handler}")
         raise
-
-
-def _described(handler: object) -> str:
-    """``repr(handler)`` for the note, or its type's name when that raises:
-    a note is cosmetic, and an exception out of it would replace the
-    handler's (an interrupt lost, see the module's docstring)."""
-    try:
-        return repr(handler)
-    except Exception:  # noqa: BLE001 -- see above
-        return f"<{type(handler).__qualname__} object>"
 
 
 # An interrupt escaping _on_call (as it is entered, or from the handler) is
