@@ -90,7 +90,8 @@ public struct FluxError: Error, Hashable, Sendable, CustomStringConvertible {
         return String(unsafeUninitializedCapacity: writeMessage(to: nil)) { writeMessage(to: $0.baseAddress) }
     }
     /// The token the error is about, when there is one: the first token a
-    /// call rejected (`unknownToken`), the pending token a wait asked for
+    /// call rejected (`unknownToken`; nil when that is 0, which never names
+    /// a registration, as C's 0 means none), the pending token a wait asked for
     /// (`circularDependency`), the token whose run would have gone too deep
     /// (`tooDeep`), the callback whose failure aborted the dispatch
     /// (`callbackFailed`). C: `flux_last_error_token()`.

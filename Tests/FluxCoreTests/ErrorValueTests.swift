@@ -50,6 +50,27 @@ import Testing
         #expect(error.cycle == [me.value!, me.value!])
     }
 
+    // A reduce's failure reaches the dispatcher's caller unchanged
+    // (DESIGN.md 6): a cycle through two stores' reduces keeps its values.
+    @Test func aCycleThroughTwoReduceStoresReachesTheCallerWithItsTokens() throws {
+        let d = Dispatcher<Int>()
+        let tokens = Box<[DispatchToken]>([])
+        let a = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { [unowned d] n, p in
+            try d.waitFor([tokens.value[1]])
+            return n + p
+        }
+        let b = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { [unowned d] n, p in
+            try d.waitFor([tokens.value[0]])
+            return n + p
+        }
+        tokens.value = [a.dispatchToken, b.dispatchToken]
+        let error = try #require(fluxError { try d.dispatch(1) })
+        #expect(error.code == .circularDependency)
+        #expect(error.token == a.dispatchToken, "the pending token b's wait asked for")
+        #expect(error.cycle == [b.dispatchToken, a.dispatchToken, b.dispatchToken])
+        #expect(a.state == 0 && b.state == 0, "a failing reduce keeps its store's state")
+    }
+
     @Test func anUnknownTokenIsTheFirstOneRejected() throws {
         let d = Dispatcher<Int>()
         let caught = Box<FluxError?>(nil)

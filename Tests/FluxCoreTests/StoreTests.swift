@@ -405,6 +405,40 @@ extension StoreTests {
         try d.dispatch(.willChange)
         #expect(log.all == ["added by an earlier callback", "added by the store"])
     }
+
+    // An emit whose listener waits for another store: that store's listener
+    // removes the outer emit's running listener and its next one, and adds
+    // enough listeners to move the outer store's table. The outer emit goes
+    // on over the moved table, skipping the removed listener and running
+    // none of the new ones until the next change.
+    @Test func aNestedEmitMayRemoveAndGrowTheOuterEmitsListeners() throws {
+        let d = Dispatcher<Int>()
+        let log = Log()
+        let inner = Box(DispatchToken(rawValue: 0))
+        let outer = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+        let subs = Box<[Subscription]>([])
+        subs.value.append(
+            outer.addListener { [unowned d] in
+                log.append("first")
+                try? d.waitFor([inner.value])
+                log.append("first, after its wait")
+            })
+        subs.value.append(outer.addListener { log.append("second") })
+        subs.value.append(outer.addListener { log.append("third") })
+        let other = ReduceStore<Int, Int>(dispatcher: d, initialState: 0) { n, p in n + p }
+        inner.value = other.dispatchToken
+        other.addListener {
+            log.append("inner")
+            for sub in subs.value.prefix(2) { try? sub.remove() }
+            for _ in 0..<100 { outer.addListener { log.append("new") } }
+        }
+        try d.dispatch(1)
+        #expect(log.all == ["first", "inner", "first, after its wait", "third"])
+        try d.dispatch(1)
+        // The second emit ran the first hundred, not the hundred it added.
+        #expect(log.count(of: "third") == 2 && log.count(of: "new") == 100)
+        #expect(outer.core.listenerCount == 201)
+    }
 }
 
 extension StoreThreadTests {
