@@ -3,7 +3,9 @@
  * libflux and against a small reference model of DESIGN.md section 2 (the
  * model runs first, then libflux), compared after every step: the order the
  * callbacks ran in, what each wait_for, unregister and register inside them
- * returned, each dispatch's status, the tokens, and every destroy.
+ * returned, each dispatch's status, the tokens, and every destroy; and,
+ * after each failure, what flux_last_error_token() and
+ * flux_last_error_cycle() read.
  *
  * The input is a program; each operation is a byte (op = byte % 6), with
  * operands in the bytes after it:
@@ -15,7 +17,8 @@
  *       so cascades end)
  *   1 [s]  unregister slot s          2  dispatch
  *   3      wait_for outside a dispatch
- *   4      destroy the dispatcher, make a new one
+ *   4      destroy the dispatcher (every other time, closed first), make a
+ *          new one
  *   5      dispatch, then flux_enqueue on the idle dispatcher
  * Queued payloads run FIFO after the dispatch that queued them, each a
  * dispatch of its own, each followed by its done, which must get the
@@ -76,12 +79,36 @@ static void r_done(void *context, void *payload, flux_status status)
     push(&r_trace, 1000 + 10 * id + (int)status);
 }
 
+/* The slots destroyed, in order (flux_dispatcher_close() promises one). */
+static int r_order[TRACE], r_order_n;
+
 static void on_destroy(void *context)
 {
     r_destroyed[(intptr_t)context]++;
+    if (r_order_n < TRACE)
+        r_order[r_order_n++] = (int)(intptr_t)context;
 }
 
 static int r_callback(void *context, const void *payload);
+
+/* What a failed call left for flux_last_error_token() and
+ * flux_last_error_cycle(), in the trace: 100000 + the token, then 200000 +
+ * the cycle's length and 100000 + each of its tokens. */
+static void push_error(trace *t, flux_token token, const flux_token *cycle, int n)
+{
+    push(t, 100000 + (int)token);
+    push(t, 200000 + n);
+    for (int i = 0; i < n; i++)
+        push(t, 100000 + (int)cycle[i]);
+}
+
+static void r_push_error(void)
+{
+    flux_token cycle[SLOTS + 1];
+    size_t n = flux_last_error_cycle(cycle, SLOTS + 1);
+    CHECK(n <= SLOTS + 1 && flux_last_error_cycle(NULL, 0) == n);
+    push_error(&r_trace, flux_last_error_token(), cycle, (int)n);
+}
 
 static flux_status r_register(int s)
 {
@@ -104,7 +131,10 @@ static int r_callback(void *context, const void *payload)
         flux_token tokens[3];
         for (int i = 0; i < b->nwait; i++)
             tokens[i] = r_token[b->waits[i]];
-        push(&r_trace, 100 + flux_wait_for(d, tokens, (size_t)b->nwait));
+        flux_status st = flux_wait_for(d, tokens, (size_t)b->nwait);
+        push(&r_trace, 100 + st);
+        if (st != FLUX_OK)
+            r_push_error();
         CHECK(flux_is_dispatching(d));
     }
     if (b->unregister >= 0) {
@@ -112,6 +142,8 @@ static int r_callback(void *context, const void *payload)
         if (st == FLUX_OK)
             r_registered[b->unregister] = false;
         push(&r_trace, 200 + st);
+        if (st != FLUX_OK)
+            r_push_error();
     }
     if (b->register_ >= 0 && !r_registered[b->register_])
         push(&r_trace, 300 + r_register(b->register_));
@@ -122,6 +154,9 @@ static int r_callback(void *context, const void *payload)
     }
     CHECK(flux_dispatch(d, NULL) == FLUX_ERR_ALREADY_DISPATCHING);
     CHECK(flux_try_dispatch(d, NULL) == FLUX_ERR_ALREADY_DISPATCHING);
+    CHECK(flux_last_error_token() == 0 && flux_last_error_cycle(NULL, 0) == 0);
+    CHECK(flux_dispatcher_close(d) == FLUX_ERR_ALREADY_DISPATCHING);
+    CHECK(flux_dispatcher_destroy(d) == FLUX_ERR_ALREADY_DISPATCHING);
     push(&r_trace, -1 - s);
     return b->fail ? 1 : 0;
 }
@@ -202,10 +237,18 @@ static void m_call(int s)
         flux_token tokens[3];
         for (int i = 0; i < b->nwait; i++)
             tokens[i] = m_token[b->waits[i]];
-        push(&m_trace, 100 + m_wait(tokens, b->nwait));
+        flux_status st = m_wait(tokens, b->nwait);
+        push(&m_trace, 100 + st);
+        if (st != FLUX_OK)
+            push_error(&m_trace, m_err_token, m_cycle, m_cycle_n);
     }
-    if (b->unregister >= 0)
-        push(&m_trace, 200 + m_unregister_during(b->unregister));
+    if (b->unregister >= 0) {
+        flux_token t = m_token[b->unregister];
+        flux_status st = m_unregister_during(b->unregister);
+        push(&m_trace, 200 + st);
+        if (st != FLUX_OK)
+            push_error(&m_trace, t, NULL, 0);
+    }
     if (b->register_ >= 0 && !m_registered[b->register_]) {
         m_registered[b->register_] = true;
         m_token[b->register_] = m_next++;  /* joins the next dispatch */
@@ -219,7 +262,7 @@ static void m_call(int s)
     push(&m_trace, -1 - s);
     m_phase[s] = HANDLED;
     if (b->fail)
-        m_aborted = true;
+        m_abort();
 }
 
 /* One dispatch, queue aside. */
@@ -282,6 +325,10 @@ static void reset_enqueues(void)
     m_queued = 0;
 }
 
+/* Which of two ways the next dispatch and destroy go: counted per input, so
+ * that an input replays alone as it ran in a campaign. */
+static unsigned tries, closes;
+
 static void dispatch_both(bool enqueue)
 {
     m_trace.n = r_trace.n = 0;
@@ -293,7 +340,6 @@ static void dispatch_both(bool enqueue)
         got = flux_enqueue(d, (void *)(intptr_t)id, r_done, &tags[id]);
     } else {
         /* One thread: a try is a dispatch (it never has another to wait for). */
-        static unsigned tries;
         want = m_dispatch();
         got = tries++ % 2 ? flux_try_dispatch(d, NULL) : flux_dispatch(d, NULL);
     }
@@ -308,6 +354,9 @@ static void dispatch_both(bool enqueue)
         fprintf(stderr, "\n");
         abort();
     }
+    /* With nothing queued, the dispatch's own failure is the latest. */
+    if (!enqueue && got == FLUX_ERR_CALLBACK_FAILED && r_enqueued == 0)
+        CHECK(flux_last_error_token() == m_failed_token && flux_last_error_cycle(NULL, 0) == 0);
     if (observed) {
         /* Every callback run pushed its slot (0..SLOTS-1) as it began. */
         int ran = 0;
@@ -333,6 +382,42 @@ static void start(void)
     m_next = 1;
 }
 
+/* flux_dispatcher_close(): every registration's destroy, in registration
+ * order; after it, every call on d but these three is refused. */
+static void close_both(void)
+{
+    int order[SLOTS], n = 0;
+    for (int s = 0; s < SLOTS; s++)
+        if (m_registered[s])
+            order[n++] = s;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && m_token[order[j]] < m_token[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    r_order_n = 0;
+    CHECK(flux_dispatcher_close(d) == FLUX_OK);
+    CHECK(r_order_n == n && memcmp(r_order, order, (size_t)n * sizeof(int)) == 0);
+    for (int s = 0; s < SLOTS; s++) {
+        if (m_registered[s])
+            m_owed[s]++;
+        r_registered[s] = m_registered[s] = false;
+    }
+    compare();
+    CHECK(flux_dispatcher_close(d) == FLUX_OK);
+    CHECK(flux_dispatch(d, NULL) == FLUX_ERR_INVALID_ARGUMENT);
+    CHECK(flux_try_dispatch(d, NULL) == FLUX_ERR_INVALID_ARGUMENT);
+    CHECK(flux_unregister(d, r_token[0]) == FLUX_ERR_INVALID_ARGUMENT);
+    flux_token t = 1;
+    CHECK(flux_register(d, r_callback, (void *)(intptr_t)0, on_destroy, &t) == FLUX_ERR_INVALID_ARGUMENT && t == 0);
+    m_owed[0]++; /* its destroy ran at once */
+    r_trace.n = 0;
+    CHECK(flux_enqueue(d, (void *)(intptr_t)1, r_done, &tags[1]) == FLUX_ERR_INVALID_ARGUMENT);
+    CHECK(r_trace.n == 1 && r_trace.v[0] == 1000 + 10 + FLUX_ERR_INVALID_ARGUMENT);
+    compare();
+}
+
 static void finish(void)
 {
     CHECK(flux_dispatcher_destroy(d) == FLUX_OK);
@@ -352,6 +437,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(r_destroyed, 0, sizeof r_destroyed);
     memset(m_owed, 0, sizeof m_owed);
     observed = size % 2 == 1;
+    tries = closes = 0;
     start();
     size_t p = 0;
 #define NEXT() (p < size ? data[p++] : 0)
@@ -381,7 +467,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 m_registered[s] = r_registered[s] = false;
                 m_owed[s]++;
             } else {
-                CHECK(st == FLUX_ERR_UNKNOWN_TOKEN);
+                CHECK(st == FLUX_ERR_UNKNOWN_TOKEN && flux_last_error_token() == r_token[s]);
             }
             break;
         }
@@ -400,10 +486,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(flux_wait_for(d, NULL, 0) == FLUX_ERR_NOT_DISPATCHING);
             break;
         }
-        case 4:
+        case 4: {
+            if (closes++ % 2)
+                close_both();
             finish();
             start();
             break;
+        }
         }
         compare();
     }

@@ -7,7 +7,8 @@
  * equal, release_state, listeners, group functions and callbacks ran, what
  * each call made inside them returned, every destroy and release (in the
  * trace, so their timing is checked too), each dispatch's status, the
- * listener ids, and flux_store_state() of every store.
+ * listener ids, flux_store_state() of every store, and after a failed
+ * wait what flux_last_error_token() and flux_last_error_cycle() read.
  *
  * States are numbered (a serial per state made, shared by both sides since
  * they make states at the same points). A store keeps its state either as
@@ -96,7 +97,8 @@ enum { ALIVE = 0x5a5a, DEAD = 0xdead };
 /* Trace events: EV(kind, a, b). */
 enum {
     REDUCE = 1, REDUCE_END, EQUALS, RELEASE, LISTENER, LISTENER_END, LDESTROY, SDESTROY,
-    STATUS, HAS_CHANGED, GROUP, GROUP_END, PLAIN, PLAIN_END, ADDED
+    STATUS, HAS_CHANGED, GROUP, GROUP_END, PLAIN, PLAIN_END, ADDED,
+    ERR_TOKEN, ERR_CYCLE /* after a failed wait: flux_last_error_token(), the cycle's length */
 };
 /* Which call a STATUS event is about. */
 enum { W_REDUCE = 1, EMIT_REDUCE, REMOVE, W_LISTENER, EMIT_LISTENER, FAIL_LISTENER, RELEASE_GROUP,
@@ -288,7 +290,12 @@ static void r_emit(int which, int h)
 static void r_wait(int which, int w)
 {
     flux_token t = r_stoken[w];
-    push(&r_trace, EV(STATUS, which, flux_wait_for(d, &t, 1)));
+    flux_status st = flux_wait_for(d, &t, 1);
+    push(&r_trace, EV(STATUS, which, st));
+    if (st != FLUX_OK) {
+        push(&r_trace, EV(ERR_TOKEN, 0, 0) + (int)flux_last_error_token());
+        push(&r_trace, EV(ERR_CYCLE, 0, (int)flux_last_error_cycle(NULL, 0)));
+    }
 }
 
 static const lbehaviour plain_listener;
@@ -491,7 +498,12 @@ static void m_release(int s, int serial)
 static void m_wait1(int which, int w)
 {
     flux_token t = m_token[w];
-    push(&m_trace, EV(STATUS, which, m_wait(&t, 1)));
+    flux_status st = m_wait(&t, 1);
+    push(&m_trace, EV(STATUS, which, st));
+    if (st != FLUX_OK) {
+        push(&m_trace, EV(ERR_TOKEN, 0, 0) + (int)m_err_token);
+        push(&m_trace, EV(ERR_CYCLE, 0, m_cycle_n));
+    }
 }
 
 static void m_add(int k, int l, const lbehaviour *b)
@@ -663,7 +675,7 @@ static void m_store(int s)
     m_reducing[s] = false;
     if (action == FAIL) {
         m_changed[s] = false;
-        m_aborted = true;
+        m_abort();
         return;
     }
     bool same = action == SAME;
@@ -694,7 +706,7 @@ static void m_store(int s)
         }
     }
     if (m_changed[s] && m_emit_change(s))
-        m_aborted = true;
+        m_abort();
 }
 
 static void m_group(int g)
@@ -703,7 +715,7 @@ static void m_group(int g)
     for (int i = 0; i < m_gcount[g]; i++)
         tokens[i] = m_token[m_gstores[g][i]];
     if (m_wait(tokens, m_gcount[g]) != FLUX_OK) {
-        m_aborted = true; /* it already was */
+        m_abort(); /* it already was */
         return;
     }
     const gbehaviour *b = &m_gbeh[g];
@@ -714,7 +726,7 @@ static void m_group(int g)
         push(&m_trace, EV(STATUS, FAIL_GROUP, FLUX_OK));
     push(&m_trace, EV(GROUP_END, g, 0));
     if (b->fail)
-        m_aborted = true;
+        m_abort();
 }
 
 static void m_plain(int c)
@@ -729,7 +741,7 @@ static void m_plain(int c)
         m_emit(EMIT_PLAIN, b->h);
     push(&m_trace, EV(PLAIN_END, c, 0));
     if (b->fail)
-        m_aborted = true;
+        m_abort();
 }
 
 static void m_call(int r)
