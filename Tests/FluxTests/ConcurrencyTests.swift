@@ -510,19 +510,13 @@ final class ConcurrencyTests: XCTestCase {
     // queues values for it and the queue's threads call it: a call in
     // progress keeps it to its end, and it goes once the last one returns.
     func testObserveOnDisposedWhileAnotherThreadSendsAndTheQueueDelivers() {
-        final class Counter: Sendable { let count = Atomic<Int>(0) }
-        final class Captured: Sendable {
-            let gone: Counter
-            init(_ gone: Counter) { self.gone = gone }
-            deinit { gone.count.add(1, ordering: .relaxed) }
-        }
         let queue = DispatchQueue(
             label: "testObserveOnDisposedWhileAnotherThreadSendsAndTheQueueDelivers", attributes: .concurrent)
         let rounds = 500
-        let gone = Counter()
+        let gone = GoneCount()
         for _ in 0..<rounds {
             let sink = Sink<Int>()
-            let captured = Captured(gone)
+            let captured = CountsItsDeinit(gone)
             nonisolated(unsafe) let disposable = sink.signal.observe(on: .queue(queue)).map { $0 + 1 }.observe {
                 [captured] _ in withExtendedLifetime(captured) {}
             }
@@ -545,18 +539,12 @@ final class ConcurrencyTests: XCTestCase {
     // queue runs its commits: its state goes once the commits in progress
     // have returned.
     func testStoreLetGoOfWhileAnotherThreadDispatchesAndTheQueueCommits() {
-        final class Counter: Sendable { let count = Atomic<Int>(0) }
-        final class Captured: Sendable {
-            let gone: Counter
-            init(_ gone: Counter) { self.gone = gone }
-            deinit { gone.count.add(1, ordering: .relaxed) }
-        }
         let queue = DispatchQueue(
             label: "testStoreLetGoOfWhileAnotherThreadDispatchesAndTheQueueCommits", attributes: .concurrent)
         let rounds = 300
-        let gone = Counter()
+        let gone = GoneCount()
         for _ in 0..<rounds {
-            let captured = Captured(gone)
+            let captured = CountsItsDeinit(gone)
             nonisolated(unsafe) var store: Store<TestState>? = .init(
                 state: .init { [captured] _ in withExtendedLifetime(captured) {} },
                 mutations: .init(), executor: .queue(queue))
@@ -728,4 +716,14 @@ private final class GatedInit: RegisteredStore {
         InitGate.shared.withLock { $0 }()
     }
     var dispatchToken: DispatchToken { store.dispatchToken }
+}
+
+/// How many `CountsItsDeinit` of one test have gone: what an observer or a
+/// store captured, let go of when it is.
+private final class GoneCount: Sendable { let count = Atomic<Int>(0) }
+
+private final class CountsItsDeinit: Sendable {
+    let gone: GoneCount
+    init(_ gone: GoneCount) { self.gone = gone }
+    deinit { gone.count.add(1, ordering: .relaxed) }
 }
